@@ -1,0 +1,96 @@
+"""cowconv: fork agent conversations in O(1).
+
+The event history is an immutable persistent vector with structural sharing,
+so a fork shares everything with its source and is still isolated like a deep
+copy: nothing either side can reach will ever change.
+
+>>> import cowconv
+>>> source = cowconv.Conversation(
+...     agent=cowconv.Agent(llm=cowconv.LLM(model="openai/gpt-4o")), workspace="."
+... )
+>>> _ = source.send_message("Analyse the sales report.")
+>>> fork = source.fork(title="Follow-up")
+>>> fork.state.events == source.state.events
+True
+"""
+
+from cowconv._agent import Agent, Tool
+from cowconv._conversation import Conversation, EventCallback, StateSink
+from cowconv._events import (
+    ActionEvent,
+    AgentErrorEvent,
+    AnyEvent,
+    Content,
+    Event,
+    EventSource,
+    ImageContent,
+    MessageEvent,
+    ObservationEvent,
+    PauseEvent,
+    Role,
+    SystemPromptEvent,
+    TextContent,
+)
+from cowconv._exceptions import (
+    ConversationNotFoundError,
+    CorruptStoreError,
+    CowconvError,
+    LLMError,
+    RemoteError,
+    SchemaVersionError,
+    StoreError,
+    StoreLockedError,
+)
+from cowconv._frozen import freeze, thaw
+from cowconv._history import EventLog
+from cowconv._llm import LLM
+from cowconv._state import (
+    ConversationInfo,
+    ConversationState,
+    ConversationStats,
+    ExecutionStatus,
+    Usage,
+)
+from cowconv._workspace import Workspace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LLM",
+    "ActionEvent",
+    "Agent",
+    "AgentErrorEvent",
+    "AnyEvent",
+    "Content",
+    "Conversation",
+    "ConversationInfo",
+    "ConversationNotFoundError",
+    "ConversationState",
+    "ConversationStats",
+    "CorruptStoreError",
+    "CowconvError",
+    "Event",
+    "EventCallback",
+    "EventLog",
+    "EventSource",
+    "ExecutionStatus",
+    "ImageContent",
+    "LLMError",
+    "MessageEvent",
+    "ObservationEvent",
+    "PauseEvent",
+    "RemoteError",
+    "Role",
+    "SchemaVersionError",
+    "StateSink",
+    "StoreError",
+    "StoreLockedError",
+    "SystemPromptEvent",
+    "TextContent",
+    "Tool",
+    "Usage",
+    "Workspace",
+    "__version__",
+    "freeze",
+    "thaw",
+]

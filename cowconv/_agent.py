@@ -1,0 +1,47 @@
+"""``Agent`` and ``Tool``: what runs a conversation, as immutable configuration.
+
+>>> from cowconv import LLM
+>>> agent = Agent(llm=LLM(model="openai/gpt-4o"), tools=[Tool(name="terminal")])
+>>> agent.tools
+(Tool(name='terminal', params=pmap({})),)
+>>> Agent.model_validate_json(agent.model_dump_json()) == agent
+True
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pyrsistent import pmap
+
+from cowconv._frozen import FrozenJSONMap
+from cowconv._llm import LLM
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "Agent", "Tool"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful software agent. Use the tools you are given to act in the "
+    "workspace, then answer the user concisely."
+)
+
+
+class Tool(BaseModel):
+    """A serialisable reference to a registered tool, by name, with its settings.
+
+    >>> Tool(name="terminal", params={"timeout": 30}).params["timeout"]
+    30
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    params: FrozenJSONMap = pmap()
+
+
+class Agent(BaseModel):
+    """An LLM, the tools it may call, and its system prompt."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    llm: LLM
+    tools: tuple[Tool, ...] = ()
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT

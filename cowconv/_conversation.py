@@ -1,0 +1,304 @@
+"""``Conversation``: the current snapshot of a conversation, swapped atomically.
+
+>>> from cowconv import LLM, Agent, Conversation
+>>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+>>> _ = source.send_message("Analyse the sales report.")
+>>> fork = source.fork(title="Follow-up exploration", tags={"variant": "B"})
+>>> _ = fork.send_message("Now focus on the EMEA region.")
+>>> len(source.state.events), len(fork.state.events), sorted(fork.state.tags.items())
+(1, 2, [('title', 'Follow-up exploration'), ('variant', 'B')])
+
+Every change builds a new :class:`ConversationState` and swaps it in under a
+lock that only writers take; readers and :meth:`Conversation.fork` read the
+current snapshot without locking, so a fork never waits for a writer and
+never holds a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from pyrsistent import pmap
+
+from cowconv._agent import Agent
+from cowconv._events import Event, MessageEvent, _now
+from cowconv._frozen import freeze
+from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
+from cowconv._workspace import Workspace
+
+__all__ = ["Conversation", "EventCallback", "StateSink"]
+
+logger = logging.getLogger("cowconv")
+
+EventCallback = Callable[[Event], None]
+"""Called with every event a conversation records, in order."""
+
+_NO_STATS = ConversationStats()
+
+
+class StateSink(Protocol):
+    """Where a conversation writes its snapshots (a persistent store).
+
+    ``save(previous, current)`` must make ``current`` durable before it
+    returns; ``previous`` is ``None`` for a new conversation or a fork. A
+    raised exception aborts the change: the conversation keeps ``previous``.
+    """
+
+    def save(self, previous: ConversationState | None, current: ConversationState) -> None: ...
+
+
+def _check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
+    if tags is None:
+        return {}
+    if not isinstance(tags, Mapping):
+        raise TypeError(f"tags must be a mapping of str to str, got {type(tags).__name__}")
+    for key, value in tags.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"tags must map str to str, got {key!r}: {value!r}")
+    return dict(tags)
+
+
+def _check_id(conversation_id: str | None) -> str:
+    if conversation_id is None:
+        return str(uuid.uuid4())
+    if not isinstance(conversation_id, str) or not conversation_id.strip():
+        raise ValueError(f"conversation_id must be a non-empty string, got {conversation_id!r}")
+    return conversation_id
+
+
+class Conversation:
+    """A conversation between a user and an agent, forkable in O(1).
+
+    ``Conversation(agent=..., workspace=...)`` starts an empty conversation
+    in ``workspace`` (a path or a :class:`Workspace`). ``state`` is the
+    current immutable snapshot.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        workspace: Workspace | str | os.PathLike[str],
+        *,
+        conversation_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        callbacks: Iterable[EventCallback] = (),
+    ) -> None:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
+        state = ConversationState(
+            id=_check_id(conversation_id),
+            agent=agent,
+            workspace=Workspace.coerce(workspace),
+            tags=_check_tags(tags),
+        )
+        self._setup(state, sink=None, callbacks=callbacks)
+
+    def _setup(
+        self,
+        state: ConversationState,
+        *,
+        sink: StateSink | None,
+        callbacks: Iterable[EventCallback],
+    ) -> None:
+        self._state = state
+        self._sink = sink
+        self._callbacks = tuple(callbacks)
+        self._lock = threading.RLock()
+
+    @classmethod
+    def _from_state(
+        cls,
+        state: ConversationState,
+        *,
+        sink: StateSink | None = None,
+        callbacks: Iterable[EventCallback] = (),
+    ) -> Conversation:
+        conversation = cls.__new__(cls)
+        if sink is not None:
+            sink.save(None, state)
+        conversation._setup(state, sink=sink, callbacks=callbacks)
+        return conversation
+
+    # -- reading -------------------------------------------------------------
+
+    @property
+    def state(self) -> ConversationState:
+        """The current snapshot. It never changes; read it again for news."""
+        return self._state
+
+    @property
+    def id(self) -> str:
+        """The conversation id."""
+        return self._state.id
+
+    @property
+    def agent(self) -> Agent:
+        """The agent that runs this conversation."""
+        return self._state.agent
+
+    @property
+    def workspace(self) -> Workspace:
+        """The workspace the agent's tools act in."""
+        return self._state.workspace
+
+    def __repr__(self) -> str:
+        state = self._state
+        return (
+            f"<{type(self).__name__} {state.id} events={len(state.events)} "
+            f"status={state.execution_status.value}>"
+        )
+
+    # -- changing ------------------------------------------------------------
+
+    def _commit(
+        self, change: Callable[[ConversationState], ConversationState]
+    ) -> ConversationState:
+        """Apply ``change`` to the current snapshot, persist it, swap it in, notify."""
+        with self._lock:
+            previous = self._state
+            current = change(previous)
+            if current is previous:
+                return current
+            current = current._replace(updated_at=_now())
+            if self._sink is not None:
+                self._sink.save(previous, current)
+            self._state = current
+            if self._callbacks:
+                for position in range(len(previous.events), len(current.events)):
+                    self._notify(current.events[position])
+            return current
+
+    def _notify(self, event: Event) -> None:
+        for callback in self._callbacks:
+            try:
+                callback(event)
+            except Exception:
+                # A failing printer or visualiser must not lose the event or stop a run.
+                logger.exception("event callback %r failed on event %s", callback, event.id)
+
+    def append_event(self, event: Event) -> Event:
+        """Record ``event`` at the end of the history and return it."""
+        if not isinstance(event, Event):
+            raise TypeError(f"expected an Event, got {type(event).__name__}")
+        self._commit(lambda state: state._replace(events=state.events.append(event)))
+        return event
+
+    def send_message(self, text: str) -> MessageEvent:
+        """Record a user message and return its event."""
+        if not isinstance(text, str):
+            raise TypeError(f"send_message() takes a str, got {type(text).__name__}")
+        event = MessageEvent(source="user", role="user", content=text)
+        self.append_event(event)
+        return event
+
+    def set_tag(self, key: str, value: str | None) -> None:
+        """Set tag ``key`` to ``value``; ``None`` removes it."""
+        _check_tags({key: value if value is not None else ""})
+
+        def change(state: ConversationState) -> ConversationState:
+            tags = state.tags.discard(key) if value is None else state.tags.set(key, value)
+            return state if tags is state.tags else state._replace(tags=tags)
+
+        self._commit(change)
+
+    def update_agent_state(self, changes: Mapping[str, Any]) -> None:
+        """Merge JSON-like ``changes`` into ``state.agent_state``."""
+        frozen = freeze(changes)
+        if not isinstance(changes, Mapping):
+            raise TypeError(f"agent state changes must be a mapping, got {type(changes).__name__}")
+        self._commit(lambda state: state._replace(agent_state=state.agent_state.update(frozen)))
+
+    def activate_skill(self, name: str) -> None:
+        """Add a knowledge skill to ``state.activated_knowledge_skills`` (once)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"skill name must be a non-empty string, got {name!r}")
+
+        def change(state: ConversationState) -> ConversationState:
+            skills = state.activated_knowledge_skills
+            return (
+                state
+                if name in skills
+                else state._replace(activated_knowledge_skills=(*skills, name))
+            )
+
+        self._commit(change)
+
+    # -- forking -------------------------------------------------------------
+
+    def fork(
+        self,
+        *,
+        conversation_id: str | None = None,
+        agent: Agent | None = None,
+        title: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        reset_metrics: bool = True,
+        from_event_id: str | None = None,
+    ) -> Conversation:
+        """A new, independent conversation with this one's history, in O(1).
+
+        The fork shares the source's events, agent state and skills (all
+        immutable), keeps the agent unless ``agent`` replaces it, shares the
+        workspace, gets fresh ``tags`` (``title`` becomes ``tags["title"]``),
+        starts ``idle``, and starts its stats at zero unless
+        ``reset_metrics=False``. ``from_event_id`` forks the history up to and
+        including that event. Nothing done to either side afterwards is seen
+        by the other.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = source.send_message("one")
+        >>> _ = source.send_message("two")
+        >>> early = source.fork(from_event_id=first.id)
+        >>> [e.text for e in early.state.events], early.state.forked_from_event_id == first.id
+        (['one'], True)
+        """
+        state = self._state  # one consistent snapshot; no lock needed
+        new_id = _check_id(conversation_id)
+        if new_id == state.id:
+            raise ValueError(f"a fork needs its own id; {new_id!r} is the source's id")
+        if agent is not None and not isinstance(agent, Agent):
+            raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
+        if title is not None and not isinstance(title, str):
+            raise TypeError(f"title must be a str, got {type(title).__name__}")
+        fork_tags = _check_tags(tags)
+        if title is not None:
+            fork_tags["title"] = title
+        events = state.events
+        if from_event_id is not None:
+            try:
+                events = events.up_to(from_event_id)
+            except KeyError:
+                raise ValueError(
+                    f"cannot fork from event {from_event_id!r}: no such event in conversation "
+                    f"{state.id!r}"
+                ) from None
+        last = events.last
+        now = _now()
+        forked = state._replace(
+            id=new_id,
+            agent=state.agent if agent is None else agent,
+            events=events,
+            tags=pmap(fork_tags),
+            stats=_NO_STATS if reset_metrics else state.stats,
+            execution_status=ExecutionStatus.IDLE,
+            forked_from_conversation_id=state.id,
+            forked_from_event_id=None if last is None else last.id,
+            created_at=now,
+            updated_at=now,
+        )
+        return type(self)._from_state(forked, sink=self._sink)
+
+    def close(self) -> None:
+        """Release what this conversation holds (processes, connections)."""
+
+    def __enter__(self) -> Conversation:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

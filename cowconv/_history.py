@@ -1,0 +1,302 @@
+"""``EventLog``: the persistent, structurally shared event history.
+
+An ``EventLog`` never changes. ``append`` returns a new log that shares every
+existing event with the old one, so keeping a reference to a log *is* a fork
+of it: O(1) time and memory, and isolated like a deep copy because nothing
+either side can reach will ever change.
+
+>>> from cowconv import MessageEvent
+>>> base = EventLog().append(MessageEvent(source="user", role="user", content="a"))
+>>> left = base.append(MessageEvent(source="user", role="user", content="b"))
+>>> right = base.append(MessageEvent(source="user", role="user", content="c"))
+>>> [e.text for e in left], [e.text for e in right], len(base)
+(['a', 'b'], ['a', 'c'], 1)
+
+Layout
+------
+A log is a short tuple of *chunks*, each a ``pyrsistent.PVector`` (a 32-way
+trie with a tail) of which the log uses a prefix. A fresh log has one chunk
+and appends go to it (amortised O(1), ~0.2 µs). ``take(k)`` (fork at an
+earlier event) does not copy: it keeps the chunks before position ``k`` and
+records that only a prefix of the last one is used, in O(log c) for ``c``
+chunks. The next append to such a log starts a new chunk, except that a used
+prefix of at most ``_COPY_LIMIT`` events is copied instead so a deep tree of
+small forks does not fragment.
+
+The trade-off of a prefix view: a log made by ``take(k)`` keeps the events
+after ``k`` of the chunk it views alive (they are shared with the source, so
+this costs nothing while the source lives). Indexing is O(log c + log n);
+iteration chains the chunks in C and runs at list speed.
+
+Event ids are indexed in an ``immutables.Map`` (a C HAMT, ~0.1 µs a set),
+so ``index_of`` and ``up_to`` are O(log n). The index is shared with the logs
+a log was taken from and may name events beyond a prefix: every lookup is
+checked against the event actually at that position.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain, islice
+from typing import Any, overload
+
+import immutables
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+from pyrsistent import PVector, pvector
+
+from cowconv._events import AnyEvent, Event
+
+__all__ = ["EventLog"]
+
+_COPY_LIMIT = 32
+_EMPTY_CHUNK: PVector[Event] = pvector()
+_EMPTY_IDS: immutables.Map[str, int] = immutables.Map()
+
+
+class EventLog(Sequence[Event]):
+    """An immutable, structurally shared sequence of events.
+
+    >>> from cowconv import MessageEvent
+    >>> log = EventLog([MessageEvent(source="user", role="user", content=t) for t in "abc"])
+    >>> len(log), log[-1].text, [e.text for e in log[:2]]
+    (3, 'c', ['a', 'b'])
+    >>> log.index_of(log[1].id)
+    1
+    >>> log.take(1) == log[:1]
+    True
+    """
+
+    __slots__ = ("_chunks", "_starts", "_len", "_ids")
+
+    _chunks: tuple[PVector[Event], ...]
+    _starts: tuple[int, ...]
+    _len: int
+    _ids: immutables.Map[str, int]
+
+    def __init__(self, events: Iterable[Event] = ()) -> None:
+        chunk = pvector(events)
+        ids = _EMPTY_IDS
+        if chunk:
+            with ids.mutate() as mutable:
+                for position, event in enumerate(chunk):
+                    if not isinstance(event, Event):
+                        raise TypeError(f"EventLog holds events, got {type(event).__name__}")
+                    if event.id in mutable:
+                        raise ValueError(f"event id {event.id!r} appears twice")
+                    mutable[event.id] = position
+                ids = mutable.finish()
+        self._set(((chunk,), (0,)) if chunk else ((), ()), len(chunk), ids)
+
+    def _set(
+        self,
+        layout: tuple[tuple[PVector[Event], ...], tuple[int, ...]],
+        length: int,
+        ids: immutables.Map[str, int],
+    ) -> None:
+        self._chunks, self._starts = layout
+        self._len = length
+        self._ids = ids
+
+    @classmethod
+    def _make(
+        cls,
+        chunks: tuple[PVector[Event], ...],
+        starts: tuple[int, ...],
+        length: int,
+        ids: immutables.Map[str, int],
+    ) -> EventLog:
+        log = cls.__new__(cls)
+        log._set((chunks, starts), length, ids)
+        return log
+
+    # -- reading -----------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> EventLog: ...
+
+    def __getitem__(self, index: int | slice) -> Event | EventLog:
+        """Index (negative too) in O(log n); ``log[:k]`` is ``take(k)``.
+
+        Other slices build a new log from the selected events in O(k).
+        """
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._len)
+            if start == 0 and step == 1:
+                return self.take(stop)
+            return EventLog(self[i] for i in range(start, stop, step))
+        length = self._len
+        if index < 0:
+            index += length
+        if not 0 <= index < length:
+            raise IndexError(f"event index out of range (history has {length} events)")
+        starts = self._starts
+        if len(starts) == 1:
+            return self._chunks[0][index]
+        chunk = bisect_right(starts, index) - 1
+        return self._chunks[chunk][index - starts[chunk]]
+
+    def __iter__(self) -> Iterator[Event]:
+        chunks = self._chunks
+        if len(chunks) <= 1 and (not chunks or len(chunks[0]) == self._len):
+            return iter(chunks[0] if chunks else ())
+        return chain.from_iterable(self._used_chunks())
+
+    def __reversed__(self) -> Iterator[Event]:
+        for position in range(self._len - 1, -1, -1):
+            yield self[position]
+
+    def _used_chunks(self) -> Iterator[Iterable[Event]]:
+        ends = (*self._starts[1:], self._len)
+        for chunk, start, end in zip(self._chunks, self._starts, ends, strict=True):
+            yield chunk if len(chunk) == end - start else islice(chunk, end - start)
+
+    def __contains__(self, event: object) -> bool:
+        if not isinstance(event, Event):
+            return False
+        position = self._position(event.id)
+        return position is not None and self[position] == event
+
+    def _position(self, event_id: str) -> int | None:
+        position = self._ids.get(event_id)
+        if position is None or position >= self._len or self[position].id != event_id:
+            return None
+        return position
+
+    def index_of(self, event_id: str) -> int:
+        """The position of the event with this id, in O(log n).
+
+        Raises ``KeyError`` naming the id when no event of this log has it.
+
+        >>> EventLog().index_of("nope")
+        Traceback (most recent call last):
+        ...
+        KeyError: "no event with id 'nope' in this history"
+        """
+        position = self._position(event_id)
+        if position is None:
+            raise KeyError(f"no event with id {event_id!r} in this history")
+        return position
+
+    def get(self, event_id: str) -> Event | None:
+        """The event with this id, or ``None``."""
+        position = self._position(event_id)
+        return None if position is None else self[position]
+
+    @property
+    def last(self) -> Event | None:
+        """The newest event, or ``None`` for an empty log."""
+        return self[self._len - 1] if self._len else None
+
+    # -- new logs ------------------------------------------------------------
+
+    def append(self, event: Event) -> EventLog:
+        """A new log with ``event`` at the end; this log is unchanged.
+
+        Event ids are unique within a log: appending an id already present is
+        a ``ValueError``.
+        """
+        if not isinstance(event, Event):
+            raise TypeError(f"EventLog holds events, got {type(event).__name__}")
+        if self._position(event.id) is not None:
+            raise ValueError(f"event id {event.id!r} is already in this history")
+        length = self._len
+        chunks, starts = self._chunks, self._starts
+        ids = self._ids.set(event.id, length)
+        if not chunks:
+            return EventLog._make((pvector((event,)),), (0,), 1, ids)
+        last = chunks[-1]
+        used = length - starts[-1]
+        if len(last) == used:
+            return EventLog._make((*chunks[:-1], last.append(event)), starts, length + 1, ids)
+        if used <= _COPY_LIMIT:
+            copied = pvector(islice(last, used)).append(event)
+            return EventLog._make((*chunks[:-1], copied), starts, length + 1, ids)
+        return EventLog._make((*chunks, pvector((event,))), (*starts, length), length + 1, ids)
+
+    def extend(self, events: Iterable[Event]) -> EventLog:
+        """A new log with ``events`` appended in order."""
+        log = self
+        for event in events:
+            log = log.append(event)
+        return log
+
+    def take(self, count: int) -> EventLog:
+        """The first ``count`` events as a new log, sharing structure: O(log c).
+
+        >>> EventLog().take(0) == EventLog()
+        True
+        """
+        if count < 0:
+            raise ValueError(f"take() needs a count >= 0, got {count}")
+        if count >= self._len:
+            return self
+        if count == 0:
+            return _EMPTY
+        keep = bisect_right(self._starts, count - 1)
+        return EventLog._make(self._chunks[:keep], self._starts[:keep], count, self._ids)
+
+    def up_to(self, event_id: str) -> EventLog:
+        """The events up to and including the one with ``event_id``.
+
+        ``KeyError`` when no event of this log has that id.
+        """
+        return self.take(self.index_of(event_id) + 1)
+
+    # -- value semantics -----------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, EventLog):
+            return NotImplemented
+        if self._len != other._len:
+            return False
+        if self._chunks == other._chunks and self._starts == other._starts:
+            return True
+        return all(a is b or a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"EventLog(<{self._len} events>)"
+
+    def __copy__(self) -> EventLog:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> EventLog:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (EventLog, (tuple(self),))
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        events_schema = handler.generate_schema(list[AnyEvent])
+        from_events = core_schema.no_info_after_validator_function(EventLog, events_schema)
+        return core_schema.json_or_python_schema(
+            json_schema=from_events,
+            python_schema=core_schema.union_schema(
+                [core_schema.is_instance_schema(EventLog), from_events]
+            ),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda log, info: [event.model_dump(mode=info.mode) for event in log],
+                info_arg=True,
+            ),
+        )
+
+
+_EMPTY = EventLog()

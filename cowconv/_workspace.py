@@ -1,0 +1,48 @@
+"""``Workspace``: where an agent's tools run.
+
+>>> Workspace(working_dir="/tmp").is_remote
+False
+>>> Workspace.coerce("/tmp").working_dir
+'/tmp'
+"""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel, ConfigDict, SecretStr, field_validator
+
+__all__ = ["Workspace"]
+
+
+class Workspace(BaseModel):
+    """A working directory, on this machine or on an agent server (``host``).
+
+    With ``host`` set, ``Conversation(workspace=...)`` talks to the agent
+    server at that URL; ``api_key`` is then its session API key.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    working_dir: str
+    host: str | None = None
+    api_key: SecretStr | None = None
+
+    @field_validator("working_dir", mode="before")
+    @classmethod
+    def _path_to_str(cls, value: object) -> object:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether this workspace lives on an agent server."""
+        return self.host is not None
+
+    @classmethod
+    def coerce(cls, value: Workspace | str | os.PathLike[str]) -> Workspace:
+        """A workspace from a ``Workspace`` or a path."""
+        if isinstance(value, Workspace):
+            return value
+        if isinstance(value, str | os.PathLike):
+            return cls(working_dir=os.fspath(value))
+        raise TypeError(f"workspace must be a Workspace or a path, got {type(value).__name__}")
