@@ -56,7 +56,6 @@ from cowconv._workspace import Workspace
 __version__ = "0.1.0"
 
 __all__ = [
-    "LLM",
     "ActionEvent",
     "Agent",
     "AgentErrorEvent",
@@ -75,6 +74,7 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "ImageContent",
+    "LLM",
     "LLMError",
     "MessageEvent",
     "ObservationEvent",

@@ -17,6 +17,7 @@ TypeError: 'PMap' object does not support item assignment
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, TypeAlias, TypeVar
 
@@ -39,6 +40,8 @@ def freeze(value: Any) -> Any:
     (1, pmap({'a': (2,)}))
     """
     if isinstance(value, _SCALARS):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise TypeError(f"{value!r} is not a JSON value (JSON has no NaN or infinity)")
         return value
     if isinstance(value, Mapping):
         items = {}

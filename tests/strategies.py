@@ -1,0 +1,68 @@
+"""Hypothesis strategies shared by the test suite."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from cowconv import (
+    ActionEvent,
+    AgentErrorEvent,
+    Event,
+    ImageContent,
+    MessageEvent,
+    ObservationEvent,
+    PauseEvent,
+    SystemPromptEvent,
+    TextContent,
+)
+
+texts = st.text(max_size=20)
+keys = st.text(min_size=1, max_size=8)
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(keys, children, max_size=3),
+    max_leaves=8,
+)
+json_objects = st.dictionaries(keys, json_values, max_size=4)
+str_maps = st.dictionaries(keys, texts, max_size=4)
+
+contents = st.lists(
+    st.builds(TextContent, text=texts)
+    | st.builds(ImageContent, image_urls=st.lists(texts, max_size=2).map(tuple)),
+    max_size=3,
+).map(tuple)
+
+message_events = st.builds(
+    MessageEvent,
+    source=st.sampled_from(["user", "agent", "environment"]),
+    role=st.sampled_from(["system", "user", "assistant", "tool"]),
+    content=contents,
+)
+
+events: st.SearchStrategy[Event] = st.one_of(
+    message_events,
+    st.builds(SystemPromptEvent, system_prompt=texts, tools=st.lists(json_objects, max_size=2)),
+    st.builds(
+        ActionEvent,
+        tool_name=keys,
+        tool_call_id=keys,
+        arguments=json_objects,
+        thought=texts,
+        llm_response_id=st.none() | keys,
+    ),
+    st.builds(
+        ObservationEvent,
+        tool_name=keys,
+        tool_call_id=keys,
+        output=texts,
+        exit_code=st.none() | st.integers(-255, 255),
+        extra=json_values,
+    ),
+    st.builds(AgentErrorEvent, error=texts, tool_call_id=st.none() | keys),
+    st.builds(PauseEvent),
+)

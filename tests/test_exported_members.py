@@ -1,0 +1,44 @@
+"""The public surface: every public name is exported, and import cowconv stays light."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import cowconv
+
+
+class TestExports:
+    def test_all_is_sorted_and_complete(self):
+        """__all__ is sorted and names every public attribute defined by cowconv."""
+        assert cowconv.__all__ == sorted(cowconv.__all__, key=str)
+        public = {
+            name
+            for name, value in vars(cowconv).items()
+            if not name.startswith("_") and getattr(value, "__module__", "").startswith("cowconv")
+        }
+        assert public <= set(cowconv.__all__)
+
+    def test_every_export_resolves(self):
+        """Each name in __all__ is importable from cowconv."""
+        for name in cowconv.__all__:
+            assert getattr(cowconv, name) is not None
+
+    def test_public_names_have_docstrings(self):
+        """Every exported class and function documents itself."""
+        for name in cowconv.__all__:
+            value = getattr(cowconv, name)
+            if inspect.isclass(value) or inspect.isfunction(value):
+                assert (value.__doc__ or "").strip(), name
+
+
+class TestImportCost:
+    def test_import_does_not_pull_heavy_dependencies(self):
+        """import cowconv loads no LLM client, web framework or plotting library."""
+        heavy = ["litellm", "fastapi", "uvicorn", "httpx", "matplotlib", "rich", "openai"]
+        code = f"import sys, cowconv; print([m for m in {heavy!r} if m in sys.modules])"
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == "[]"
