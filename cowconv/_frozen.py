@@ -69,25 +69,36 @@ def thaw(value: Any) -> Any:
     return value
 
 
+# The validators below raise ValueError: pydantic turns that into a ValidationError, but lets
+# a TypeError escape (an agent server would answer a malformed body with a 500).
+
+
+def _freeze_json(value: Any) -> Any:
+    try:
+        return freeze(value)
+    except TypeError as error:
+        raise ValueError(str(error)) from None
+
+
 def _freeze_object(value: Any) -> PMap[str, Any]:
-    frozen = freeze(value)
+    frozen = _freeze_json(value)
     if not isinstance(frozen, PMap):
-        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     return frozen
 
 
 def _freeze_str_map(value: Any) -> PMap[str, str]:
     if not isinstance(value, Mapping):
-        raise TypeError(f"expected a mapping of str to str, got {type(value).__name__}")
+        raise ValueError(f"expected a mapping of str to str, got {type(value).__name__}")
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            raise TypeError(f"expected str keys and str values, got {key!r}: {item!r}")
+            raise ValueError(f"expected str keys and str values, got {key!r}: {item!r}")
     return value if isinstance(value, PMap) else pmap(value)
 
 
 FrozenJSON: TypeAlias = Annotated[
     Any,
-    PlainValidator(freeze),
+    PlainValidator(_freeze_json),
     PlainSerializer(thaw),
     WithJsonSchema({}),
 ]
