@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from pyrsistent import pmap
+from pyrsistent import PMap, pmap
 
 from cowconv._agent import Agent
 from cowconv._events import Event, MessageEvent, _now
@@ -39,6 +39,7 @@ EventCallback = Callable[[Event], None]
 """Called with every event a conversation records, in order."""
 
 _NO_STATS = ConversationStats()
+_NO_TAGS: PMap[str, str] = pmap()
 
 
 class StateSink(Protocol):
@@ -284,7 +285,7 @@ class Conversation:
             id=new_id,
             agent=state.agent if agent is None else agent,
             events=events,
-            tags=pmap(fork_tags),
+            tags=pmap(fork_tags) if fork_tags else _NO_TAGS,
             stats=_NO_STATS if reset_metrics else state.stats,
             execution_status=ExecutionStatus.IDLE,
             forked_from_conversation_id=state.id,

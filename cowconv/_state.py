@@ -128,7 +128,15 @@ class ConversationState(BaseModel):
 
     def _replace(self, **changes: Any) -> ConversationState:
         # Trusted, unvalidated copy for values cowconv built itself (hot paths: fork, append).
-        return self.model_copy(update=changes)
+        # Like pydantic's model_copy, but the new __dict__ is built at its final size and the
+        # (never mutated) fields-set is shared: half the memory of a fork.
+        new = object.__new__(type(self))
+        _set = object.__setattr__
+        _set(new, "__dict__", {**self.__dict__, **changes})
+        _set(new, "__pydantic_extra__", None)
+        _set(new, "__pydantic_fields_set__", self.__pydantic_fields_set__)
+        _set(new, "__pydantic_private__", None)
+        return new
 
 
 class ConversationInfo(BaseModel):
