@@ -1,0 +1,3 @@
+from benchmarks import main
+
+raise SystemExit(main())

@@ -1,0 +1,309 @@
+"""``python -m benchmarks``: run the scenarios, then write results, report and plots."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks._machine import git_commit, load_average, machine, versions
+from benchmarks._measure import FULL, QUICK, human_size, parse_size
+from benchmarks._report import markdown, targets_table
+from benchmarks._scenario import Config, Context, Scenario, Skip, Target
+from benchmarks._workload import Workload
+from benchmarks.scenarios import SCENARIOS
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = ROOT / "benchmarks" / "results"
+DOCS = ROOT / "docs"
+FULL_SIZES = (10, 100, 1_000, 10_000, 100_000, 1_000_000)
+QUICK_SIZES = (10, 100, 1_000, 10_000)
+
+
+def _parser() -> argparse.ArgumentParser:
+    names = ", ".join(f"{s.number}={s.name}" for s in SCENARIOS)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="cowconv benchmark suite: O(1) forks against copying forks.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes and few repeats (under a minute)"
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"run only these scenarios (repeatable or comma separated; names or numbers: {names})",
+    )
+    parser.add_argument(
+        "--sizes",
+        metavar="N,N,...",
+        help="history lengths, e.g. 10,1k,100k,1M (default 10 to 1M; --quick: 10 to 10k)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help="directory for results.json, report.md and plots (default benchmarks/results/)",
+    )
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help="also write the report to docs/benchmarks.md and its plots to docs/img/",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return parser
+
+
+def _select(requested: Sequence[str]) -> tuple[Scenario, ...]:
+    if not requested:
+        return SCENARIOS
+    by_key = {s.name: s for s in SCENARIOS} | {str(s.number): s for s in SCENARIOS}
+    chosen = set()
+    for text in requested:
+        for key in filter(None, (part.strip() for part in text.split(","))):
+            if key not in by_key:
+                raise SystemExit(
+                    f"unknown scenario {key!r}; choose from "
+                    + ", ".join(f"{s.number}/{s.name}" for s in SCENARIOS)
+                )
+            chosen.add(by_key[key].name)
+    return tuple(s for s in SCENARIOS if s.name in chosen)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the suite; returns the exit status (1 when a scenario failed)."""
+    args = _parser().parse_args(argv)
+    scenarios = _select(args.scenario)
+    if args.sizes:
+        try:
+            sizes = tuple(sorted({parse_size(part) for part in args.sizes.split(",") if part}))
+        except ValueError as error:
+            raise SystemExit(f"--sizes: {error}") from None
+    else:
+        sizes = QUICK_SIZES if args.quick else FULL_SIZES
+    config = Config(
+        quick=args.quick,
+        sizes=sizes,
+        scenarios=tuple(s.name for s in scenarios),
+        output=args.output,
+        settings=QUICK if args.quick else FULL,
+        progress=not args.no_progress,
+        plots=not args.no_plots,
+    )
+    shown = list(argv if argv is not None else sys.argv[1:])
+    command = " ".join(["python -m benchmarks", *shown])
+    results = run(config, scenarios, command)
+    written = write(results, scenarios, config, docs=args.docs)
+    print_summary(results, scenarios, written)
+    failed = [entry for entry in results["scenarios"].values() if entry["status"] == "error"]
+    return 1 if failed else 0
+
+
+def run(config: Config, scenarios: Sequence[Scenario], command: str) -> dict[str, Any]:
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "schema_version": 1,
+        "command": command,
+        "quick": config.quick,
+        "started_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(),
+        "machine": machine(),
+        "versions": versions(),
+        "settings": asdict(config.settings),
+        "sizes": list(config.sizes),
+        "scenarios": {},
+    }
+    workload = Workload()
+    with _progress(config, sum(s.steps(config) for s in scenarios) + 1) as tick:
+        if any(getattr(s, "uses_events", True) for s in scenarios):
+            tick(f"building {human_size(config.largest)} events")
+            seconds = time.perf_counter()
+            workload.events(config.largest)
+            results["build_seconds"] = time.perf_counter() - seconds
+        for scenario in scenarios:
+            results["scenarios"][scenario.name] = _run_one(scenario, config, workload, tick)
+    results["duration_s"] = time.perf_counter() - started
+    results["load_at_end"] = load_average()
+    targets: list[Target] = []
+    for scenario in scenarios:
+        entry = results["scenarios"][scenario.name]
+        if entry["status"] == "ok":
+            targets += scenario.targets(entry["data"])
+    results["targets"] = [t.to_json() for t in targets]
+    results["targets_markdown"] = targets_table(targets) if targets else "No targets measured."
+    return results
+
+
+def _run_one(
+    scenario: Scenario, config: Config, workload: Workload, tick: Callable[[str], None]
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "number": scenario.number,
+        "title": scenario.title,
+        "load_before": load_average(),
+    }
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"cowconv-bench-{scenario.name}-") as scratch:
+        ctx = Context(
+            config=config,
+            workload=workload,
+            tick=lambda text: tick(f"{scenario.number}. {text}"),
+            scratch=Path(scratch),
+        )
+        try:
+            entry["data"] = scenario.run(ctx)
+            entry["status"] = "ok"
+            entry["message"] = ""
+        except Skip as reason:
+            entry["status"], entry["message"] = "skipped", str(reason)
+        except Exception as error:
+            # One broken scenario must not cost the figures of the others.
+            entry["status"] = "error"
+            entry["message"] = f"{type(error).__name__}: {error}"
+            entry["traceback"] = traceback.format_exc()
+            print(entry["traceback"], file=sys.stderr)
+    entry["duration_s"] = time.perf_counter() - started
+    entry["load_after"] = load_average()
+    return entry
+
+
+@contextlib.contextmanager
+def _progress(config: Config, total: int) -> Iterator[Callable[[str], None]]:
+    try:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+    except ImportError:
+        Progress = None  # noqa: N806
+
+    if Progress is None or not config.progress:
+
+        def log(text: str) -> None:
+            if config.progress:
+                print(f"… {text}", file=sys.stderr, flush=True)
+
+        yield log
+        return
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    ) as progress:
+        task = progress.add_task("starting", total=total)
+        first = True
+
+        def tick(text: str) -> None:
+            nonlocal first
+            if not first:
+                progress.advance(task)
+            first = False
+            progress.update(task, description=text)
+
+        yield tick
+        progress.update(task, completed=total, description="done")
+
+
+def write(
+    results: dict[str, Any], scenarios: Sequence[Scenario], config: Config, *, docs: bool
+) -> list[Path]:
+    out = config.output
+    out.mkdir(parents=True, exist_ok=True)
+    plots: dict[str, list[str]] = {}
+    plot_error = None
+    if config.plots:
+        for scenario in scenarios:
+            entry = results["scenarios"][scenario.name]
+            if entry["status"] != "ok":
+                continue
+            try:
+                plots[scenario.name] = scenario.plot(entry["data"], out)
+            except ImportError as error:
+                plot_error = f"plots skipped: {error} (pip install 'cowconv[bench]')"
+                break
+    results["plots"] = plots
+    if plot_error:
+        results["plot_error"] = plot_error
+    results_path = out / "results.json"
+    results_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    report_path = out / "report.md"
+    report_path.write_text(markdown(results, scenarios, plots))
+    written = [results_path, report_path] + [out / n for names in plots.values() for n in names]
+    if docs:
+        images = DOCS / "img"
+        images.mkdir(parents=True, exist_ok=True)
+        for names in plots.values():
+            for name in names:
+                shutil.copyfile(out / name, images / name)
+        docs_report = DOCS / "benchmarks.md"
+        docs_report.write_text(markdown(results, scenarios, plots, image_prefix="img/"))
+        written.append(docs_report)
+    return written
+
+
+def print_summary(
+    results: dict[str, Any], scenarios: Sequence[Scenario], written: Sequence[Path]
+) -> None:
+    rows: list[tuple[str, str, str]] = []
+    for scenario in scenarios:
+        entry = results["scenarios"][scenario.name]
+        heading = f"{scenario.number}. {scenario.title}"
+        if entry["status"] != "ok":
+            rows.append((heading, entry["status"].upper(), entry["message"]))
+            continue
+        for label, value in scenario.summary(entry["data"]):
+            rows.append((heading, label, value))
+            heading = ""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        for row in rows:
+            print(" | ".join(row))
+        for target in results["targets"]:
+            print(f"{target['status']:>12}  {target['description']}: {target['measured']}")
+    else:
+        console = Console()
+        figures = Table(title="cowconv benchmarks", show_lines=False)
+        for column in ("scenario", "figure", "value"):
+            figures.add_column(column)
+        for row in rows:
+            figures.add_row(*row)
+        console.print(figures)
+        checks = Table(title="targets (issues 2 and 6)")
+        for column in ("issue", "target", "threshold", "measured", "status"):
+            checks.add_column(column)
+        colours = {"PASS": "green", "FALLS SHORT": "red", "NOT MEASURED": "yellow"}
+        for target in results["targets"]:
+            status = target["status"]
+            checks.add_row(
+                f"#{target['issue']}",
+                target["description"],
+                target["threshold"],
+                target["measured"],
+                f"[{colours[status]}]{status}[/]",
+            )
+        console.print(checks)
+    if results.get("plot_error"):
+        print(results["plot_error"])
+    print(f"ran in {results['duration_s']:.1f} s; wrote " + ", ".join(str(p) for p in written))

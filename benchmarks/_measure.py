@@ -1,0 +1,214 @@
+"""How the suite measures: timing batches, allocation counts and curve fits.
+
+Every timed figure comes from :func:`time_op`: a calibration run that grows
+the batch until it lasts ``min_batch_s`` (and doubles as the warm-up), then
+``repeats`` timed batches. The figure is the median time per call with the
+fastest and slowest batch beside it. The cyclic garbage collector is off
+while a batch runs (as in :mod:`timeit`), which spares the copying baselines
+the collections their millions of new objects would otherwise trigger.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Median, min and max of repeated measurements of one quantity."""
+
+    median: float
+    min: float
+    max: float
+    repeats: int
+    number: int = 1
+
+    @classmethod
+    def of(cls, values: Sequence[float], number: int = 1) -> Sample:
+        return cls(
+            median=statistics.median(values),
+            min=min(values),
+            max=max(values),
+            repeats=len(values),
+            number=number,
+        )
+
+    def scaled(self, factor: float) -> Sample:
+        return Sample(
+            self.median * factor, self.min * factor, self.max * factor, self.repeats, self.number
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "median": self.median,
+            "min": self.min,
+            "max": self.max,
+            "repeats": self.repeats,
+            "number": self.number,
+        }
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How hard to measure: ``--quick`` lowers all of these."""
+
+    repeats: int
+    min_batch_s: float
+    baseline_budget_s: float
+    """Largest predicted cost (warm-up + three calls) of one baseline point before it is
+    extrapolated instead of measured."""
+    alloc_count: int
+    """Objects kept alive per tracemalloc measurement of a cheap operation."""
+
+
+FULL = Settings(repeats=7, min_batch_s=0.05, baseline_budget_s=30.0, alloc_count=1000)
+QUICK = Settings(repeats=3, min_batch_s=0.005, baseline_budget_s=1.5, alloc_count=200)
+
+_MIN_REPEATS = 3
+
+
+def time_op(
+    op: Callable[[], object], settings: Settings, *, max_seconds: float | None = None
+) -> Sample:
+    """Seconds per call of ``op``: warm-up/calibration, then timed batches.
+
+    Slow operations (one call longer than a batch) get at least three
+    repeats, fewer than ``settings.repeats`` when they would exceed
+    ``max_seconds`` in total.
+    """
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        number = 1
+        while True:
+            elapsed = _batch(op, number)
+            if elapsed >= settings.min_batch_s or number >= 1 << 22:
+                break
+            # Aim a little past the target so calibration ends in one or two more steps.
+            number = max(number * 2, int(number * settings.min_batch_s * 1.2 / max(elapsed, 1e-9)))
+        repeats = settings.repeats
+        if max_seconds is not None and elapsed * repeats > max_seconds:
+            repeats = max(_MIN_REPEATS, int(max_seconds / max(elapsed, 1e-9)))
+        samples = [_batch(op, number) / number for _ in range(repeats)]
+    finally:
+        if enabled:
+            gc.enable()
+    return Sample.of(samples, number)
+
+
+def _batch(op: Callable[[], object], number: int) -> float:
+    start = time.perf_counter()
+    for _ in repeat(None, number):
+        op()
+    return time.perf_counter() - start
+
+
+def time_once(op: Callable[[], object]) -> float:
+    """Seconds for one call, collector off (for setup costs we only report)."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _batch(op, 1)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def allocated_bytes(make: Callable[[], object], count: int, repeats: int) -> Sample:
+    """Bytes that stay allocated per ``make()`` result, by tracemalloc.
+
+    ``count`` results are kept alive in a list allocated before tracing starts,
+    so the figure is what each result holds on to, shared parts excluded.
+    """
+    values = []
+    for _ in range(repeats):
+        keep: list[object] = [None] * count
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for position in range(count):
+                keep[position] = make()
+            after = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        values.append((after - before) / count)
+        del keep
+    return Sample.of(values, count)
+
+
+def fit_loglog(sizes: Sequence[float], values: Sequence[float]) -> tuple[float, float]:
+    """Least-squares ``log10(value) = slope * log10(size) + intercept``."""
+    if len(sizes) < 2:
+        return math.nan, math.nan
+    xs = [math.log10(s) for s in sizes]
+    ys = [math.log10(v) for v in values]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        return math.nan, math.nan
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    return slope, mean_y - slope * mean_x
+
+
+def extrapolate(sizes: Sequence[float], values: Sequence[float], size: float) -> float:
+    """A value at ``size`` from a power law fitted to the largest measured points.
+
+    With one point it assumes linear growth (cost per event constant).
+    """
+    points = sorted(zip(sizes, values, strict=True))[-3:]
+    if len(points) == 1:
+        (known_size, known_value) = points[0]
+        return known_value * size / known_size
+    slope, intercept = fit_loglog([p[0] for p in points], [p[1] for p in points])
+    return float(10 ** (slope * math.log10(size) + intercept))
+
+
+def parse_size(text: str) -> int:
+    """``"10k"`` → 10000, ``"1M"`` → 1000000, ``"1e5"`` → 100000."""
+    text = text.strip().replace("_", "")
+    factor = 1
+    if text[-1:] in ("k", "K"):
+        factor, text = 1_000, text[:-1]
+    elif text[-1:] in ("m", "M"):
+        factor, text = 1_000_000, text[:-1]
+    value = float(text) * factor
+    if value < 1 or value != int(value):
+        raise ValueError(f"a size must be a whole number >= 1, got {text!r}")
+    return int(value)
+
+
+def human_size(count: int) -> str:
+    """1000000 → ``"1M"``, 10000 → ``"10k"``, 100 → ``"100"``."""
+    for factor, suffix in ((1_000_000, "M"), (1_000, "k")):
+        if count >= factor and count % factor == 0:
+            return f"{count // factor}{suffix}"
+    return str(count)
+
+
+def human_seconds(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "n/a"
+    for unit, factor in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= factor:
+            return f"{seconds / factor:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def human_bytes(count: float) -> str:
+    if not math.isfinite(count):
+        return "n/a"
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(count) >= factor:
+            return f"{count / factor:.3g} {unit}"
+    return f"{count:.0f} B"

@@ -1,0 +1,207 @@
+"""What a scenario is: it measures, then reads its own figures back for the report.
+
+A scenario's ``run`` returns plain JSON data (stored in ``results.json``);
+everything else (targets, the report section, plots, terminal lines) is
+computed from that data alone, so a report can be rebuilt from a results file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks._measure import Sample, Settings, extrapolate, human_size
+from benchmarks._workload import Workload
+
+
+class Skip(Exception):
+    """The scenario cannot run here (a missing piece or extra); the message says why."""
+
+
+@dataclass(frozen=True)
+class Config:
+    quick: bool
+    sizes: tuple[int, ...]
+    scenarios: tuple[str, ...]
+    output: Path
+    settings: Settings
+    progress: bool = True
+    plots: bool = True
+
+    @property
+    def largest(self) -> int:
+        return max(self.sizes)
+
+    @property
+    def reference_size(self) -> int:
+        """The size the issues' "at 10k events" targets use (else the closest one)."""
+        return min(self.sizes, key=lambda size: abs(math.log10(size) - 4))
+
+
+@dataclass
+class Context:
+    config: Config
+    workload: Workload
+    tick: Callable[[str], None]
+    """Advance the progress bar by one step, showing what runs next."""
+    scratch: Path
+    """A temporary directory this scenario may fill (removed after the run)."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def settings(self) -> Settings:
+        return self.config.settings
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target of issue 2 or 6, checked against measured data."""
+
+    issue: int
+    description: str
+    threshold: str
+    measured: str
+    passed: bool | None
+    """``None`` when this run did not measure it (the report says why in ``measured``)."""
+
+    @property
+    def status(self) -> str:
+        if self.passed is None:
+            return "NOT MEASURED"
+        return "PASS" if self.passed else "FALLS SHORT"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "issue": self.issue,
+            "description": self.description,
+            "threshold": self.threshold,
+            "measured": self.measured,
+            "status": self.status,
+        }
+
+
+class Scenario:
+    """Base class: subclasses set the class attributes and override what they need."""
+
+    number: int
+    name: str
+    title: str
+
+    def steps(self, config: Config) -> int:
+        """How many times ``run`` calls ``ctx.tick`` (for the progress bar)."""
+        return 1
+
+    def run(self, ctx: Context) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def targets(self, data: dict[str, Any]) -> list[Target]:
+        return []
+
+    def summary(self, data: dict[str, Any]) -> list[tuple[str, str]]:
+        """Key figures as (label, value) lines for the terminal table."""
+        return []
+
+    def plot(self, data: dict[str, Any], directory: Path) -> list[str]:
+        """Write PNGs into ``directory``; return their file names."""
+        return []
+
+    def markdown(self, data: dict[str, Any], plots: Sequence[str]) -> str:
+        raise NotImplementedError
+
+
+# -- data helpers shared by scenarios -----------------------------------------
+
+
+def point(size: int, sample: Sample, **extra: Any) -> dict[str, Any]:
+    return {"size": size, **sample.to_json(), "extrapolated": False, **extra}
+
+
+def estimated_point(size: int, value: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "size": size,
+        "median": value,
+        "min": None,
+        "max": None,
+        "repeats": 0,
+        "number": 0,
+        "extrapolated": True,
+        **extra,
+    }
+
+
+def at_size(series: Sequence[dict[str, Any]], size: int) -> dict[str, Any] | None:
+    for entry in series:
+        if entry["size"] == size:
+            return entry
+    return None
+
+
+def measured(series: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [entry for entry in series if not entry["extrapolated"]]
+
+
+def cell(entry: dict[str, Any] | None, fmt: Callable[[float], str]) -> str:
+    """A table cell: ``median (min–max)``, or ``≈ value (extrapolated)``."""
+    if entry is None:
+        return "—"
+    if entry["extrapolated"]:
+        return f"≈ {fmt(entry['median'])} (extrapolated)"
+    if entry["repeats"] <= 1 or entry["min"] is None:
+        return fmt(entry["median"])
+    return f"{fmt(entry['median'])} ({fmt(entry['min'])}–{fmt(entry['max'])})"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def size_label(size: int) -> str:
+    return f"{human_size(size)} events"
+
+
+def ratio(numerator: dict[str, Any] | None, denominator: dict[str, Any] | None) -> float | None:
+    if numerator is None or denominator is None or not denominator["median"]:
+        return None
+    return float(numerator["median"] / denominator["median"])
+
+
+def fmt_ratio(value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "—"
+    return f"{value:,.0f}×" if value >= 100 else f"{value:.3g}×"
+
+
+def sweep(
+    sizes: Sequence[int],
+    measure: Callable[[int], tuple[Sample, float]],
+    budget_s: float,
+    on_step: Callable[[int], None],
+) -> list[dict[str, Any]]:
+    """Measure a baseline at growing sizes until it would blow the time budget.
+
+    ``measure(size)`` returns the sample and the seconds one call took. Before
+    each size the cost of one call is predicted from the sizes measured so far;
+    when warm-up plus three calls would exceed ``budget_s`` this size and all
+    larger ones are extrapolated (power law through the three largest measured
+    points) instead.
+    """
+    done: list[int] = []
+    values: list[float] = []
+    seconds: list[float] = []
+    points: list[dict[str, Any]] = []
+    for size in sorted(sizes):
+        on_step(size)
+        if done and (points[-1]["extrapolated"] or extrapolate(done, seconds, size) * 4 > budget_s):
+            points.append(estimated_point(size, extrapolate(done, values, size)))
+            continue
+        sample, one_call = measure(size)
+        done.append(size)
+        values.append(sample.median)
+        seconds.append(one_call)
+        points.append(point(size, sample))
+    return points

@@ -1,0 +1,232 @@
+"""Scenario 1: fork latency against history length, cowconv against two copies."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._measure import fit_loglog, human_seconds, human_size, time_op
+from benchmarks._scenario import (
+    Config,
+    Context,
+    Scenario,
+    Target,
+    at_size,
+    cell,
+    fmt_ratio,
+    measured,
+    point,
+    ratio,
+    sweep,
+    table,
+)
+from cowconv import Event
+
+FORK_LIMIT_S = 10e-6
+SLOPE_LIMIT = 0.05
+DEEPCOPY_FACTOR = 1_000
+JSON_FACTOR = 10_000
+
+LABELS = {
+    "cowconv": "cowconv Conversation.fork()",
+    "deepcopy": "copy.deepcopy(events)",
+    "json": "JSON round trip of every event",
+}
+
+
+def json_round_trip(events: Sequence[Event]) -> list[Event]:
+    """What the seed SDK's fork does to each event."""
+    return [Event.model_validate_json(event.model_dump_json()) for event in events]
+
+
+class ForkLatency(Scenario):
+    number = 1
+    name = "fork"
+    title = "Fork latency against history length"
+
+    def steps(self, config: Config) -> int:
+        return 3 * len(config.sizes)
+
+    def run(self, ctx: Context) -> dict[str, Any]:
+        sizes = sorted(ctx.config.sizes)
+        settings = ctx.settings
+        forks = []
+        for size in sizes:
+            ctx.tick(f"cowconv fork at {human_size(size)} events")
+            conversation = ctx.workload.conversation(size)
+            forks.append(point(size, time_op(conversation.fork, settings)))
+
+        def copying(op: Any) -> Any:
+            def measure(size: int) -> Any:
+                events = ctx.workload.events(size)
+                budget = settings.baseline_budget_s
+                sample = time_op(lambda: op(events), settings, max_seconds=budget)
+                return sample, sample.median
+
+            return measure
+
+        deepcopies = sweep(
+            sizes,
+            copying(copy.deepcopy),
+            settings.baseline_budget_s,
+            lambda size: ctx.tick(f"deepcopy at {human_size(size)} events"),
+        )
+        round_trips = sweep(
+            sizes,
+            copying(json_round_trip),
+            settings.baseline_budget_s,
+            lambda size: ctx.tick(f"JSON round trip at {human_size(size)} events"),
+        )
+        series = {"cowconv": forks, "deepcopy": deepcopies, "json": round_trips}
+        slopes = {}
+        for name, points in series.items():
+            real = measured(points)
+            slopes[name] = fit_loglog([p["size"] for p in real], [p["median"] for p in real])[0]
+        return {"sizes": sizes, "series": series, "slopes": slopes}
+
+    def _ratios(self, data: dict[str, Any], size: int) -> tuple[float | None, float | None]:
+        series = data["series"]
+        fork = at_size(series["cowconv"], size)
+        return (
+            ratio(at_size(series["deepcopy"], size), fork),
+            ratio(at_size(series["json"], size), fork),
+        )
+
+    def targets(self, data: dict[str, Any]) -> list[Target]:
+        series = data["series"]
+        forks = series["cowconv"]
+        worst = max(forks, key=lambda p: p["median"])
+        slope = data["slopes"]["cowconv"]
+        sizes = data["sizes"]
+        span = f"{human_size(min(sizes))}–{human_size(max(sizes))} events"
+        found = [
+            Target(
+                2,
+                f"Conversation.fork() median at every size ({span})",
+                "≤ 10 µs",
+                f"worst {human_seconds(worst['median'])} at {human_size(worst['size'])}",
+                worst["median"] <= FORK_LIMIT_S,
+            ),
+            Target(
+                6,
+                f"fitted log-log slope of fork time ({span})",
+                "< 0.05",
+                f"{slope:+.3f}",
+                None if math.isnan(slope) else abs(slope) < SLOPE_LIMIT,
+            ),
+        ]
+        checks = (
+            ("deepcopy", DEEPCOPY_FACTOR, "faster than copy.deepcopy of the events at 10k events"),
+            ("json", JSON_FACTOR, "faster than the JSON round trip of every event at 10k events"),
+        )
+        for name, factor, text in checks:
+            baseline = at_size(series[name], 10_000)
+            fork = at_size(forks, 10_000)
+            if baseline is None or fork is None:
+                found.append(Target(6, text, f"≥ {factor:,}×", "10k not in --sizes", None))
+            elif baseline["extrapolated"]:
+                value = ratio(baseline, fork)
+                found.append(
+                    Target(
+                        6,
+                        text,
+                        f"≥ {factor:,}×",
+                        f"{fmt_ratio(value)} (baseline extrapolated)",
+                        None,
+                    )
+                )
+            else:
+                value = ratio(baseline, fork)
+                assert value is not None
+                found.append(Target(6, text, f"≥ {factor:,}×", fmt_ratio(value), value >= factor))
+        return found
+
+    def summary(self, data: dict[str, Any]) -> list[tuple[str, str]]:
+        series = data["series"]
+        lines = []
+        for entry in series["cowconv"]:
+            size = entry["size"]
+            by_deepcopy, by_json = self._ratios(data, size)
+            lines.append(
+                (
+                    f"fork at {human_size(size)} events",
+                    f"{human_seconds(entry['median'])}  (deepcopy {fmt_ratio(by_deepcopy)}"
+                    f" slower, JSON {fmt_ratio(by_json)} slower)",
+                )
+            )
+        slopes = data["slopes"]
+        lines.append(
+            (
+                "log-log slopes",
+                ", ".join(f"{name} {slope:+.3f}" for name, slope in slopes.items()),
+            )
+        )
+        return lines
+
+    def plot(self, data: dict[str, Any], directory: Path) -> list[str]:
+        from benchmarks._plots import Line, Panel, chart
+
+        series = data["series"]
+        panel = Panel(
+            title="Fork latency (median, min–max bars)",
+            ylabel="seconds per fork",
+            lines=[
+                Line(f"{LABELS[name]} (slope {data['slopes'][name]:+.2f})", series[name])
+                for name in ("cowconv", "deepcopy", "json")
+            ],
+            hlines=[(FORK_LIMIT_S, "10 µs target")],
+        )
+        return [chart(directory / "fork_latency.png", [panel])]
+
+    def markdown(self, data: dict[str, Any], plots: Sequence[str]) -> str:
+        series = data["series"]
+        rows = []
+        for size in data["sizes"]:
+            by_deepcopy, by_json = self._ratios(data, size)
+            rows.append(
+                [
+                    f"{size:,}",
+                    cell(at_size(series["cowconv"], size), human_seconds),
+                    cell(at_size(series["deepcopy"], size), human_seconds),
+                    cell(at_size(series["json"], size), human_seconds),
+                    fmt_ratio(by_deepcopy),
+                    fmt_ratio(by_json),
+                ]
+            )
+        slopes = data["slopes"]
+        extrapolated = sorted(
+            {
+                f"{LABELS[name]} at {human_size(p['size'])}"
+                for name in ("deepcopy", "json")
+                for p in series[name]
+                if p["extrapolated"]
+            }
+        )
+        text = [
+            table(
+                [
+                    "events",
+                    "cowconv fork",
+                    "deepcopy",
+                    "JSON round trip",
+                    "deepcopy / fork",
+                    "JSON / fork",
+                ],
+                rows,
+            ),
+            "",
+            "Fitted log-log slopes (measured points only): "
+            + ", ".join(f"{LABELS[name]} **{slopes[name]:+.3f}**" for name in slopes)
+            + ". A slope of 0 is constant time, 1 is linear.",
+        ]
+        if extrapolated:
+            text += [
+                "",
+                "Extrapolated, not measured (one call would have taken too long): "
+                + "; ".join(extrapolated)
+                + ". The values come from a power law through the three largest measured sizes.",
+            ]
+        return "\n".join(text)
