@@ -1,0 +1,449 @@
+"""An offline, OpenAI-compatible LLM server for tests and examples.
+
+:class:`StubLLMServer` serves ``POST /v1/chat/completions`` on 127.0.0.1 with
+the standard library only. Point an :class:`~cowconv.LLM` at it and every
+call goes through litellm's real HTTP path:
+
+>>> import json, urllib.request
+>>> with StubLLMServer() as stub:
+...     stub.script(StubReply.text("Hello from the stub."))
+...     request = urllib.request.Request(
+...         stub.base_url + "/chat/completions",
+...         data=json.dumps({"model": "stub-model", "messages": []}).encode(),
+...         headers={"Content-Type": "application/json"},
+...     )
+...     reply = json.load(urllib.request.urlopen(request))
+>>> reply["choices"][0]["message"]["content"]
+'Hello from the stub.'
+>>> len(stub.requests)
+1
+
+Scripted replies (:meth:`StubLLMServer.script`) are served first, in order;
+then the default *brain* answers: it calls the ``terminal`` tool once per
+command written in backticks in the last user message, and answers in text
+once the results are in. That is enough to run the examples offline.
+
+Run it on its own with ``python -m cowconv.testing --port 8765`` (it prints
+the environment variables to set), or let it run one command with those
+variables set: ``python -m cowconv.testing -- python examples/....py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["StubLLMServer", "StubReply", "StubRequest", "default_brain"]
+
+STUB_MODEL = "openai/stub-model"
+STUB_API_KEY = "stub-key"
+
+_COMMAND = re.compile(r"`([^`\n]+)`")
+
+
+@dataclass(frozen=True)
+class StubReply:
+    """One scripted answer of the stub: text, tool calls, or an HTTP error.
+
+    >>> StubReply.text("Done.").content
+    'Done.'
+    >>> StubReply.tool_call("terminal", command="ls").tool_calls
+    (('terminal', '{"command": "ls"}'),)
+    >>> StubReply.error(429).status
+    429
+    """
+
+    content: str | None = None
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    status: int = 200
+    error_message: str = ""
+    delay: float = 0.0
+
+    @classmethod
+    def text(cls, content: str, *, delay: float = 0.0) -> StubReply:
+        """An assistant message without tool calls."""
+        return cls(content=content, delay=delay)
+
+    @classmethod
+    def tool_call(
+        cls, name: str, *, content: str | None = None, delay: float = 0.0, **arguments: Any
+    ) -> StubReply:
+        """One call of tool ``name`` with keyword ``arguments``."""
+        return cls.tool_calls_of([(name, arguments)], content=content, delay=delay)
+
+    @classmethod
+    def tool_calls_of(
+        cls,
+        calls: Iterable[tuple[str, Mapping[str, Any] | str]],
+        *,
+        content: str | None = None,
+        delay: float = 0.0,
+    ) -> StubReply:
+        """Several tool calls in one answer; a ``str`` argument is sent verbatim (bad JSON too).
+
+        >>> StubReply.tool_calls_of([("terminal", "{not json")]).tool_calls
+        (('terminal', '{not json'),)
+        """
+        encoded = tuple(
+            (name, args if isinstance(args, str) else json.dumps(dict(args)))
+            for name, args in calls
+        )
+        return cls(content=content, tool_calls=encoded, delay=delay)
+
+    @classmethod
+    def error(cls, status: int, message: str = "", *, delay: float = 0.0) -> StubReply:
+        """An HTTP error answer (429, 500, 401, ...) with an OpenAI-style error body."""
+        if not 400 <= status <= 599:
+            raise ValueError(f"an error reply needs a 4xx or 5xx status, got {status}")
+        return cls(status=status, error_message=message or f"stub error {status}", delay=delay)
+
+
+Brain = Callable[[Mapping[str, Any]], StubReply]
+"""Answers a chat-completions request body (a decoded JSON object)."""
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
+
+
+def _offers(request: Mapping[str, Any], tool_name: str) -> bool:
+    for tool in request.get("tools") or ():
+        if isinstance(tool, dict) and (tool.get("function") or {}).get("name") == tool_name:
+            return True
+    return False
+
+
+def default_brain(request: Mapping[str, Any]) -> StubReply:
+    """The stub's built-in behaviour, deterministic in the request.
+
+    After a user message, it runs each command in backticks with the
+    ``terminal`` tool (if offered); after tool results, it reports them; a
+    question without commands is answered with the commands run so far.
+
+    >>> ask = {"messages": [{"role": "user", "content": "Run `echo hi` now."}],
+    ...        "tools": [{"type": "function", "function": {"name": "terminal"}}]}
+    >>> default_brain(ask).tool_calls
+    (('terminal', '{"command": "echo hi"}'),)
+    >>> default_brain({"messages": [{"role": "user", "content": "Hi there"}]}).content
+    'You said: Hi there'
+    """
+    messages = [m for m in request.get("messages") or () if isinstance(m, dict)]
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool":
+        results = []
+        for message in reversed(messages):
+            if message.get("role") != "tool":
+                break
+            results.append(_text(message.get("content")).strip())
+        return StubReply.text("The terminal printed:\n" + "\n".join(reversed(results)))
+    said = _text(last.get("content")) if last.get("role") == "user" else ""
+    commands = _COMMAND.findall(said)
+    if commands and _offers(request, "terminal"):
+        return StubReply.tool_calls_of([("terminal", {"command": c}) for c in commands])
+    ran = [
+        json.loads(call["function"]["arguments"]).get("command", "")
+        for message in messages
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or ()
+        if call.get("function", {}).get("name") == "terminal"
+    ]
+    if ran and not commands:
+        return StubReply.text("Earlier I ran: " + ", ".join(f"`{c}`" for c in ran))
+    return StubReply.text(f"You said: {said}" if said else "Hello! What should I do?")
+
+
+def _tokens(text: str) -> int:
+    # A deterministic stand-in for a tokenizer: about four characters a token.
+    return max(1, len(text) // 4)
+
+
+def _completion(request: Mapping[str, Any], reply: StubReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+            for name, arguments in reply.tool_calls
+        ]
+    prompt = json.dumps(request.get("messages") or [])
+    answer = (reply.content or "") + "".join(a for _, a in reply.tool_calls)
+    prompt_tokens, completion_tokens = _tokens(prompt), _tokens(answer)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(request.get("model") or "stub-model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+_ERROR_TYPES = {401: "invalid_request_error", 429: "rate_limit_exceeded"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+    # An idle keep-alive connection gives up its thread after this long.
+    timeout = 30
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the stub must not clutter test or example output."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, open_=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.track(self.connection, open_=False)
+
+    def _send(self, status: int, body: Mapping[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._send(200, {"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        try:
+            request = json.loads(raw)
+            if not isinstance(request, dict):
+                raise ValueError("the body must be a JSON object")
+        except ValueError as error:
+            self._send(400, {"error": {"message": f"bad JSON body: {error}", "type": "invalid"}})
+            return
+        reply = self.server.stub._answer(request, dict(self.headers))
+        if reply.delay:
+            time.sleep(reply.delay)
+        if reply.status != 200:
+            error_type = _ERROR_TYPES.get(reply.status, "server_error")
+            body = {"error": {"message": reply.error_message, "type": error_type, "code": None}}
+            self._send(reply.status, body)
+            return
+        self._send(200, _completion(request, reply))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], stub: StubLLMServer) -> None:
+        self.stub = stub
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def track(self, connection: socket.socket, *, open_: bool) -> None:
+        with self._connections_lock:
+            if open_:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                # Wakes handler threads blocked on idle keep-alive connections.
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+@dataclass(frozen=True)
+class StubRequest:
+    """A request the stub received: its JSON body and headers (names lower-cased).
+
+    >>> StubRequest(body={"messages": []}, headers={}).messages
+    []
+    """
+
+    body: Mapping[str, Any]
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The chat messages sent."""
+        return list(self.body.get("messages") or [])
+
+
+class StubLLMServer:
+    """An OpenAI-compatible chat-completions server on 127.0.0.1, for tests and offline runs.
+
+    Use it as a context manager; ``base_url`` (ending in ``/v1``) goes into
+    ``LLM(model="openai/stub-model", base_url=stub.base_url, api_key="stub-key")``.
+    ``requests`` holds every request received, in order. ``brain`` answers
+    when no scripted reply is left (default: :func:`default_brain`).
+
+    >>> with StubLLMServer() as stub:
+    ...     stub.base_url.startswith("http://127.0.0.1:") and stub.base_url.endswith("/v1")
+    True
+    """
+
+    def __init__(self, *, port: int = 0, brain: Brain | None = None) -> None:
+        self.port = port
+        self.brain: Brain = brain if brain is not None else default_brain
+        self._script: collections.deque[StubReply] = collections.deque()
+        self._requests: list[StubRequest] = []
+        self._lock = threading.Lock()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL, ``http://127.0.0.1:PORT/v1``."""
+        if self._server is None:
+            raise RuntimeError("the stub server is not running; use it in a with block")
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    @property
+    def requests(self) -> list[StubRequest]:
+        """A copy of the requests received so far."""
+        with self._lock:
+            return list(self._requests)
+
+    def llm_settings(self) -> dict[str, str]:
+        """Keyword arguments for :class:`~cowconv.LLM` that reach this stub.
+
+        >>> with StubLLMServer() as stub:
+        ...     sorted(stub.llm_settings())
+        ['api_key', 'base_url', 'model']
+        """
+        return {"model": STUB_MODEL, "base_url": self.base_url, "api_key": STUB_API_KEY}
+
+    def environment(self) -> dict[str, str]:
+        """The ``LLM_*`` variables the examples read, pointing at this stub."""
+        return {"LLM_MODEL": STUB_MODEL, "LLM_BASE_URL": self.base_url, "LLM_API_KEY": STUB_API_KEY}
+
+    def script(self, *replies: StubReply) -> None:
+        """Queue replies, served in order before the brain answers again."""
+        for reply in replies:
+            if not isinstance(reply, StubReply):
+                raise TypeError(f"script() takes StubReply values, got {type(reply).__name__}")
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies are still queued."""
+        with self._lock:
+            return len(self._script)
+
+    def _answer(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> StubReply:
+        with self._lock:
+            self._requests.append(
+                StubRequest(body=body, headers={k.lower(): v for k, v in headers.items()})
+            )
+            if self._script:
+                return self._script.popleft()
+        try:
+            return self.brain(body)
+        except Exception as error:  # a broken custom brain answers 500 instead of hanging
+            return StubReply.error(500, f"stub brain failed: {error!r}")
+
+    def start(self) -> StubLLMServer:
+        """Bind 127.0.0.1 and serve in a daemon thread."""
+        if self._server is not None:
+            raise RuntimeError("the stub server is already running")
+        self._server = _Server(("127.0.0.1", self.port), self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="cowconv-stub-llm",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close every connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.close_connections()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> StubLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve the stub until interrupted, or run one command against it."""
+    parser = argparse.ArgumentParser(
+        prog="python -m cowconv.testing",
+        description="Serve an offline OpenAI-compatible LLM stub on 127.0.0.1.",
+        epilog="With a command after --, run it with LLM_MODEL, LLM_BASE_URL and "
+        "LLM_API_KEY pointing at the stub, then stop and exit with its code.",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0 = any free port)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    options = parser.parse_args(argv)
+    command = list(options.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    with StubLLMServer(port=options.port) as stub:
+        if command:
+            return subprocess.call(command, env={**os.environ, **stub.environment()})
+        for name, value in stub.environment().items():
+            print(f"export {name}={value}")
+        print("# stub LLM server running; press Ctrl-C to stop", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
