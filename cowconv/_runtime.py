@@ -1,0 +1,462 @@
+"""The agent loop behind ``Conversation.run()`` and ``pause()``.
+
+A *step* is one LLM call and the tool calls it asked for. Everything a step
+produces (the tool calls, their results or the answer, the step's cost, the
+status change) is appended in one ``Conversation._commit``: one transaction
+in a persistent store, so a history never holds a tool call without its
+result. No lock is held while the model thinks or a tool runs, so
+``send_message()``, ``fork()`` and readers never wait for a step.
+
+:func:`build_messages` rebuilds the model's view from the history alone,
+which is why a fork's ``run()`` continues exactly where its source was:
+
+>>> from cowconv import ActionEvent, MessageEvent, ObservationEvent, SystemPromptEvent
+>>> history = [
+...     SystemPromptEvent(system_prompt="Be brief."),
+...     MessageEvent(source="user", role="user", content="List files."),
+...     ActionEvent(tool_name="terminal", tool_call_id="c1", arguments={"command": "ls"},
+...                 llm_response_id="r1"),
+...     ObservationEvent(tool_name="terminal", tool_call_id="c1", output="a.py", exit_code=0),
+... ]
+>>> [message["role"] for message in build_messages(history)]
+['system', 'user', 'assistant', 'tool']
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from cowconv._agent import Agent
+from cowconv._events import (
+    ActionEvent,
+    AgentErrorEvent,
+    Content,
+    Event,
+    MessageEvent,
+    ObservationEvent,
+    PauseEvent,
+    SystemPromptEvent,
+    TextContent,
+)
+from cowconv._exceptions import LLMError
+from cowconv._frozen import thaw
+from cowconv._history import EventLog
+from cowconv._llm import LLMResponse, LLMToolCall
+from cowconv._state import ConversationState, ExecutionStatus, Usage
+from cowconv._tools import ToolArgumentError, ToolDefinition, resolve_tool
+
+if TYPE_CHECKING:
+    from cowconv._conversation import Conversation
+
+__all__ = ["DEFAULT_MAX_ITERATION_PER_RUN", "build_messages"]
+
+logger = logging.getLogger("cowconv.runtime")
+
+DEFAULT_MAX_ITERATION_PER_RUN = 500
+
+# Arguments that were not a JSON object are kept verbatim under this key, for the record.
+_INVALID_ARGUMENTS_KEY = "__invalid_json__"
+_INTERRUPTED = "Error: this tool call was interrupted before it returned a result."
+
+
+def _content(parts: Sequence[Content]) -> str | list[dict[str, Any]]:
+    if all(isinstance(part, TextContent) for part in parts):
+        return "".join(part.text for part in parts if isinstance(part, TextContent))
+    encoded: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextContent):
+            encoded.append({"type": "text", "text": part.text})
+        else:
+            encoded.extend({"type": "image_url", "image_url": {"url": u}} for u in part.image_urls)
+    return encoded
+
+
+def _tool_message(action: ActionEvent, result: Event | None) -> dict[str, Any]:
+    if isinstance(result, ObservationEvent):
+        text = result.output
+        if result.exit_code is not None:
+            text += f"\n[exit code: {result.exit_code}]"
+    elif isinstance(result, AgentErrorEvent):
+        text = f"Error: {result.error}"
+    else:
+        text = _INTERRUPTED
+    return {"role": "tool", "tool_call_id": action.tool_call_id, "content": text}
+
+
+def _arguments_json(action: ActionEvent) -> str:
+    if _INVALID_ARGUMENTS_KEY in action.arguments:
+        # The model's own bad text stays in the record; providers get valid JSON back.
+        return "{}"
+    return json.dumps(thaw(action.arguments))
+
+
+def build_messages(
+    events: Iterable[Event], system_prompt: str | None = None
+) -> list[dict[str, Any]]:
+    """The OpenAI chat messages an LLM sees for a history.
+
+    The system message comes first (``system_prompt``, else the last
+    :class:`~cowconv.SystemPromptEvent`). Consecutive tool calls of one LLM
+    response (same ``llm_response_id``) form one assistant message, followed
+    by one tool message per call, paired by ``tool_call_id`` wherever the
+    result sits in the history; a call without a result (an interrupted step)
+    still gets a tool message saying so. Errors that answer no tool call,
+    pauses and unknown event kinds are not shown to the model.
+
+    >>> from cowconv import ActionEvent, MessageEvent
+    >>> calls = [ActionEvent(tool_name="terminal", tool_call_id=c, arguments={"command": "ls"},
+    ...                      llm_response_id="r1") for c in ("c1", "c2")]
+    >>> messages = build_messages([MessageEvent(source="user", role="user", content="Go"), *calls],
+    ...                           system_prompt="Be brief.")
+    >>> [(m["role"], m.get("tool_call_id")) for m in messages]
+    [('system', None), ('user', None), ('assistant', None), ('tool', 'c1'), ('tool', 'c2')]
+    >>> messages[-1]["content"]
+    'Error: this tool call was interrupted before it returned a result.'
+    """
+    history = list(events)
+    results: dict[str, collections.deque[Event]] = {}
+    for event in history:
+        if isinstance(event, ObservationEvent) or (
+            isinstance(event, AgentErrorEvent) and event.tool_call_id is not None
+        ):
+            key = event.tool_call_id
+            assert key is not None
+            results.setdefault(key, collections.deque()).append(event)
+    if system_prompt is None:
+        prompts = [e for e in history if isinstance(e, SystemPromptEvent)]
+        system_prompt = prompts[-1].system_prompt if prompts else None
+    messages: list[dict[str, Any]] = []
+    if system_prompt:
+        messages.append({"role": "system", "content": system_prompt})
+    position = 0
+    while position < len(history):
+        event = history[position]
+        position += 1
+        if isinstance(event, MessageEvent):
+            if event.role in ("user", "assistant", "system"):
+                messages.append({"role": event.role, "content": _content(event.content)})
+        elif isinstance(event, ActionEvent):
+            group = [event]
+            while (
+                event.llm_response_id is not None
+                and position < len(history)
+                and isinstance(history[position], ActionEvent)
+                and history[position].llm_response_id == event.llm_response_id  # type: ignore[attr-defined]
+            ):
+                group.append(history[position])  # type: ignore[arg-type]
+                position += 1
+            thought = "".join(action.thought for action in group)
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": thought or None,
+                    "tool_calls": [
+                        {
+                            "id": action.tool_call_id,
+                            "type": "function",
+                            "function": {
+                                "name": action.tool_name,
+                                "arguments": _arguments_json(action),
+                            },
+                        }
+                        for action in group
+                    ],
+                }
+            )
+            for action in group:
+                queue = results.get(action.tool_call_id)
+                messages.append(_tool_message(action, queue.popleft() if queue else None))
+    return messages
+
+
+def _needs_reply(events: EventLog) -> bool:
+    """Whether the model has something to answer: the history does not end with its answer."""
+    for event in reversed(events):
+        if isinstance(event, MessageEvent):
+            if event.role == "user":
+                return True
+            if event.role == "assistant":
+                return False
+        elif isinstance(event, ActionEvent | ObservationEvent):
+            return True
+        elif isinstance(event, AgentErrorEvent) and event.tool_call_id is not None:
+            return True
+    return False
+
+
+def _last_system_prompt(events: EventLog) -> SystemPromptEvent | None:
+    for event in reversed(events):
+        if isinstance(event, SystemPromptEvent):
+            return event
+    return None
+
+
+def _action(response: LLMResponse, call: LLMToolCall, thought: str) -> ActionEvent:
+    try:
+        decoded = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        decoded = None
+    arguments = decoded if isinstance(decoded, dict) else {_INVALID_ARGUMENTS_KEY: call.arguments}
+    try:
+        return ActionEvent(
+            tool_name=call.name,
+            tool_call_id=call.id,
+            arguments=arguments,
+            thought=thought,
+            llm_response_id=response.id,
+        )
+    except ValueError:
+        # Keys or values that cannot be frozen as JSON (cannot happen with json.loads output,
+        # but a custom LLM could hand anything over): keep the text.
+        return ActionEvent(
+            tool_name=call.name,
+            tool_call_id=call.id,
+            arguments={_INVALID_ARGUMENTS_KEY: call.arguments},
+            thought=thought,
+            llm_response_id=response.id,
+        )
+
+
+class Runner:
+    """Runs one conversation's agent; at most one ``run()`` at a time."""
+
+    def __init__(
+        self,
+        conversation: Conversation,
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    ) -> None:
+        if isinstance(max_iteration_per_run, bool) or not isinstance(max_iteration_per_run, int):
+            raise TypeError(
+                f"max_iteration_per_run must be an int, got {type(max_iteration_per_run).__name__}"
+            )
+        if max_iteration_per_run < 1:
+            raise ValueError(
+                f"max_iteration_per_run must be at least 1, got {max_iteration_per_run}"
+            )
+        self.max_iteration_per_run = max_iteration_per_run
+        self._conversation = conversation
+        self._lock = threading.Lock()
+        self._active = False
+        self._pause_requested = False
+        self._tools: dict[str, ToolDefinition[Any]] = {}
+        self._tools_agent: Agent | None = None
+
+    @property
+    def is_running(self) -> bool:
+        """Whether a ``run()`` is in progress."""
+        return self._active
+
+    def pause(self) -> None:
+        """Ask the running loop to stop after its current step (no-op when idle)."""
+        with self._lock:
+            if self._active:
+                self._pause_requested = True
+
+    def close(self) -> None:
+        """Stop after the current step and kill running tool processes."""
+        self.pause()
+        with self._lock:
+            tools, self._tools, self._tools_agent = self._tools, {}, None
+        for tool in tools.values():
+            tool.close()
+
+    def run(self) -> None:
+        """Run the agent until it finishes, pauses, errors or hits the iteration limit."""
+        with self._lock:
+            if self._active:
+                raise RuntimeError(
+                    f"conversation {self._conversation.id} is already running in another thread"
+                )
+            self._active = True
+            self._pause_requested = False
+        try:
+            self._loop()
+        except BaseException as error:
+            # A failing store or an interrupt: leave a readable status, not "running".
+            self._record_crash(error)
+            raise
+        finally:
+            with self._lock:
+                self._active = False
+                self._pause_requested = False
+
+    # -- the loop ------------------------------------------------------------
+
+    def _commit(self, change: Callable[[ConversationState], ConversationState]) -> None:
+        self._conversation._commit(change)
+
+    def _finish(self, status: ExecutionStatus, *events: Event) -> None:
+        def change(state: ConversationState) -> ConversationState:
+            return state._replace(events=state.events.extend(events), execution_status=status)
+
+        self._commit(change)
+
+    def _record_crash(self, error: BaseException) -> None:
+        if self._conversation.state.execution_status is not ExecutionStatus.RUNNING:
+            return
+        try:
+            if isinstance(error, Exception):
+                message = f"the run stopped: {type(error).__name__}: {error}"
+                self._finish(ExecutionStatus.ERROR, AgentErrorEvent(error=message))
+            else:
+                self._finish(ExecutionStatus.PAUSED, PauseEvent())
+        except Exception:
+            logger.exception("could not record why conversation %s stopped", self._conversation.id)
+
+    def _loop(self) -> None:
+        conversation = self._conversation
+        agent = conversation.state.agent
+        try:
+            tools = self._tools_for(agent)
+        except Exception as error:
+            self._finish(
+                ExecutionStatus.ERROR,
+                AgentErrorEvent(error=f"cannot set up the agent's tools: {error}"),
+            )
+            return
+        specs = [type(tool).spec() for tool in tools.values()]
+        prompt = SystemPromptEvent(system_prompt=agent.system_prompt, tools=specs)
+
+        def start(state: ConversationState) -> ConversationState:
+            if not _needs_reply(state.events):
+                return state._replace(execution_status=ExecutionStatus.FINISHED)
+            events = state.events
+            last = _last_system_prompt(events)
+            if (
+                last is None
+                or last.system_prompt != prompt.system_prompt
+                or last.tools != prompt.tools
+            ):
+                events = events.append(prompt)
+            return state._replace(events=events, execution_status=ExecutionStatus.RUNNING)
+
+        self._commit(start)
+        iterations = 0
+        while True:
+            state = conversation.state
+            if not _needs_reply(state.events):
+                self._finish(ExecutionStatus.FINISHED)
+                return
+            if self._pause_requested:
+                self._finish(ExecutionStatus.PAUSED, PauseEvent())
+                return
+            if iterations >= self.max_iteration_per_run:
+                limit = AgentErrorEvent(
+                    error=f"stopped after max_iteration_per_run={self.max_iteration_per_run} "
+                    "steps without a final answer; run() again to continue"
+                )
+                self._finish(ExecutionStatus.STUCK, limit)
+                return
+            iterations += 1
+            try:
+                response = agent.llm.completion(build_messages(state.events), specs)
+            except LLMError as llm_error:
+                self._finish(ExecutionStatus.ERROR, AgentErrorEvent(error=str(llm_error)))
+                return
+            produced, crashed = self._act(response, tools)
+            status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
+
+            def record(
+                state: ConversationState,
+                produced: Sequence[Event] = produced,
+                status: ExecutionStatus = status,
+                usage_id: str = agent.llm.usage_id,
+                usage: Usage = response.usage,
+            ) -> ConversationState:
+                return state._replace(
+                    events=state.events.extend(produced),
+                    stats=state.stats.record(usage_id, usage),
+                    execution_status=status,
+                )
+
+            self._commit(record)
+            if crashed:
+                return
+
+    def _act(
+        self, response: LLMResponse, tools: Mapping[str, ToolDefinition[Any]]
+    ) -> tuple[list[Event], bool]:
+        """The events of one answer: a message, or tool calls and their results."""
+        if not response.tool_calls:
+            message = MessageEvent(source="agent", role="assistant", content=response.content)
+            return [message], False
+        actions = [
+            _action(response, call, response.content if index == 0 else "")
+            for index, call in enumerate(response.tool_calls)
+        ]
+        results: list[Event] = []
+        crashed = False
+        for action, call in zip(actions, response.tool_calls, strict=True):
+            if crashed:
+                results.append(
+                    AgentErrorEvent(
+                        error="not run: an earlier tool call of the same step crashed",
+                        tool_call_id=action.tool_call_id,
+                        tool_name=action.tool_name,
+                    )
+                )
+                continue
+            result = _execute(tools, call)
+            crashed = isinstance(result, AgentErrorEvent)
+            results.append(result)
+        return [*actions, *results], crashed
+
+    def _tools_for(self, agent: Agent) -> dict[str, ToolDefinition[Any]]:
+        with self._lock:
+            if self._tools_agent is agent:
+                return self._tools
+        workspace = self._conversation.state.workspace
+        tools: dict[str, ToolDefinition[Any]] = {}
+        for reference in agent.tools:
+            if reference.name in tools:
+                raise ValueError(f"the agent lists tool {reference.name!r} twice")
+            tools[reference.name] = resolve_tool(reference.name).create(workspace, reference.params)
+        with self._lock:
+            old, self._tools, self._tools_agent = self._tools, tools, agent
+        for tool in old.values():
+            tool.close()
+        return tools
+
+
+def _execute(tools: Mapping[str, ToolDefinition[Any]], call: LLMToolCall) -> Event:
+    """The result of one tool call: an observation, or an error if the tool crashed."""
+
+    def observation(output: str, error: str) -> ObservationEvent:
+        return ObservationEvent(
+            tool_name=call.name,
+            tool_call_id=call.id,
+            output=f"Error: {output}",
+            extra={"error": error},
+        )
+
+    tool = tools.get(call.name)
+    if tool is None:
+        available = ", ".join(repr(name) for name in tools) or "none"
+        return observation(
+            f"there is no tool {call.name!r}; the tools are: {available}", "unknown_tool"
+        )
+    try:
+        params = tool.parse_arguments(call.arguments)
+    except ToolArgumentError as error:
+        return observation(str(error), "invalid_arguments")
+    try:
+        result = tool.execute(params)
+    except Exception as error:
+        logger.exception("tool %r crashed on call %s", call.name, call.id)
+        return AgentErrorEvent(
+            error=f"tool {call.name!r} crashed: {type(error).__name__}: {error}",
+            tool_call_id=call.id,
+            tool_name=call.name,
+        )
+    return ObservationEvent(
+        tool_name=call.name,
+        tool_call_id=call.id,
+        output=result.output,
+        exit_code=result.exit_code,
+        extra=dict(result.extra) if result.extra is not None else None,
+    )
