@@ -201,8 +201,8 @@ def human_seconds(seconds: float) -> str:
         return "n/a"
     for unit, factor in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if seconds >= factor:
-            return f"{seconds / factor:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+            return f"{_digits(seconds / factor)} {unit}"
+    return f"{_digits(seconds / 1e-9)} ns"
 
 
 def human_bytes(count: float) -> str:
@@ -210,5 +210,10 @@ def human_bytes(count: float) -> str:
         return "n/a"
     for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(count) >= factor:
-            return f"{count / factor:.3g} {unit}"
+            return f"{_digits(count / factor)} {unit}"
     return f"{count:.0f} B"
+
+
+def _digits(value: float) -> str:
+    """Three significant digits without switching to exponent notation."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"

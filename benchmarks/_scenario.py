@@ -173,6 +173,8 @@ def ratio(numerator: dict[str, Any] | None, denominator: dict[str, Any] | None) 
 def fmt_ratio(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "—"
+    if value < 0.1:
+        return f"1/{1 / value:,.0f}×"
     return f"{value:,.0f}×" if value >= 100 else f"{value:.3g}×"
 
 

@@ -1,8 +1,18 @@
 """The scenarios, in the order they run and are reported."""
 
 from benchmarks._scenario import Scenario
+from benchmarks.scenarios.fork_from_event import ForkFromEvent
 from benchmarks.scenarios.fork_latency import ForkLatency
+from benchmarks.scenarios.fork_memory import ForkMemory
+from benchmarks.scenarios.history_ops import HistoryOps
+from benchmarks.scenarios.import_time import ImportTime
 
-SCENARIOS: tuple[Scenario, ...] = (ForkLatency(),)
+SCENARIOS: tuple[Scenario, ...] = (
+    ForkLatency(),
+    ForkMemory(),
+    ForkFromEvent(),
+    HistoryOps(),
+    ImportTime(),
+)
 
 __all__ = ["SCENARIOS"]

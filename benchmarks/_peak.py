@@ -1,0 +1,77 @@
+"""``python -m benchmarks._peak MODE N K``: process memory of K forks, in a fresh process.
+
+A fresh process so its high-water mark (``ru_maxrss``) belongs to this
+measurement alone. It builds an ``N``-event conversation, then keeps ``K``
+results alive: ``cowconv`` forks, ``cowconv+message`` forks that each got one
+new message, or ``deepcopy`` copies of the event list (``none`` keeps
+nothing). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable
+
+from benchmarks._workload import Workload
+from cowconv import Conversation
+
+MODES = ("none", "cowconv", "cowconv+message", "deepcopy")
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak() -> int:
+    # Linux reports ru_maxrss in KiB.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _fork_with_message(source: Conversation) -> Conversation:
+    fork = source.fork()
+    fork.send_message("Now try the other approach.")
+    return fork
+
+
+def main(argv: list[str]) -> None:
+    mode, size, count = argv[0], int(argv[1]), int(argv[2])
+    if mode not in MODES:
+        raise SystemExit(f"mode must be one of {MODES}")
+    workload = Workload()
+    source = workload.conversation(size)
+    events = workload.events(size)
+    makers: dict[str, Callable[[], object]] = {
+        "none": lambda: None,
+        "cowconv": source.fork,
+        "cowconv+message": lambda: _fork_with_message(source),
+        "deepcopy": lambda: copy.deepcopy(events),
+    }
+    make = makers[mode]
+    gc.collect()
+    before, peak_before = rss(), peak()
+    started = time.perf_counter()
+    kept = [make() for _ in range(count if mode != "none" else 0)]
+    seconds = time.perf_counter() - started
+    gc.collect()
+    report = {
+        "mode": mode,
+        "size": size,
+        "count": len(kept),
+        "rss_before": before,
+        "peak_before": peak_before,
+        "rss_after": rss(),
+        "peak_after": peak(),
+        "seconds": seconds,
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

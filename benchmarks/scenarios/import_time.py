@@ -1,0 +1,125 @@
+"""``import cowconv`` in a fresh interpreter: time, and which heavy modules it pulls in."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks._measure import Sample, human_seconds
+from benchmarks._scenario import Config, Context, Scenario, Target, cell, table
+
+IMPORT_LIMIT_S = 0.150
+HEAVY = ("litellm", "fastapi", "uvicorn", "httpx", "matplotlib", "rich", "openai")
+ROOT = Path(__file__).resolve().parents[2]
+
+_PROBE = """
+import json, sys, time
+start = time.perf_counter()
+import cowconv
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "heavy": [m for m in HEAVY if m in sys.modules]}))
+""".replace("HEAVY", repr(HEAVY))
+
+
+def _probe() -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _slowest_imports(limit: int = 10) -> list[dict[str, Any]]:
+    """The modules with the largest cumulative import time (``-X importtime``), nested ones too."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import cowconv"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = []
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        _own, cumulative, name = line.split(":", 1)[1].split("|")
+        depth = (len(name) - len(name.lstrip()) - 1) // 2
+        rows.append({"module": name.strip(), "depth": depth, "cumulative_s": int(cumulative) / 1e6})
+    return sorted(rows, key=lambda row: row["cumulative_s"], reverse=True)[:limit]
+
+
+class ImportTime(Scenario):
+    number = 8
+    name = "import"
+    title = "import cowconv"
+    uses_events = False
+
+    def _runs(self, config: Config) -> int:
+        return 3 if config.quick else 10
+
+    def steps(self, config: Config) -> int:
+        return 2
+
+    def run(self, ctx: Context) -> dict[str, Any]:
+        ctx.tick("import cowconv in fresh interpreters")
+        _probe()  # warm-up: the first run pays for cold file caches
+        runs = [_probe() for _ in range(self._runs(ctx.config))]
+        ctx.tick("import cowconv -X importtime")
+        seconds = [run["seconds"] for run in runs]
+        heavy = sorted({module for run in runs for module in run["heavy"]})
+        return {
+            "seconds": {"size": 0, **Sample.of(seconds).to_json(), "extrapolated": False},
+            "heavy_modules": heavy,
+            "slowest": _slowest_imports(),
+            "median_s": statistics.median(seconds),
+        }
+
+    def targets(self, data: dict[str, Any]) -> list[Target]:
+        median = data["seconds"]["median"]
+        heavy = data["heavy_modules"]
+        return [
+            Target(
+                2,
+                "import cowconv in a fresh interpreter (median)",
+                "< 150 ms",
+                human_seconds(median),
+                median < IMPORT_LIMIT_S,
+            ),
+            Target(
+                2,
+                "import cowconv does not import litellm",
+                "not in sys.modules",
+                "litellm imported" if "litellm" in heavy else "not imported",
+                "litellm" not in heavy,
+            ),
+        ]
+
+    def summary(self, data: dict[str, Any]) -> list[tuple[str, str]]:
+        heavy = ", ".join(data["heavy_modules"]) or "none"
+        return [("import cowconv", f"{human_seconds(data['seconds']['median'])}; heavy: {heavy}")]
+
+    def markdown(self, data: dict[str, Any], plots: Sequence[str]) -> str:
+        rows = [
+            [row["module"], str(row["depth"]), human_seconds(row["cumulative_s"])]
+            for row in data["slowest"]
+        ]
+        heavy = ", ".join(data["heavy_modules"]) or "none of them"
+        return "\n".join(
+            [
+                "`import cowconv` timed inside a fresh `python -c` (interpreter start-up "
+                f"excluded), {data['seconds']['repeats']} runs after one warm-up: "
+                f"**{cell(data['seconds'], human_seconds)}**. Of "
+                f"{', '.join(HEAVY)} it imported: {heavy}.",
+                "",
+                "Largest cumulative import times in one `python -X importtime -c 'import cowconv'` "
+                "(depth 0 is `cowconv` itself; nested modules are counted in their parents; the "
+                "profiler adds its own overhead):",
+                "",
+                table(["module", "depth", "cumulative"], rows),
+            ]
+        )
