@@ -14,8 +14,9 @@ copy: nothing either side can reach will ever change.
 True
 """
 
+from typing import TYPE_CHECKING, Any
+
 from cowconv._agent import Agent, Tool
-from cowconv._branches import Branch, run_branches
 from cowconv._conversation import Conversation, EventCallback, StateSink
 from cowconv._events import (
     ActionEvent,
@@ -44,7 +45,7 @@ from cowconv._exceptions import (
 )
 from cowconv._frozen import freeze, thaw
 from cowconv._history import EventLog
-from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+from cowconv._llm import LLM
 from cowconv._state import (
     ConversationInfo,
     ConversationState,
@@ -52,15 +53,10 @@ from cowconv._state import (
     ExecutionStatus,
     Usage,
 )
-from cowconv._tools import (
-    ToolArgumentError,
-    ToolDefinition,
-    ToolResult,
-    register_tool,
-    registered_tools,
-    resolve_tool,
-)
 from cowconv._workspace import Workspace
+
+if TYPE_CHECKING:
+    from cowconv._remote import RemoteConversation
 
 __version__ = "0.1.0"
 
@@ -69,7 +65,6 @@ __all__ = [
     "Agent",
     "AgentErrorEvent",
     "AnyEvent",
-    "Branch",
     "Content",
     "Conversation",
     "ConversationInfo",
@@ -86,12 +81,10 @@ __all__ = [
     "ImageContent",
     "LLM",
     "LLMError",
-    "LLMMetrics",
-    "LLMResponse",
-    "LLMToolCall",
     "MessageEvent",
     "ObservationEvent",
     "PauseEvent",
+    "RemoteConversation",
     "RemoteError",
     "Role",
     "SchemaVersionError",
@@ -101,16 +94,18 @@ __all__ = [
     "SystemPromptEvent",
     "TextContent",
     "Tool",
-    "ToolArgumentError",
-    "ToolDefinition",
-    "ToolResult",
     "Usage",
     "Workspace",
     "__version__",
     "freeze",
-    "register_tool",
-    "registered_tools",
-    "resolve_tool",
-    "run_branches",
     "thaw",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # RemoteConversation needs httpx; importing it lazily keeps `import cowconv` light.
+    if name == "RemoteConversation":
+        from cowconv._remote import RemoteConversation
+
+        return RemoteConversation
+    raise AttributeError(f"module 'cowconv' has no attribute {name!r}")

@@ -21,14 +21,13 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pyrsistent import PMap, pmap
 
 from cowconv._agent import Agent
 from cowconv._events import Event, MessageEvent, _now
 from cowconv._frozen import freeze
-from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
 from cowconv._workspace import Workspace
 
@@ -81,6 +80,17 @@ class Conversation:
     current immutable snapshot.
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
+        # A Workspace with host= lives on an agent server: hand back its client instead.
+        # It is no Conversation subclass, so Python will not call __init__ on it again.
+        # (Typed as Conversation so the constructor keeps its type in the local case.)
+        workspace = kwargs.get("workspace", args[1] if len(args) > 1 else None)
+        if cls is Conversation and isinstance(workspace, Workspace) and workspace.is_remote:
+            from cowconv._remote import RemoteConversation
+
+            return cast(Conversation, RemoteConversation(*args, **kwargs))
+        return object.__new__(cls)
+
     def __init__(
         self,
         agent: Agent,
@@ -89,7 +99,6 @@ class Conversation:
         conversation_id: str | None = None,
         tags: Mapping[str, str] | None = None,
         callbacks: Iterable[EventCallback] = (),
-        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
@@ -99,9 +108,7 @@ class Conversation:
             workspace=Workspace.coerce(workspace),
             tags=_check_tags(tags),
         )
-        self._setup(
-            state, sink=None, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
-        )
+        self._setup(state, sink=None, callbacks=callbacks)
 
     def _setup(
         self,
@@ -109,9 +116,7 @@ class Conversation:
         *,
         sink: StateSink | None,
         callbacks: Iterable[EventCallback],
-        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> None:
-        self._runner = Runner(self, max_iteration_per_run)
         self._state = state
         self._sink = sink
         self._callbacks = tuple(callbacks)
@@ -299,44 +304,10 @@ class Conversation:
             created_at=now,
             updated_at=now,
         )
-        fork = type(self)._from_state(forked, sink=self._sink)
-        fork._runner.max_iteration_per_run = self._runner.max_iteration_per_run
-        return fork
-
-    # -- running -------------------------------------------------------------
-
-    def run(self) -> None:
-        """Run the agent until it answers, is paused, fails, or hits ``max_iteration_per_run``.
-
-        Blocks; ``execution_status`` is ``running`` meanwhile and ends as
-        ``finished`` (the model answered without tool calls), ``paused``,
-        ``error`` (an LLM call failed after its retries, or a tool crashed:
-        an :class:`~cowconv.AgentErrorEvent` says why) or ``stuck`` (the
-        iteration limit; ``run()`` again grants as many more steps). Errors
-        are recorded, not raised; ``run()`` again continues from the history.
-        A run with nothing to answer just finishes. Only one ``run()`` at a
-        time per conversation (another one is a ``RuntimeError``).
-
-        >>> from cowconv import LLM, Agent, Conversation
-        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
-        >>> conversation.run()  # nothing to answer yet: no LLM call
-        >>> conversation.state.execution_status.value
-        'finished'
-        """
-        self._runner.run()
-
-    def pause(self) -> None:
-        """Stop a run after its current step, from any thread; ``run()`` resumes.
-
-        The run then records a :class:`~cowconv.PauseEvent` and ends with
-        status ``paused`` (or ``finished``, if that step was the final
-        answer). Pausing a conversation that is not running does nothing.
-        """
-        self._runner.pause()
+        return type(self)._from_state(forked, sink=self._sink)
 
     def close(self) -> None:
         """Release what this conversation holds (processes, connections)."""
-        self._runner.close()
 
     def __enter__(self) -> Conversation:
         return self

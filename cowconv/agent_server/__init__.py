@@ -1,0 +1,62 @@
+"""The agent server: conversations over a JSON REST API, with O(1) forks.
+
+Start it with ``python -m cowconv.agent_server --port 8000`` (needs the
+``cowconv[server]`` extra), or mount :func:`create_app` in any ASGI server.
+A client is :class:`cowconv.RemoteConversation`, which
+``Conversation(agent=..., workspace=Workspace(host=url, working_dir=...))``
+returns. See ``docs/server.md`` for every endpoint.
+
+>>> from fastapi.testclient import TestClient
+>>> client = TestClient(create_app())
+>>> body = {"agent": {"llm": {"model": "openai/gpt-4o", "api_key": "sk-1"}},
+...         "workspace": {"working_dir": "."}, "id": "c1"}
+>>> client.post("/api/conversations", json=body).json()["event_count"]
+0
+>>> client.post("/api/conversations/c1/fork", json={"title": "B"}).json()["title"]
+'B'
+"""
+
+from __future__ import annotations
+
+try:
+    import fastapi  # noqa: F401
+except ImportError as error:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "the agent server needs FastAPI and uvicorn: pip install 'cowconv[server]'"
+    ) from error
+
+from cowconv.agent_server._app import SESSION_API_KEY_HEADER, STORE_FILE_NAME, create_app
+from cowconv.agent_server._background import BackgroundServer
+from cowconv.agent_server._models import (
+    ConversationPage,
+    CreateConversationRequest,
+    ErrorResponse,
+    EventPage,
+    ForkRequest,
+    HealthResponse,
+    SendMessageRequest,
+    StreamStatus,
+)
+from cowconv.agent_server._registry import (
+    ConversationConflictError,
+    ConversationRegistry,
+    EventNotFoundError,
+)
+
+__all__ = [
+    "SESSION_API_KEY_HEADER",
+    "STORE_FILE_NAME",
+    "BackgroundServer",
+    "ConversationConflictError",
+    "ConversationPage",
+    "ConversationRegistry",
+    "CreateConversationRequest",
+    "ErrorResponse",
+    "EventNotFoundError",
+    "EventPage",
+    "ForkRequest",
+    "HealthResponse",
+    "SendMessageRequest",
+    "StreamStatus",
+    "create_app",
+]

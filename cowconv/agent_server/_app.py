@@ -1,0 +1,427 @@
+"""The FastAPI application of the agent server: routes, errors, security, event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, Query, Request, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.security import APIKeyHeader
+
+from cowconv._agent import Agent
+from cowconv._events import AnyEvent, Event
+from cowconv._exceptions import ConversationNotFoundError
+from cowconv._history import EventLog
+from cowconv._state import ConversationInfo
+from cowconv.agent_server._models import (
+    ConversationPage,
+    CreateConversationRequest,
+    ErrorResponse,
+    EventPage,
+    ForkRequest,
+    HealthResponse,
+    SendMessageRequest,
+    StreamStatus,
+)
+from cowconv.agent_server._registry import (
+    ConversationConflictError,
+    ConversationRegistry,
+    EventNotFoundError,
+    Store,
+)
+
+__all__ = ["SESSION_API_KEY_HEADER", "STORE_FILE_NAME", "create_app"]
+
+logger = logging.getLogger("cowconv.agent_server")
+
+SESSION_API_KEY_HEADER = "X-Session-API-Key"
+STORE_FILE_NAME = "conversations.db"
+_KEEPALIVE_SECONDS = 15.0
+_MAX_PAGE = 1000
+
+
+def _error(status_code: int, detail: str) -> JSONResponse:
+    return JSONResponse(status_code=status_code, content={"detail": detail})
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorResponse} for code in codes}
+
+
+def _open_store(data_dir: str | os.PathLike[str]) -> Store:
+    from cowconv import SQLiteStore
+
+    directory = Path(data_dir).expanduser()
+    directory.mkdir(parents=True, exist_ok=True)
+    store: Store = SQLiteStore(directory / STORE_FILE_NAME)
+    return store
+
+
+def _tag_filter(tag: list[str]) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for item in tag:
+        key, separator, value = item.partition("=")
+        if not separator or not key:
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "value_error",
+                        "loc": ("query", "tag"),
+                        "msg": f"a tag filter is key=value, got {item!r}",
+                    }
+                ]
+            )
+        tags[key] = value
+    return tags
+
+
+def _start(events: EventLog, conversation_id: str, offset: int | None, after: str | None) -> int:
+    if after is None:
+        return min(offset or 0, len(events))
+    try:
+        return events.index_of(after) + 1
+    except KeyError:
+        raise EventNotFoundError(conversation_id, after) from None
+
+
+def _sse(kind: str, data: str, event_id: str | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {kind}\ndata: {data}\n\n"
+
+
+def create_app(
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    store: Store | None = None,
+    session_api_key: str | None = None,
+) -> FastAPI:
+    """The agent server as an ASGI app.
+
+    Conversations are kept in ``store``, or in a SQLite store under
+    ``data_dir``, or (neither given) in memory only. With
+    ``session_api_key`` every ``/api`` route requires the header
+    ``X-Session-API-Key``; ``/health`` stays open.
+
+    >>> from fastapi.testclient import TestClient
+    >>> client = TestClient(create_app(session_api_key="s3cret"))
+    >>> client.get("/health").json(), client.get("/api/conversations").status_code
+    ({'status': 'ok'}, 401)
+    """
+    if store is not None and data_dir is not None:
+        raise ValueError("give data_dir or store, not both")
+    if session_api_key is not None and not session_api_key:
+        raise ValueError("session_api_key must not be empty")
+    registry = ConversationRegistry(store if data_dir is None else _open_store(data_dir))
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(registry.close)
+
+    app = FastAPI(
+        title="cowconv agent server",
+        version=_version(),
+        summary="Conversations with agents, forkable in O(1), over HTTP.",
+        lifespan=lifespan,
+    )
+    app.state.registry = registry
+    _add_error_handlers(app)
+
+    @app.get("/health", response_model=HealthResponse, tags=["server"])
+    def health() -> HealthResponse:
+        """200 once the server is ready (no session key needed)."""
+        return HealthResponse()
+
+    app.include_router(_api_router(registry, session_api_key))
+    return app
+
+
+def _version() -> str:
+    from cowconv import __version__
+
+    return __version__
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def malformed(_request: Request, error: RequestValidationError) -> JSONResponse:
+        # The default answer echoes the offending input, which may hold an LLM api key.
+        detail = [
+            {"type": item.get("type"), "loc": list(item.get("loc", ())), "msg": item.get("msg")}
+            for item in error.errors()
+        ]
+        return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(ConversationNotFoundError)
+    async def not_found(_request: Request, error: ConversationNotFoundError) -> JSONResponse:
+        return _error(404, str(error))
+
+    @app.exception_handler(EventNotFoundError)
+    async def event_not_found(_request: Request, error: EventNotFoundError) -> JSONResponse:
+        return _error(404, str(error))
+
+    @app.exception_handler(ConversationConflictError)
+    async def conflict(_request: Request, error: ConversationConflictError) -> JSONResponse:
+        return _error(409, str(error))
+
+
+def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> APIRouter:
+    dependencies = []
+    if session_api_key is not None:
+        expected = session_api_key.encode()
+        header = APIKeyHeader(name=SESSION_API_KEY_HEADER, auto_error=False)
+
+        # A default, not Annotated[...]: postponed annotations cannot name this local.
+        def check_session_key(given: str | None = Security(header)) -> None:  # noqa: B008
+            if given is None or not hmac.compare_digest(given.encode(), expected):
+                from fastapi import HTTPException
+
+                raise HTTPException(
+                    status_code=401,
+                    detail=f"missing or wrong {SESSION_API_KEY_HEADER} header",
+                )
+
+        dependencies.append(Depends(check_session_key))
+    unauthorized = (401,) if session_api_key is not None else ()
+
+    api = APIRouter(
+        prefix="/api/conversations",
+        tags=["conversations"],
+        dependencies=dependencies,
+        responses=_errors(*unauthorized, 422),
+    )
+
+    @api.post(
+        "",
+        status_code=201,
+        response_model=ConversationInfo,
+        responses=_errors(409),
+    )
+    def create_conversation(request: CreateConversationRequest) -> ConversationInfo:
+        """Create a conversation (409 if the id is taken)."""
+        options: dict[str, Any] = {}
+        if request.max_iteration_per_run is not None:
+            options["max_iteration_per_run"] = request.max_iteration_per_run
+        conversation = registry.create(
+            request.agent,
+            request.workspace,
+            conversation_id=request.id,
+            tags=request.tags,
+            options=options,
+        )
+        return ConversationInfo.of(conversation.state)
+
+    @api.get("", response_model=ConversationPage)
+    def list_conversations(
+        tag: Annotated[
+            list[str], Query(description="key=value; repeat to require several tags")
+        ] = [],  # noqa: B006 (FastAPI copies query defaults)
+        limit: Annotated[int, Query(ge=1, le=_MAX_PAGE)] = 100,
+        offset: Annotated[int, Query(ge=0)] = 0,
+    ) -> ConversationPage:
+        """Conversation summaries, newest first, optionally only those with all given tags."""
+        items = registry.list(tags=_tag_filter(tag), limit=limit + 1, offset=offset)
+        more = len(items) > limit
+        return ConversationPage(items=items[:limit], next_offset=offset + limit if more else None)
+
+    @api.get("/{conversation_id}", response_model=ConversationInfo, responses=_errors(404))
+    def get_conversation(conversation_id: str) -> ConversationInfo:
+        """The summary of one conversation."""
+        return ConversationInfo.of(registry.get(conversation_id).state)
+
+    @api.delete(
+        "/{conversation_id}",
+        status_code=204,
+        response_class=Response,
+        responses=_errors(404, 409),
+    )
+    def delete_conversation(conversation_id: str) -> Response:
+        """Delete a conversation (409 while it runs). Its forks stay."""
+        registry.delete(conversation_id)
+        return Response(status_code=204)
+
+    @api.get("/{conversation_id}/agent", response_model=Agent, responses=_errors(404))
+    def get_agent(conversation_id: str) -> Agent:
+        """The conversation's agent; the LLM api key is shown redacted."""
+        return registry.get(conversation_id).agent
+
+    @api.get("/{conversation_id}/events", response_model=EventPage, responses=_errors(404))
+    def list_events(
+        conversation_id: str,
+        offset: Annotated[int | None, Query(ge=0)] = None,
+        after: Annotated[
+            str | None, Query(description="start after this event id (instead of offset)")
+        ] = None,
+        limit: Annotated[int, Query(ge=0, le=_MAX_PAGE)] = 100,
+    ) -> EventPage:
+        """A page of events, oldest first, from ``offset`` or after the event ``after``."""
+        if offset is not None and after is not None:
+            raise RequestValidationError(
+                [{"type": "value_error", "loc": ("query", "after"), "msg": "give offset or after"}]
+            )
+        events = registry.get(conversation_id).state.events
+        start = _start(events, conversation_id, offset, after)
+        end = min(start + limit, len(events))
+        return EventPage(
+            items=list(events[start:end]),
+            offset=start,
+            total=len(events),
+            next_offset=end if end < len(events) else None,
+        )
+
+    @api.get(
+        "/{conversation_id}/events/stream",
+        response_class=StreamingResponse,
+        responses={
+            **_errors(404),
+            200: {
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                "description": "Server-sent events: `event` messages (id = event id, data = "
+                "the event) and `status` messages (data = StreamStatus).",
+            },
+        },
+    )
+    def stream_events(
+        conversation_id: str,
+        offset: Annotated[int | None, Query(ge=0)] = None,
+        after: Annotated[str | None, Query()] = None,
+        until_idle: Annotated[bool, Query()] = False,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> StreamingResponse:
+        """Server-sent events of the conversation from a position, then live.
+
+        Starts after ``after`` (or the ``Last-Event-ID`` header a reconnecting
+        client sends), at ``offset``, or, given neither, at the end (new events
+        only). With ``until_idle`` the stream ends once no run is going.
+        """
+        if offset is not None and after is not None:
+            raise RequestValidationError(
+                [{"type": "value_error", "loc": ("query", "after"), "msg": "give offset or after"}]
+            )
+        events = registry.get(conversation_id).state.events
+        after = last_event_id or after
+        start = len(events) if offset is None and after is None else None
+        if start is None:
+            start = _start(events, conversation_id, offset, after)
+        return StreamingResponse(
+            _stream(registry, conversation_id, start, until_idle),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @api.post(
+        "/{conversation_id}/messages",
+        status_code=201,
+        response_model=AnyEvent,
+        responses=_errors(404),
+    )
+    def send_message(conversation_id: str, request: SendMessageRequest) -> Event:
+        """Add a user message; answers with its event."""
+        return registry.get(conversation_id).send_message(request.text)
+
+    @api.post(
+        "/{conversation_id}/run",
+        status_code=202,
+        response_model=ConversationInfo,
+        responses=_errors(404, 409),
+    )
+    def run(conversation_id: str) -> ConversationInfo:
+        """Start a run in the background and answer at once (409 if one is going).
+
+        The answer is the summary the run starts from; follow the run on the
+        event stream (``until_idle=true`` ends the stream with the run).
+        """
+        return ConversationInfo.of(registry.run(conversation_id))
+
+    @api.post(
+        "/{conversation_id}/pause",
+        response_model=ConversationInfo,
+        responses=_errors(404),
+    )
+    def pause(conversation_id: str) -> ConversationInfo:
+        """Ask a running conversation to pause after its current step."""
+        return ConversationInfo.of(registry.pause(conversation_id))
+
+    @api.post(
+        "/{conversation_id}/fork",
+        status_code=201,
+        response_model=ConversationInfo,
+        responses=_errors(404, 409),
+    )
+    def fork(
+        conversation_id: str, request: Annotated[ForkRequest | None, Body()] = None
+    ) -> ConversationInfo:
+        """Fork in O(1): same history and agent (credentials included), new id, idle.
+
+        404 for an unknown conversation or ``from_event_id``, 409 if ``id`` is taken.
+        """
+        request = request or ForkRequest()
+        forked = registry.fork(
+            conversation_id,
+            fork_id=request.id,
+            title=request.title,
+            tags=request.tags,
+            reset_metrics=request.reset_metrics,
+            from_event_id=request.from_event_id,
+        )
+        return ConversationInfo.of(forked.state)
+
+    return api
+
+
+async def _stream(
+    registry: ConversationRegistry, conversation_id: str, start: int, until_idle: bool
+) -> AsyncIterator[str]:
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake() -> None:
+        try:
+            loop.call_soon_threadsafe(woken.set)
+        except RuntimeError:  # the loop has closed: the stream is gone anyway
+            pass
+
+    unsubscribe = registry.subscribe(conversation_id, wake)
+    try:
+        cursor = start
+        last_status: StreamStatus | None = None
+        while True:
+            woken.clear()
+            conversation = registry.find(conversation_id)
+            if conversation is None or registry.closed:
+                return
+            # Read "running" before the snapshot: once a run is seen finished, every
+            # event it recorded is already in the snapshot read after it.
+            running = registry.is_running(conversation_id)
+            state = conversation.state
+            for text in _event_messages(state.events, cursor):
+                yield text
+            cursor = max(cursor, len(state.events))
+            status = StreamStatus(
+                execution_status=state.execution_status, running=running, event_count=cursor
+            )
+            if status != last_status:
+                yield _sse("status", status.model_dump_json())
+                last_status = status
+            if until_idle and not running:
+                return
+            try:
+                await asyncio.wait_for(woken.wait(), _KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield ": keepalive\n\n"
+    finally:
+        unsubscribe()
+
+
+def _event_messages(events: EventLog, cursor: int) -> Iterator[str]:
+    for position in range(cursor, len(events)):
+        event = events[position]
+        yield _sse("event", event.model_dump_json(), event.id)

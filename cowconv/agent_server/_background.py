@@ -1,0 +1,76 @@
+"""``BackgroundServer``: the agent server on a free loopback port, in a thread."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+import uvicorn
+
+__all__ = ["BackgroundServer"]
+
+
+class BackgroundServer:
+    """Serve an ASGI app with uvicorn in a daemon thread, for tests and notebooks.
+
+    It binds ``host`` (127.0.0.1 by default) on a free port before it starts,
+    so ``url`` is known and answering once the ``with`` block is entered.
+
+    >>> import httpx
+    >>> from cowconv.agent_server import create_app
+    >>> with BackgroundServer(create_app()) as server:
+    ...     httpx.get(server.url + "/health").json()
+    {'status': 'ok'}
+    """
+
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._socket = socket.socket(
+            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM
+        )
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, port))
+        self.host = host
+        self.port: int = self._socket.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="on",
+            # Open event streams must not hold a shutdown forever.
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [self._socket]},
+            name=f"cowconv-agent-server-{self.port}",
+            daemon=True,
+        )
+
+    @property
+    def url(self) -> str:
+        """The server's base URL, e.g. ``http://127.0.0.1:50123``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> BackgroundServer:
+        """Start serving; returns once the server accepts requests."""
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"the agent server on {self.url} failed to start")
+            self._thread.join(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and wait for the server (and its app's shutdown) to end."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join()
+        self._socket.close()
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

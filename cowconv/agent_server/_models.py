@@ -1,0 +1,164 @@
+"""The JSON bodies of the agent server's REST API.
+
+Requests reuse the library's own models (:class:`~cowconv.Agent`,
+:class:`~cowconv.Workspace`); responses are :class:`~cowconv.ConversationInfo`,
+events, and the pages below.
+
+>>> ForkRequest.model_validate({"title": "Debug"}).reset_metrics
+True
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from cowconv._agent import Agent
+from cowconv._events import AnyEvent
+from cowconv._state import ConversationInfo, ExecutionStatus
+from cowconv._workspace import Workspace
+
+__all__ = [
+    "ConversationPage",
+    "CreateConversationRequest",
+    "ErrorResponse",
+    "EventPage",
+    "ForkRequest",
+    "HealthResponse",
+    "SendMessageRequest",
+    "StreamStatus",
+]
+
+ConversationId = str
+_ID = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\s/]+$")
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CreateConversationRequest(_Request):
+    """Create a conversation: the agent (LLM settings and credentials), its workspace.
+
+    The API key in ``agent.llm.api_key`` stays on the server; responses never
+    show it. ``workspace.working_dir`` is a directory on the server's machine.
+
+    >>> body = {"agent": {"llm": {"model": "openai/gpt-4o", "api_key": "sk-1"}},
+    ...         "workspace": {"working_dir": "/tmp"}, "tags": {"team": "a"}}
+    >>> CreateConversationRequest.model_validate(body).agent.llm.api_key
+    SecretStr('**********')
+    """
+
+    agent: Agent
+    workspace: Workspace
+    id: ConversationId | None = _ID
+    tags: dict[str, str] | None = None
+    max_iteration_per_run: int | None = Field(default=None, gt=0)
+
+    @field_validator("workspace")
+    @classmethod
+    def _local_to_the_server(cls, workspace: Workspace) -> Workspace:
+        if workspace.host is not None or workspace.api_key is not None:
+            raise ValueError(
+                "the workspace of a server-side conversation is a working_dir on the "
+                "server; leave out host and api_key"
+            )
+        if not workspace.working_dir.strip():
+            raise ValueError("workspace.working_dir must not be empty")
+        return workspace
+
+
+class ForkRequest(_Request):
+    """Fork a conversation: every field is optional.
+
+    ``id`` names the fork (a new UUID when left out), ``title`` becomes
+    ``tags["title"]``, ``reset_metrics`` starts the fork's stats at zero and
+    ``from_event_id`` forks the history up to and including that event.
+
+    >>> ForkRequest().model_dump()
+    {'id': None, 'title': None, 'tags': None, 'reset_metrics': True, 'from_event_id': None}
+    """
+
+    id: ConversationId | None = _ID
+    title: str | None = None
+    tags: dict[str, str] | None = None
+    reset_metrics: bool = True
+    from_event_id: str | None = None
+
+
+class SendMessageRequest(_Request):
+    """A user message to add to a conversation.
+
+    >>> SendMessageRequest(text="Run `ls`.").text
+    'Run `ls`.'
+    """
+
+    text: str
+
+
+class EventPage(BaseModel):
+    """A page of a conversation's events, oldest first.
+
+    ``offset`` is the position of the first item in the history, ``total``
+    the length of the history when the page was read, and ``next_offset``
+    where the next page starts (``None`` on the last page).
+
+    >>> EventPage(items=[], offset=0, total=0, next_offset=None).total
+    0
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: list[AnyEvent]
+    offset: int = Field(ge=0)
+    total: int = Field(ge=0)
+    next_offset: int | None = None
+
+
+class ConversationPage(BaseModel):
+    """A page of conversation summaries, newest first.
+
+    >>> ConversationPage(items=[], next_offset=None).items
+    []
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: list[ConversationInfo]
+    next_offset: int | None = None
+
+
+class StreamStatus(BaseModel):
+    """The ``status`` message of the event stream.
+
+    ``running`` says whether a run started through the server is still going;
+    ``event_count`` is how many events the stream has delivered so far.
+
+    >>> StreamStatus(execution_status="idle", running=False, event_count=0).running
+    False
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    execution_status: ExecutionStatus
+    running: bool
+    event_count: int = Field(ge=0)
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error answer.
+
+    >>> ErrorResponse(detail="no conversation with id 'x'").detail
+    "no conversation with id 'x'"
+    """
+
+    detail: str | list[dict[str, object]]
+
+
+class HealthResponse(BaseModel):
+    """The answer of ``GET /health``.
+
+    >>> HealthResponse().status
+    'ok'
+    """
+
+    status: str = "ok"
