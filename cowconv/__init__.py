@@ -17,6 +17,7 @@ True
 from typing import TYPE_CHECKING, Any
 
 from cowconv._agent import Agent, Tool
+from cowconv._branches import Branch, run_branches
 from cowconv._conversation import Conversation, EventCallback, StateSink
 from cowconv._events import (
     ActionEvent,
@@ -45,13 +46,21 @@ from cowconv._exceptions import (
 )
 from cowconv._frozen import freeze, thaw
 from cowconv._history import EventLog
-from cowconv._llm import LLM
+from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
 from cowconv._state import (
     ConversationInfo,
     ConversationState,
     ConversationStats,
     ExecutionStatus,
     Usage,
+)
+from cowconv._tools import (
+    ToolArgumentError,
+    ToolDefinition,
+    ToolResult,
+    register_tool,
+    registered_tools,
+    resolve_tool,
 )
 from cowconv._workspace import Workspace
 
@@ -65,6 +74,7 @@ __all__ = [
     "Agent",
     "AgentErrorEvent",
     "AnyEvent",
+    "Branch",
     "Content",
     "Conversation",
     "ConversationInfo",
@@ -81,6 +91,9 @@ __all__ = [
     "ImageContent",
     "LLM",
     "LLMError",
+    "LLMMetrics",
+    "LLMResponse",
+    "LLMToolCall",
     "MessageEvent",
     "ObservationEvent",
     "PauseEvent",
@@ -94,10 +107,17 @@ __all__ = [
     "SystemPromptEvent",
     "TextContent",
     "Tool",
+    "ToolArgumentError",
+    "ToolDefinition",
+    "ToolResult",
     "Usage",
     "Workspace",
     "__version__",
     "freeze",
+    "register_tool",
+    "registered_tools",
+    "resolve_tool",
+    "run_branches",
     "thaw",
 ]
 

@@ -28,6 +28,7 @@ from pyrsistent import PMap, pmap
 from cowconv._agent import Agent
 from cowconv._events import Event, MessageEvent, _now
 from cowconv._frozen import freeze
+from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
 from cowconv._workspace import Workspace
 
@@ -99,6 +100,7 @@ class Conversation:
         conversation_id: str | None = None,
         tags: Mapping[str, str] | None = None,
         callbacks: Iterable[EventCallback] = (),
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
@@ -108,7 +110,9 @@ class Conversation:
             workspace=Workspace.coerce(workspace),
             tags=_check_tags(tags),
         )
-        self._setup(state, sink=None, callbacks=callbacks)
+        self._setup(
+            state, sink=None, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
+        )
 
     def _setup(
         self,
@@ -116,7 +120,9 @@ class Conversation:
         *,
         sink: StateSink | None,
         callbacks: Iterable[EventCallback],
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> None:
+        self._runner = Runner(self, max_iteration_per_run)
         self._state = state
         self._sink = sink
         self._callbacks = tuple(callbacks)
@@ -304,10 +310,44 @@ class Conversation:
             created_at=now,
             updated_at=now,
         )
-        return type(self)._from_state(forked, sink=self._sink)
+        fork = type(self)._from_state(forked, sink=self._sink)
+        fork._runner.max_iteration_per_run = self._runner.max_iteration_per_run
+        return fork
+
+    # -- running -------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run the agent until it answers, is paused, fails, or hits ``max_iteration_per_run``.
+
+        Blocks; ``execution_status`` is ``running`` meanwhile and ends as
+        ``finished`` (the model answered without tool calls), ``paused``,
+        ``error`` (an LLM call failed after its retries, or a tool crashed:
+        an :class:`~cowconv.AgentErrorEvent` says why) or ``stuck`` (the
+        iteration limit; ``run()`` again grants as many more steps). Errors
+        are recorded, not raised; ``run()`` again continues from the history.
+        A run with nothing to answer just finishes. Only one ``run()`` at a
+        time per conversation (another one is a ``RuntimeError``).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.run()  # nothing to answer yet: no LLM call
+        >>> conversation.state.execution_status.value
+        'finished'
+        """
+        self._runner.run()
+
+    def pause(self) -> None:
+        """Stop a run after its current step, from any thread; ``run()`` resumes.
+
+        The run then records a :class:`~cowconv.PauseEvent` and ends with
+        status ``paused`` (or ``finished``, if that step was the final
+        answer). Pausing a conversation that is not running does nothing.
+        """
+        self._runner.pause()
 
     def close(self) -> None:
         """Release what this conversation holds (processes, connections)."""
+        self._runner.close()
 
     def __enter__(self) -> Conversation:
         return self
