@@ -1,6 +1,7 @@
 """The scenarios, in the order they run and are reported."""
 
 from benchmarks._scenario import Scenario
+from benchmarks.scenarios.fanout import FanOut
 from benchmarks.scenarios.fork_from_event import ForkFromEvent
 from benchmarks.scenarios.fork_latency import ForkLatency
 from benchmarks.scenarios.fork_memory import ForkMemory
@@ -12,6 +13,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ForkMemory(),
     ForkFromEvent(),
     HistoryOps(),
+    FanOut(),
     ImportTime(),
 )
 
