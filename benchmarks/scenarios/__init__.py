@@ -7,6 +7,7 @@ from benchmarks.scenarios.fork_latency import ForkLatency
 from benchmarks.scenarios.fork_memory import ForkMemory
 from benchmarks.scenarios.history_ops import HistoryOps
 from benchmarks.scenarios.import_time import ImportTime
+from benchmarks.scenarios.rest_fork import RestFork
 
 SCENARIOS: tuple[Scenario, ...] = (
     ForkLatency(),
@@ -14,6 +15,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ForkFromEvent(),
     HistoryOps(),
     FanOut(),
+    RestFork(),
     ImportTime(),
 )
 
