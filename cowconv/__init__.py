@@ -54,6 +54,7 @@ from cowconv._state import (
     ExecutionStatus,
     Usage,
 )
+from cowconv._store import SQLiteStore, Store
 from cowconv._tools import (
     ToolArgumentError,
     ToolDefinition,
@@ -100,8 +101,10 @@ __all__ = [
     "RemoteConversation",
     "RemoteError",
     "Role",
+    "SQLiteStore",
     "SchemaVersionError",
     "StateSink",
+    "Store",
     "StoreError",
     "StoreLockedError",
     "SystemPromptEvent",

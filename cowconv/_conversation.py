@@ -21,6 +21,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 from pyrsistent import PMap, pmap
@@ -30,6 +31,7 @@ from cowconv._events import Event, MessageEvent, _now
 from cowconv._frozen import freeze
 from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
+from cowconv._store import SQLiteStore, Store
 from cowconv._workspace import Workspace
 
 __all__ = ["Conversation", "EventCallback", "StateSink"]
@@ -73,12 +75,40 @@ def _check_id(conversation_id: str | None) -> str:
     return conversation_id
 
 
+def _store_for(persistence_dir: str | os.PathLike[str] | None, store: Store | None) -> Store | None:
+    if persistence_dir is not None and store is not None:
+        raise ValueError("pass persistence_dir or store, not both")
+    if persistence_dir is None:
+        return store
+    directory = Path(persistence_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    return SQLiteStore(directory / "cowconv.db")
+
+
+def _resumed(
+    store: Store, conversation_id: str, agent: Agent, workspace: Workspace
+) -> ConversationState:
+    # The caller's agent and workspace win: they may bring a new API key.
+    stored = store.load(conversation_id)
+    if stored.agent == agent and stored.workspace == workspace:
+        return stored
+    state = stored._replace(agent=agent, workspace=workspace, updated_at=_now())
+    store.save(stored, state)
+    return state
+
+
 class Conversation:
     """A conversation between a user and an agent, forkable in O(1).
 
     ``Conversation(agent=..., workspace=...)`` starts an empty conversation
     in ``workspace`` (a path or a :class:`Workspace`). ``state`` is the
     current immutable snapshot.
+
+    With ``persistence_dir`` (a directory; the store is its ``cowconv.db``)
+    or a ``store``, every change is durable before it is seen, and forks go
+    to the same store. If that store holds ``conversation_id``, the
+    conversation resumes from it with the ``agent`` and ``workspace`` given
+    here; ``tags`` only apply to a new conversation.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
@@ -101,18 +131,49 @@ class Conversation:
         tags: Mapping[str, str] | None = None,
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+        persistence_dir: str | os.PathLike[str] | None = None,
+        store: Store | None = None,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
-        state = ConversationState(
-            id=_check_id(conversation_id),
-            agent=agent,
-            workspace=Workspace.coerce(workspace),
-            tags=_check_tags(tags),
-        )
+        workspace = Workspace.coerce(workspace)
+        sink = _store_for(persistence_dir, store)
+        if sink is not None and conversation_id is not None and sink.exists(conversation_id):
+            state = _resumed(sink, conversation_id, agent, workspace)
+        else:
+            state = ConversationState(
+                id=_check_id(conversation_id),
+                agent=agent,
+                workspace=workspace,
+                tags=_check_tags(tags),
+            )
+            if sink is not None:
+                sink.save(None, state)
         self._setup(
-            state, sink=None, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
+            state, sink=sink, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
         )
+
+    @classmethod
+    def resume(
+        cls, store: Store, conversation_id: str, *, callbacks: Iterable[EventCallback] = ()
+    ) -> Conversation:
+        """Reopen a stored conversation with the agent and workspace it was stored with.
+
+        ``ConversationNotFoundError`` if ``store`` has no such conversation. A
+        conversation stored while ``running`` comes back ``paused``.
+
+        >>> from cowconv import LLM, Agent, SQLiteStore
+        >>> store = SQLiteStore(":memory:")
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-kept"))
+        >>> _ = Conversation(agent=agent, workspace=".", store=store, conversation_id="c1")
+        >>> resumed = Conversation.resume(store, "c1")
+        >>> resumed.agent.llm.api_key.get_secret_value()
+        'sk-kept'
+        """
+        state = store.load(conversation_id)
+        conversation = cls.__new__(cls)
+        conversation._setup(state, sink=store, callbacks=callbacks)
+        return conversation
 
     def _setup(
         self,

@@ -23,6 +23,10 @@ chunks. The next append to such a log starts a new chunk, except that a used
 prefix of at most ``_COPY_LIMIT`` events is copied instead so a deep tree of
 small forks does not fragment.
 
+A chunk may also be any other immutable ``Sequence`` of events (the store
+loads a stored history as one chunk whose events are validated from JSON on
+first access); such a chunk is *sealed*: appends after it start a new one.
+
 The trade-off of a prefix view: a log made by ``take(k)`` keeps the events
 after ``k`` of the chunk it views alive (they are shared with the source, so
 this costs nothing while the source lives). Indexing is O(log c + log n);
@@ -52,6 +56,7 @@ __all__ = ["EventLog"]
 
 _COPY_LIMIT = 32
 _EMPTY_CHUNK: PVector[Event] = pvector()
+_PVECTOR_TYPE = type(_EMPTY_CHUNK)
 _EMPTY_IDS: immutables.Map[str, int] = immutables.Map()
 
 
@@ -70,7 +75,7 @@ class EventLog(Sequence[Event]):
 
     __slots__ = ("_chunks", "_starts", "_len", "_ids")
 
-    _chunks: tuple[PVector[Event], ...]
+    _chunks: tuple[Sequence[Event], ...]
     _starts: tuple[int, ...]
     _len: int
     _ids: immutables.Map[str, int]
@@ -91,7 +96,7 @@ class EventLog(Sequence[Event]):
 
     def _set(
         self,
-        layout: tuple[tuple[PVector[Event], ...], tuple[int, ...]],
+        layout: tuple[tuple[Sequence[Event], ...], tuple[int, ...]],
         length: int,
         ids: immutables.Map[str, int],
     ) -> None:
@@ -102,7 +107,7 @@ class EventLog(Sequence[Event]):
     @classmethod
     def _make(
         cls,
-        chunks: tuple[PVector[Event], ...],
+        chunks: tuple[Sequence[Event], ...],
         starts: tuple[int, ...],
         length: int,
         ids: immutables.Map[str, int],
@@ -217,7 +222,7 @@ class EventLog(Sequence[Event]):
             return EventLog._make((pvector((event,)),), (0,), 1, ids)
         last = chunks[-1]
         used = length - starts[-1]
-        if len(last) == used:
+        if len(last) == used and type(last) is _PVECTOR_TYPE:
             return EventLog._make((*chunks[:-1], last.append(event)), starts, length + 1, ids)
         if used <= _COPY_LIMIT:
             copied = pvector(islice(last, used)).append(event)
@@ -230,6 +235,23 @@ class EventLog(Sequence[Event]):
         for event in events:
             log = log.append(event)
         return log
+
+    def _with_chunk(self, chunk: Sequence[Event], event_ids: Iterable[str]) -> EventLog:
+        """This log followed by ``chunk`` as one sealed chunk; no event of it is read.
+
+        For trusted histories (the store): ``event_ids`` are the chunk's ids in
+        order, unique and not in this log.
+        """
+        if not chunk:
+            return self
+        length = self._len
+        with self._ids.mutate() as mutable:
+            for offset, event_id in enumerate(event_ids):
+                mutable[event_id] = length + offset
+            ids = mutable.finish()
+        return EventLog._make(
+            (*self._chunks, chunk), (*self._starts, length), length + len(chunk), ids
+        )
 
     def take(self, count: int) -> EventLog:
         """The first ``count`` events as a new log, sharing structure: O(log c).

@@ -1,0 +1,638 @@
+"""``SQLiteStore``: conversations in one SQLite file, forks sharing stored events.
+
+>>> import tempfile, pathlib
+>>> from cowconv import LLM, Agent, Conversation
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "cowconv.db"
+>>> store = SQLiteStore(path)
+>>> source = Conversation(
+...     agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".", store=store
+... )
+>>> _ = source.send_message("Analyse the sales report.")
+>>> fork = source.fork(title="Follow-up")  # one row written, no event copied
+>>> [info.title for info in store.list()], len(store.load(fork.id).events)
+([None, 'Follow-up'], 1)
+>>> store.close()
+
+Each event is stored once, by the conversation that appended it; a fork is a
+row naming its parent and how many of the parent's events it inherits. See
+``docs/persistence.md`` for the layout and the guarantees.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sqlite3
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from cowconv._exceptions import (
+    ConversationNotFoundError,
+    CorruptStoreError,
+    SchemaVersionError,
+    StoreError,
+    StoreLockedError,
+)
+from cowconv._history import EventLog
+from cowconv._state import ConversationInfo, ConversationState
+from cowconv._store._base import (
+    ExportRecord,
+    export_document,
+    loaded_status,
+    parse_export,
+)
+from cowconv._store._lazy import LazyEvents
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+
+SCHEMA_VERSION = 1
+"""The layout this cowconv writes; recorded in ``PRAGMA user_version``."""
+
+# "cowv": marks the file as a cowconv store (PRAGMA application_id, header offset 68).
+_APPLICATION_ID = 0x636F7776
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_SCHEMA = """
+CREATE TABLE conversations (
+    key INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE,
+    parent INTEGER REFERENCES conversations (key),
+    fork_len INTEGER NOT NULL CHECK (fork_len >= 0),
+    event_count INTEGER NOT NULL CHECK (event_count >= fork_len),
+    state TEXT
+);
+CREATE TABLE events (
+    conversation INTEGER NOT NULL REFERENCES conversations (key),
+    position INTEGER NOT NULL,
+    event_id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (conversation, position)
+) WITHOUT ROWID;
+"""
+
+# Migrations from version N to N + 1, run in order inside one transaction.
+# Version 1 is the first layout; the next layout adds its step here.
+_MIGRATIONS: dict[int, str] = {}
+
+# Loaded histories kept so that loading a fork shares the parent's events.
+_CACHE_SIZE = 32
+
+Synchronous = Literal["full", "normal"]
+
+
+@dataclass(frozen=True)
+class _Row:
+    key: int
+    parent: int | None
+    fork_len: int
+    event_count: int
+    state: str | None
+
+
+def _file_is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+
+
+def _create_private_file(path: Path) -> None:
+    # The store holds API keys: only the owner may read it (SQLite gives the
+    # -wal and -shm files the database file's permissions).
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+
+
+@contextmanager
+def _translated(path: object) -> Iterator[None]:
+    """Turn sqlite3 errors into the store's own, naming the file."""
+    try:
+        yield
+    except sqlite3.Error as error:
+        name = getattr(error, "sqlite_errorname", "")
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            raise StoreLockedError(
+                f"the store {path} is locked by another writer; gave up waiting ({error})"
+            ) from error
+        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+            raise CorruptStoreError(f"the store {path} is damaged: {error}") from error
+        raise StoreError(f"the store {path} failed: {error}") from error
+
+
+def _check_existing(path: Path, lock_timeout: float) -> bool:
+    """Validate an existing file read-only; ``True`` if it is an empty database to set up."""
+    with open(path, "rb") as file:
+        header = file.read(len(_SQLITE_MAGIC))
+    if header != _SQLITE_MAGIC:
+        raise CorruptStoreError(f"{path} is not a cowconv store (not an SQLite database)")
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        connection = sqlite3.connect(uri, uri=True, timeout=lock_timeout)
+    except sqlite3.Error as error:
+        raise CorruptStoreError(f"{path} cannot be opened as a cowconv store: {error}") from error
+    try:
+        with _translated(path):
+            application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    except StoreLockedError:
+        raise
+    except StoreError as error:
+        raise CorruptStoreError(f"{path} is not a readable cowconv store: {error}") from error
+    finally:
+        connection.close()
+    if application_id == 0 and version == 0 and not tables:
+        return True
+    if application_id != _APPLICATION_ID:
+        raise CorruptStoreError(f"{path} is an SQLite database but not a cowconv store")
+    if version > SCHEMA_VERSION or version < 1:
+        raise SchemaVersionError(
+            f"{path} has cowconv store schema version {version}; this cowconv reads "
+            f"versions 1 to {SCHEMA_VERSION} (upgrade cowconv to open it)"
+        )
+    if not {"conversations", "events"} <= tables:
+        raise CorruptStoreError(f"{path} is a cowconv store with missing tables: damaged")
+    return False
+
+
+class SQLiteStore:
+    """Conversations in one SQLite file (created 0600 if missing), safe across threads.
+
+    ``SQLiteStore(path)`` opens or creates the store. An existing file is
+    validated read-only before anything is written: a file that is not a
+    cowconv store raises :class:`~cowconv.CorruptStoreError`, one from a
+    newer cowconv :class:`~cowconv.SchemaVersionError`, and the file is left
+    as it was.
+
+    Writes take the database's write lock, waiting at most ``lock_timeout``
+    seconds for another process to release it, else
+    :class:`~cowconv.StoreLockedError`. ``synchronous="full"`` (the default)
+    makes each write durable against power loss when it returns;
+    ``"normal"`` is faster and durable against a crash of the process but may
+    lose the last writes if the machine loses power.
+
+    >>> with SQLiteStore(":memory:") as store:
+    ...     store.list()
+    []
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        lock_timeout: float = 5.0,
+        synchronous: Synchronous = "full",
+    ) -> None:
+        if synchronous not in ("full", "normal"):
+            raise ValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
+        if lock_timeout < 0:
+            raise ValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
+        self._path = Path(path)
+        self._lock = threading.RLock()
+        self._cache: OrderedDict[int, EventLog] = OrderedDict()
+        self._connection: sqlite3.Connection | None = self._open(lock_timeout, synchronous)
+        self._finalizer = weakref.finalize(self, self._connection.close)
+
+    def _open(self, lock_timeout: float, synchronous: Synchronous) -> sqlite3.Connection:
+        path = self._path
+        in_memory = str(path) == ":memory:"
+        if in_memory or _file_is_empty(path):
+            fresh = True
+            if not in_memory:
+                _create_private_file(path)
+        else:
+            fresh = _check_existing(path, lock_timeout)
+        with _translated(path):
+            connection = sqlite3.connect(
+                path, timeout=lock_timeout, isolation_level=None, check_same_thread=False
+            )
+        try:
+            with _translated(path):
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+                self._set_up(connection, fresh)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _set_up(self, connection: sqlite3.Connection, fresh: bool) -> None:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+            if fresh and application_id == 0:
+                # Checked again under the write lock: another process may have won the race.
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        connection.execute(statement)
+                connection.execute(f"PRAGMA application_id={_APPLICATION_ID}")
+                version = 0
+            elif application_id != _APPLICATION_ID:
+                raise CorruptStoreError(f"{self._path} is not a cowconv store")
+            for step in range(max(version, 1), SCHEMA_VERSION):
+                connection.executescript(_MIGRATIONS[step])
+            if version != SCHEMA_VERSION:
+                connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    # -- plumbing ----------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise StoreError(f"the store {self._path} is closed")
+        return self._connection
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        """One consistent snapshot (reads) or one atomic, durable change (writes)."""
+        with self._lock, _translated(self._path):
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+
+    def _row(self, db: sqlite3.Connection, conversation_id: str) -> _Row:
+        found = db.execute(
+            "SELECT key, parent, fork_len, event_count, state FROM conversations WHERE id = ?",
+            (conversation_id,),
+        ).fetchone()
+        if found is None:
+            raise ConversationNotFoundError(conversation_id)
+        return _Row(*found)
+
+    def _links(self, db: sqlite3.Connection, key: int) -> tuple[int | None, int]:
+        found = db.execute(
+            "SELECT parent, fork_len FROM conversations WHERE key = ?", (key,)
+        ).fetchone()
+        if found is None:
+            raise CorruptStoreError(f"the store {self._path} lost conversation row {key}")
+        return found[0], found[1]
+
+    def _remember(self, key: int, events: EventLog) -> None:
+        # Rows at (key, position) are written once and keys are never reused
+        # (AUTOINCREMENT), so a remembered log stays a true prefix for good.
+        known = self._cache.get(key)
+        if known is None or len(known) <= len(events):
+            self._cache[key] = events
+        self._cache.move_to_end(key)
+        while len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+
+    # -- reading -------------------------------------------------------------------
+
+    def _history(self, db: sqlite3.Connection, key: int, count: int) -> EventLog:
+        """The first ``count`` events of conversation ``key``: ancestors' prefixes, then its own."""
+        # Walk up to the nearest remembered prefix (or the root), then read down.
+        path: list[tuple[int, int]] = []
+        base = EventLog()
+        while count > 0:
+            known = self._cache.get(key)
+            if known is not None and len(known) >= count:
+                base = known.take(count)
+                break
+            parent, fork_len = self._links(db, key)
+            path.append((key, count))
+            if known is not None and len(known) >= fork_len:
+                base = known
+                break
+            if parent is None or fork_len == 0:
+                break
+            key, count = parent, min(count, fork_len)
+        for key, count in reversed(path):
+            if len(base) < count:
+                rows = db.execute(
+                    "SELECT event_id, body FROM events WHERE conversation = ? "
+                    "AND position >= ? AND position < ? ORDER BY position",
+                    (key, len(base), count),
+                ).fetchall()
+                if len(rows) != count - len(base):
+                    raise CorruptStoreError(
+                        f"the store {self._path} is missing events of conversation row {key}"
+                    )
+                base = base._with_chunk(LazyEvents([row[1] for row in rows]), [r[0] for r in rows])
+            self._remember(key, base)
+        return base
+
+    def _state(self, row: _Row, events: EventLog) -> ConversationState:
+        assert row.state is not None
+        try:
+            state = ConversationState.model_validate_json(row.state)
+        except ValueError as error:
+            raise CorruptStoreError(f"a stored conversation state is damaged: {error}") from error
+        return loaded_status(state._replace(events=events))
+
+    def exists(self, conversation_id: str) -> bool:
+        """Whether a conversation with this id is stored.
+
+        >>> SQLiteStore(":memory:").exists("nope")
+        False
+        """
+        with self._transaction(write=False) as db:
+            found = db.execute(
+                "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+        return found is not None
+
+    def load(self, conversation_id: str) -> ConversationState:
+        """The stored snapshot; ``ConversationNotFoundError`` if there is none.
+
+        Events are validated from JSON when first read, so opening a long
+        history is fast; a ``running`` conversation loads ``paused``.
+
+        >>> SQLiteStore(":memory:").load("nope")
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        """
+        with self._transaction(write=False) as db:
+            row = self._row(db, conversation_id)
+            events = self._history(db, row.key, row.event_count)
+        return self._state(row, events)
+
+    def info(self, conversation_id: str) -> ConversationInfo:
+        """The stored conversation's summary, without reading its events.
+
+        >>> SQLiteStore(":memory:").info("nope")
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        """
+        with self._transaction(write=False) as db:
+            row = self._row(db, conversation_id)
+        return self._info(row.state, row.event_count)
+
+    def _info(self, state_json: str | None, event_count: int) -> ConversationInfo:
+        info = ConversationInfo.of(self._state(_Row(0, None, 0, 0, state_json), EventLog()))
+        return info.model_copy(update={"event_count": event_count})
+
+    def list(
+        self, *, tags: Mapping[str, str] | None = None, limit: int | None = None, offset: int = 0
+    ) -> builtins.list[ConversationInfo]:
+        """Summaries of the stored conversations carrying all ``tags``, oldest first.
+
+        ``limit`` and ``offset`` page through them.
+
+        >>> SQLiteStore(":memory:").list(tags={"title": "x"}, limit=10)
+        []
+        """
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        query = "SELECT state, event_count FROM conversations WHERE id IS NOT NULL"
+        parameters: list[object] = []
+        for key, value in (tags or {}).items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError(f"tags must map str to str, got {key!r}: {value!r}")
+            query += (
+                " AND EXISTS (SELECT 1 FROM json_each(state, '$.tags')"
+                " WHERE json_each.key = ? AND json_each.value = ?)"
+            )
+            parameters += [key, value]
+        query += " ORDER BY key LIMIT ? OFFSET ?"
+        parameters += [-1 if limit is None else limit, offset]
+        with self._transaction(write=False) as db:
+            rows = db.execute(query, parameters).fetchall()
+        return [self._info(state_json, event_count) for state_json, event_count in rows]
+
+    # -- writing -------------------------------------------------------------------
+
+    def save(self, previous: ConversationState | None, current: ConversationState) -> None:
+        """Make ``current`` durable in one transaction (the :class:`~cowconv.StateSink`).
+
+        ``previous is None`` stores a new conversation, or a fork: when its
+        parent is in this store, the fork is one row and no event is
+        written. Otherwise ``previous`` must be what the store holds (else
+        :class:`~cowconv.StoreError`: another writer changed it) and the
+        events after it are appended with the new state.
+        """
+        with self._transaction(write=True) as db:
+            if previous is None:
+                key = self._insert(db, current, *self._fork_point(db, current))
+            else:
+                key = self._append(db, previous, current)
+        self._remember(key, current.events)
+
+    def _fork_point(
+        self, db: sqlite3.Connection, state: ConversationState
+    ) -> tuple[int | None, int]:
+        """Where ``state`` branches off a stored conversation: (parent key, events shared)."""
+        parent_id, event_id = state.forked_from_conversation_id, state.forked_from_event_id
+        if parent_id is None or event_id is None:
+            return None, 0
+        found = db.execute(
+            "SELECT key, event_count FROM conversations WHERE id = ?", (parent_id,)
+        ).fetchone()
+        position = state.events._position(event_id)
+        if found is None or position is None or position >= found[1]:
+            return None, 0
+        if self._event_id_at(db, found[0], position) != event_id:
+            return None, 0  # a different history under that id: share nothing
+        return found[0], position + 1
+
+    def _event_id_at(self, db: sqlite3.Connection, key: int, position: int) -> str | None:
+        while True:
+            parent, fork_len = self._links(db, key)
+            if position >= fork_len or parent is None:
+                break
+            key = parent
+        found = db.execute(
+            "SELECT event_id FROM events WHERE conversation = ? AND position = ?", (key, position)
+        ).fetchone()
+        return None if found is None else str(found[0])
+
+    def _insert(
+        self, db: sqlite3.Connection, state: ConversationState, parent: int | None, fork_len: int
+    ) -> int:
+        if db.execute("SELECT 1 FROM conversations WHERE id = ?", (state.id,)).fetchone():
+            raise ValueError(f"a conversation with id {state.id!r} is already stored")
+        if fork_len == 0:
+            parent = None
+        cursor = db.execute(
+            "INSERT INTO conversations (id, parent, fork_len, event_count, state) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (state.id, parent, fork_len, len(state.events), _state_json(state)),
+        )
+        key = cursor.lastrowid
+        assert key is not None
+        self._write_events(db, key, state.events, fork_len)
+        return key
+
+    def _append(
+        self, db: sqlite3.Connection, previous: ConversationState, current: ConversationState
+    ) -> int:
+        if current.id != previous.id:
+            raise ValueError(f"cannot save conversation {current.id!r} over {previous.id!r}")
+        start = len(previous.events)
+        if len(current.events) < start:
+            raise ValueError("a saved history only grows: the new state has fewer events")
+        row = self._row(db, current.id)
+        if row.event_count != start:
+            raise StoreError(
+                f"conversation {current.id!r} was changed by another writer: the store holds "
+                f"{row.event_count} events, this writer expected {start}"
+            )
+        self._write_events(db, row.key, current.events, start)
+        db.execute(
+            "UPDATE conversations SET event_count = ?, state = ? WHERE key = ?",
+            (len(current.events), _state_json(current), row.key),
+        )
+        return row.key
+
+    def _write_events(self, db: sqlite3.Connection, key: int, events: EventLog, start: int) -> None:
+        db.executemany(
+            "INSERT INTO events (conversation, position, event_id, body) VALUES (?, ?, ?, ?)",
+            (
+                (key, position, events[position].id, events[position].model_dump_json())
+                for position in range(start, len(events))
+            ),
+        )
+
+    def delete(self, conversation_id: str) -> None:
+        """Forget a conversation; forks of it keep their histories.
+
+        The row stays as a hidden tombstone (its id and state, secrets
+        included, erased) holding the events that forks still reach; events
+        nothing reaches are deleted, here and up the chain of tombstones.
+
+        >>> SQLiteStore(":memory:").delete("nope")
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        """
+        with self._transaction(write=True) as db:
+            key: int | None = self._row(db, conversation_id).key
+            db.execute("UPDATE conversations SET id = NULL, state = NULL WHERE key = ?", (key,))
+            while key is not None and self._is_tombstone(db, key):
+                parent, _ = self._links(db, key)
+                self._reclaim(db, key)
+                key = parent
+        # Keys are never reused, so remembered prefixes stay true; only free memory.
+        self._cache.clear()
+
+    def _is_tombstone(self, db: sqlite3.Connection, key: int) -> bool:
+        found = db.execute("SELECT id FROM conversations WHERE key = ?", (key,)).fetchone()
+        return found is not None and found[0] is None
+
+    def _reclaim(self, db: sqlite3.Connection, key: int) -> None:
+        parent, fork_len = self._links(db, key)
+        # A fork reaches min(its own reach, its fork_len) events of its parent.
+        needed = db.execute(
+            "SELECT coalesce(max(min(event_count, fork_len)), 0) FROM conversations "
+            "WHERE parent = ?",
+            (key,),
+        ).fetchone()[0]
+        db.execute("DELETE FROM events WHERE conversation = ? AND position >= ?", (key, needed))
+        if needed <= fork_len:
+            # None of its own events is reached: its forks inherit from its parent directly.
+            db.execute("UPDATE conversations SET parent = ? WHERE parent = ?", (parent, key))
+            db.execute("DELETE FROM conversations WHERE key = ?", (key,))
+        else:
+            db.execute("UPDATE conversations SET event_count = ? WHERE key = ?", (needed, key))
+
+    # -- export and import ---------------------------------------------------
+
+    def export_conversation(
+        self, conversation_id: str, *, with_forks: bool = False, include_secrets: bool = False
+    ) -> str:
+        """A conversation (and with ``with_forks`` its fork tree) as versioned JSON.
+
+        Forks are written as their parent's id, the number of events they
+        share and their own events. Without ``include_secrets`` the API keys
+        are written as ``null``.
+
+        >>> store = SQLiteStore(":memory:")
+        >>> store.export_conversation("nope")
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        """
+        with self._transaction(write=False) as db:
+            root = self._row(db, conversation_id)
+            records = [
+                ExportRecord(self._state(root, self._history(db, root.key, root.event_count)))
+            ]
+            # Forks of tombstones belong to the nearest exported ancestor.
+            pending = [(root.key, conversation_id, root.event_count)] if with_forks else []
+            while pending:
+                key, ancestor, shared = pending.pop(0)
+                children = db.execute(
+                    "SELECT key, parent, fork_len, event_count, state, id FROM conversations "
+                    "WHERE parent = ? ORDER BY key",
+                    (key,),
+                ).fetchall()
+                for *fields, child_id in children:
+                    child = _Row(*fields)
+                    reach = min(shared, child.fork_len)
+                    if child_id is None:
+                        pending.append((child.key, ancestor, reach))
+                        continue
+                    events = self._history(db, child.key, child.event_count)
+                    records.append(ExportRecord(self._state(child, events), ancestor, reach))
+                    pending.append((child.key, child_id, child.event_count))
+        return export_document(records, include_secrets=include_secrets)
+
+    def import_conversations(self, data: str | bytes) -> builtins.list[str]:
+        """Store the conversations of an export, forks sharing as they did; returns their ids.
+
+        All or nothing: a bad document or an id already stored raises
+        ``ValueError`` and stores nothing.
+
+        >>> SQLiteStore(":memory:").import_conversations('{"format": "zip"}')
+        Traceback (most recent call last):
+        ...
+        ValueError: not a cowconv export (no 'format': 'cowconv.conversations')
+        """
+        records = parse_export(data)
+        keys: dict[str, int] = {}
+        with self._transaction(write=True) as db:
+            for record in records:
+                parent = None if record.parent is None else keys[record.parent]
+                fork_len = record.fork_len if parent is not None else 0
+                keys[record.state.id] = self._insert(db, record.state, parent, fork_len)
+        return list(keys)
+
+    # -- lifetime --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; the store cannot be used afterwards. Idempotent."""
+        with self._lock:
+            if self._connection is not None:
+                self._finalizer()
+                self._connection = None
+                self._cache.clear()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self._path)!r})"
+
+
+def _state_json(state: ConversationState) -> str:
+    return state.model_dump_json(exclude={"events"}, context={"expose_secrets": True})
