@@ -7,6 +7,7 @@ from benchmarks.scenarios.fork_latency import ForkLatency
 from benchmarks.scenarios.fork_memory import ForkMemory
 from benchmarks.scenarios.history_ops import HistoryOps
 from benchmarks.scenarios.import_time import ImportTime
+from benchmarks.scenarios.persisted_fork import PersistedFork
 from benchmarks.scenarios.rest_fork import RestFork
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -14,6 +15,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ForkMemory(),
     ForkFromEvent(),
     HistoryOps(),
+    PersistedFork(),
     FanOut(),
     RestFork(),
     ImportTime(),
