@@ -154,7 +154,7 @@ def build_messages(
             messages.append(
                 {
                     "role": "assistant",
-                    "content": thought or None,
+                    **({"content": thought} if thought else {}),
                     "tool_calls": [
                         {
                             "id": action.tool_call_id,
@@ -187,6 +187,14 @@ def _needs_reply(events: EventLog) -> bool:
         elif isinstance(event, AgentErrorEvent) and event.tool_call_id is not None:
             return True
     return False
+
+
+def _user_message_since(events: EventLog, position: int) -> bool:
+    """Whether a user message was recorded at or after ``position`` (sent during a step)."""
+    return any(
+        isinstance(event, MessageEvent) and event.role == "user"
+        for event in (events[index] for index in range(position, len(events)))
+    )
 
 
 def _last_system_prompt(events: EventLog) -> SystemPromptEvent | None:
@@ -337,9 +345,10 @@ class Runner:
 
         self._commit(start)
         iterations = 0
+        unseen_message = False
         while True:
             state = conversation.state
-            if not _needs_reply(state.events):
+            if not unseen_message and not _needs_reply(state.events):
                 self._finish(ExecutionStatus.FINISHED)
                 return
             if self._pause_requested:
@@ -377,6 +386,7 @@ class Runner:
             self._commit(record)
             if crashed:
                 return
+            unseen_message = _user_message_since(conversation.state.events, len(state.events))
 
     def _act(
         self, response: LLMResponse, tools: Mapping[str, ToolDefinition[Any]]

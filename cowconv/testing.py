@@ -153,7 +153,11 @@ def default_brain(request: Mapping[str, Any]) -> StubReply:
                 break
             results.append(_text(message.get("content")).strip())
         return StubReply.text("The terminal printed:\n" + "\n".join(reversed(results)))
-    said = _text(last.get("content")) if last.get("role") == "user" else ""
+    # The latest user message (a message sent while the model was thinking may be followed
+    # by the answer to the one before).
+    said = next(
+        (_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
+    )
     commands = _COMMAND.findall(said)
     if commands and _offers(request, "terminal"):
         return StubReply.tool_calls_of([("terminal", {"command": c}) for c in commands])
@@ -276,6 +280,11 @@ class _Server(ThreadingHTTPServer):
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (its timeout) closed the socket: nothing to report.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     def track(self, connection: socket.socket, *, open_: bool) -> None:
         with self._connections_lock:

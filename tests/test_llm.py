@@ -1,0 +1,223 @@
+"""LLM: calls through litellm's real HTTP path to the stub, retries, metrics, secrets."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from cowconv import LLM, Agent, LLMError, LLMMetrics
+from cowconv.testing import StubLLMServer, StubReply
+
+TERMINAL_SPEC = {
+    "type": "function",
+    "function": {
+        "name": "terminal",
+        "description": "Run a command.",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+    },
+}
+HELLO = [{"role": "user", "content": "Hello"}]
+
+
+class TestCompletion:
+    def test_text_answer(self, stub, stub_llm):
+        """A text answer comes back as content, with no tool calls."""
+        stub.script(StubReply.text("Hi there."))
+        response = stub_llm.completion(HELLO)
+        assert (response.content, response.tool_calls) == ("Hi there.", ())
+        assert response.id.startswith("chatcmpl-")
+
+    def test_tool_calls_answer(self, stub, stub_llm):
+        """Tool calls come back with their ids, names and JSON arguments text."""
+        stub.script(StubReply.tool_calls_of([("terminal", {"command": "ls"}), ("terminal", "{")]))
+        response = stub_llm.completion(HELLO, [TERMINAL_SPEC])
+        assert [(c.name, c.arguments) for c in response.tool_calls] == [
+            ("terminal", '{"command": "ls"}'),
+            ("terminal", "{"),
+        ]
+        assert len({c.id for c in response.tool_calls}) == 2
+
+    def test_request_carries_messages_tools_and_key(self, stub, stub_llm):
+        """The HTTP request holds the messages, the tools, the model and the bearer key."""
+        stub_llm.completion(HELLO, [TERMINAL_SPEC])
+        (request,) = stub.requests
+        assert request.messages == HELLO
+        assert request.body["tools"] == [TERMINAL_SPEC]
+        assert request.body["model"] == "stub-model"
+        assert request.headers["authorization"] == "Bearer stub-key"
+
+    def test_settings_are_sent(self, stub):
+        """temperature and max_output_tokens reach the provider."""
+        llm = LLM(**stub.llm_settings(), temperature=0.25, max_output_tokens=77)
+        llm.completion(HELLO)
+        body = stub.requests[0].body
+        assert (body["temperature"], body["max_tokens"]) == (0.25, 77)
+
+
+class TestRetries:
+    def test_transient_errors_are_retried(self, stub, stub_llm):
+        """429 and 500 answers are retried until the call succeeds."""
+        stub.script(StubReply.error(429), StubReply.error(500), StubReply.error(503))
+        stub.script(StubReply.text("finally"))
+        assert stub_llm.completion(HELLO).content == "finally"
+        assert len(stub.requests) == 4
+        assert len(stub_llm.metrics.latencies) == 1
+
+    def test_retries_run_out(self, stub):
+        """After num_retries retries the last transient error raises LLMError."""
+        llm = LLM(**stub.llm_settings(), num_retries=2, retry_min_wait=0)
+        stub.script(*[StubReply.error(429, "slow down")] * 3)
+        with pytest.raises(LLMError, match=r"after 3 attempt\(s\).*429.*slow down"):
+            llm.completion(HELLO)
+        assert len(stub.requests) == 3
+        assert llm.metrics.latencies == ()
+
+    def test_authentication_error_fails_at_once(self, stub, stub_llm):
+        """A 401 is not retried and the error says to check the API key."""
+        stub.script(StubReply.error(401, "invalid api key"))
+        with pytest.raises(LLMError, match=r"after 1 attempt\(s\).*401.*Check the API key"):
+            stub_llm.completion(HELLO)
+        assert len(stub.requests) == 1
+
+    def test_bad_request_fails_at_once(self, stub, stub_llm):
+        """A 400 is not retried."""
+        stub.script(StubReply.error(400, "messages are malformed"))
+        with pytest.raises(LLMError, match="400.*messages are malformed"):
+            stub_llm.completion(HELLO)
+        assert len(stub.requests) == 1
+
+    def test_timeouts_are_retried(self, stub):
+        """A call that outlives LLM.timeout is retried, then fails as a timeout."""
+        llm = LLM(**stub.llm_settings(), timeout=0.2, num_retries=1, retry_min_wait=0)
+        stub.script(StubReply.text("late", delay=1.0), StubReply.text("late", delay=1.0))
+        with pytest.raises(LLMError, match="Timeout"):
+            llm.completion(HELLO)
+        assert len(stub.requests) == 2
+
+    def test_connection_errors_are_retried(self):
+        """Nobody listening on the port is a connection error, retried then raised."""
+        with StubLLMServer() as gone:
+            base_url = gone.base_url
+        llm = LLM(model="openai/stub-model", base_url=base_url, api_key="k", num_retries=1)
+        llm = llm.model_copy(update={"retry_min_wait": 0.0})
+        with pytest.raises(LLMError, match=r"after 2 attempt\(s\).*Connection"):
+            llm.completion(HELLO)
+
+    def test_retry_is_logged_without_secrets(self, stub, caplog):
+        """Each retry logs a warning; the key never appears in it."""
+        llm = LLM(**{**stub.llm_settings(), "api_key": "sk-very-secret"}, retry_min_wait=0)
+        stub.script(StubReply.error(429, "key sk-very-secret is rate limited"))
+        with caplog.at_level(logging.WARNING, logger="cowconv"):
+            llm.completion(HELLO)
+        assert "Retrying" in caplog.text and "429" in caplog.text
+        assert "sk-very-secret" not in caplog.text
+
+
+class TestMetrics:
+    def test_tokens_and_latency_add_up(self, stub, stub_llm):
+        """metrics adds every answer's tokens and one latency per call."""
+        first = stub_llm.completion(HELLO)
+        second = stub_llm.completion(HELLO * 3)
+        metrics = stub_llm.metrics
+        assert metrics.prompt_tokens == first.prompt_tokens + second.prompt_tokens > 0
+        assert metrics.completion_tokens == first.completion_tokens + second.completion_tokens
+        assert metrics.latencies == (first.latency, second.latency)
+        assert metrics.usage.prompt_tokens == metrics.prompt_tokens
+
+    def test_unknown_model_costs_nothing(self, stub, stub_llm):
+        """A model litellm has no price for costs 0 instead of failing the call."""
+        assert stub_llm.completion(HELLO).cost == 0.0
+        assert stub_llm.metrics.accumulated_cost == 0.0
+
+    def test_known_model_is_priced_by_litellm(self, stub):
+        """A model in litellm's price list costs what its cost calculator says."""
+        llm = LLM(model="openai/gpt-4o", base_url=stub.base_url, api_key="stub-key")
+        response = llm.completion(HELLO)
+        import litellm  # after the call, which imports it with the offline price list
+
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model="gpt-4o",
+            prompt_tokens=response.prompt_tokens,
+            completion_tokens=response.completion_tokens,
+        )
+        assert response.cost == pytest.approx(prompt_cost + completion_cost)
+        assert response.cost > 0
+        assert llm.metrics.accumulated_cost == pytest.approx(response.cost)
+
+    def test_concurrent_calls_are_all_counted(self, stub, stub_llm):
+        """Calls from many threads are all counted, none lost."""
+        threads = [
+            threading.Thread(target=lambda: [stub_llm.completion(HELLO) for _ in range(4)])
+            for _ in range(6)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        single = stub_llm.completion(HELLO)
+        assert len(stub_llm.metrics.latencies) == 25
+        assert stub_llm.metrics.prompt_tokens == 25 * single.prompt_tokens
+
+
+class TestIdentity:
+    def test_equality_ignores_metrics(self, stub, stub_llm):
+        """Two LLMs with one configuration are equal and hash alike, whatever they spent."""
+        twin = LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+        stub_llm.completion(HELLO)
+        assert twin == stub_llm and hash(twin) == hash(stub_llm)
+        assert twin.metrics.latencies == () and len(stub_llm.metrics.latencies) == 1
+
+    def test_copies_keep_totals_separately(self, stub, stub_llm):
+        """deepcopy and pickle keep the totals so far, then count on their own."""
+        stub_llm.completion(HELLO)
+        for copied in (copy.deepcopy(stub_llm), pickle.loads(pickle.dumps(stub_llm))):
+            assert copied.metrics.latencies == stub_llm.metrics.latencies
+            assert copied.metrics is not stub_llm.metrics
+        assert isinstance(stub_llm.metrics, LLMMetrics)
+
+    def test_agent_round_trip(self):
+        """An agent's LLM survives a JSON round trip (metrics are not configuration)."""
+        agent = Agent(llm=LLM(model="openai/gpt-4o", usage_id="main"))
+        agent.llm.metrics.add(cost=1.0, prompt_tokens=1, completion_tokens=1, latency=0.1)
+        assert Agent.model_validate_json(agent.model_dump_json()) == agent
+
+
+class TestSecrets:
+    def test_key_is_hidden_from_repr_and_default_dumps(self):
+        """The key shows in no repr, str or default dump; exposing it is explicit."""
+        llm = LLM(model="openai/gpt-4o", api_key="sk-very-secret")
+        shown = [repr(llm), str(llm), llm.model_dump_json(), str(llm.model_dump())]
+        assert not any("sk-very-secret" in text for text in shown)
+        exposed = llm.model_dump(mode="json", context={"expose_secrets": True})
+        assert exposed["api_key"] == "sk-very-secret"
+
+    def test_key_is_masked_in_errors(self, stub):
+        """An error message that echoes the key is masked before it reaches the user."""
+        llm = LLM(**{**stub.llm_settings(), "api_key": "sk-very-secret"})
+        stub.script(StubReply.error(401, "key sk-very-secret is not valid"))
+        with pytest.raises(LLMError) as raised:
+            llm.completion(HELLO)
+        assert "sk-very-secret" not in str(raised.value)
+        assert "**********" in str(raised.value)
+
+
+class TestLazyImport:
+    def test_litellm_is_imported_on_first_call_only(self):
+        """Making LLMs and agents does not import litellm; only a call does."""
+        code = (
+            "import sys\n"
+            "from cowconv import LLM, Agent, Conversation, Tool\n"
+            "import cowconv.testing, cowconv.tools.terminal\n"
+            "agent = Agent(llm=LLM(model='openai/gpt-4o'), tools=[Tool(name='terminal')])\n"
+            "Conversation(agent=agent, workspace='.').send_message('hi')\n"
+            "print('litellm' in sys.modules)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "False"

@@ -1,0 +1,210 @@
+"""TerminalTool and the tool registry: real shell subprocesses in a temporary workspace."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cowconv import ToolArgumentError, Workspace, registered_tools, resolve_tool
+from cowconv.tools.terminal import TerminalParams, TerminalTool, _Capture
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> TerminalTool:
+    return TerminalTool.create(Workspace(working_dir=str(tmp_path)))
+
+
+def run(terminal: TerminalTool, command: str, timeout: float | None = None):
+    return terminal.execute(TerminalParams(command=command, timeout=timeout))
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live (not zombie) process."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+class TestExecute:
+    def test_output_and_exit_code(self, terminal):
+        """stdout and stderr come back merged, with the exit code."""
+        result = run(terminal, "echo out; echo err >&2; exit 7")
+        assert result.output == "out\nerr\n"
+        assert result.exit_code == 7
+        assert result.extra == {"timed_out": False, "output_bytes": 8}
+
+    def test_runs_in_the_workspace(self, terminal, tmp_path):
+        """Commands run in the workspace's working directory."""
+        run(terminal, "echo data > made-here.txt")
+        assert (tmp_path / "made-here.txt").read_text() == "data\n"
+        assert run(terminal, "pwd").output.strip() == str(tmp_path)
+
+    def test_each_command_is_its_own_process(self, terminal):
+        """Shell state (cd, variables) does not carry over between commands."""
+        run(terminal, "cd / && export FOO=bar")
+        assert run(terminal, "echo ${FOO:-unset}").output == "unset\n"
+
+    def test_background_process_does_not_block(self, terminal):
+        """A command that leaves a background process behind still returns."""
+        result = run(terminal, "sleep 30 & echo started", timeout=10)
+        assert result.output == "started\n"
+        assert result.extra is not None and result.extra["timed_out"] is False
+
+    def test_missing_workspace_is_a_clear_error(self, tmp_path):
+        """A workspace directory that does not exist raises FileNotFoundError naming it."""
+        missing = tmp_path / "gone"
+        tool = TerminalTool.create(Workspace(working_dir=str(missing)))
+        with pytest.raises(FileNotFoundError, match="gone"):
+            run(tool, "true")
+
+
+class TestTimeout:
+    def test_timeout_kills_the_process_group(self, terminal, tmp_path):
+        """On timeout the command and its children are killed, and the output says so."""
+        result = run(terminal, "sleep 60 & echo $! > child.pid; echo waiting; sleep 60", 0.5)
+        assert result.extra is not None and result.extra["timed_out"] is True
+        assert result.exit_code == -9
+        assert result.output.startswith("waiting\n")
+        assert "timed out after 0.5 s" in result.output
+        child = int((tmp_path / "child.pid").read_text())
+        for _ in range(100):  # the kernel may take a moment to reap the orphan
+            if not alive(child):
+                break
+            time.sleep(0.05)
+        assert not alive(child)
+
+    def test_settings_timeout_is_the_default(self, tmp_path):
+        """Without a timeout argument, Tool(params={"timeout": ...}) applies."""
+        tool = TerminalTool.create(Workspace(working_dir=str(tmp_path)), {"timeout": 0.3})
+        result = run(tool, "sleep 30")
+        assert result.extra is not None and result.extra["timed_out"] is True
+
+    def test_close_kills_running_commands(self, terminal):
+        """close() kills a command still running in another thread."""
+        results = []
+        worker = threading.Thread(target=lambda: results.append(run(terminal, "sleep 60", 120)))
+        worker.start()
+        while not terminal._running:
+            time.sleep(0.01)
+        terminal.close()
+        worker.join()
+        assert results[0].exit_code == -9
+        assert results[0].extra["timed_out"] is False
+
+
+class TestTruncation:
+    def test_huge_output_keeps_head_and_tail(self, tmp_path):
+        """Output past max_output_bytes keeps its start and end around a marker."""
+        tool = TerminalTool.create(Workspace(working_dir=str(tmp_path)), {"max_output_bytes": 1000})
+        result = run(tool, "seq 1 200000")
+        total = len("".join(f"{n}\n" for n in range(1, 200001)))
+        assert result.output.startswith("1\n2\n3\n")
+        assert result.output.endswith("199999\n200000\n")
+        assert f"[... {total - 1000} bytes of output truncated ...]" in result.output
+        assert len(result.output) < 1100
+        assert result.extra is not None and result.extra["output_bytes"] == total
+
+    def test_many_megabytes_stay_bounded(self, terminal):
+        """Tens of megabytes of output are streamed through, not kept."""
+        result = run(terminal, "head -c 50000000 /dev/zero | tr '\\0' a; echo; echo END")
+        assert result.exit_code == 0
+        assert result.output.endswith("a\nEND\n")
+        assert len(result.output) < 31_000
+
+    @given(
+        chunks=st.lists(st.binary(max_size=300), max_size=20),
+        limit=st.integers(min_value=64, max_value=500),
+    )
+    def test_capture_keeps_exact_head_and_tail(self, chunks, limit):
+        """The capture is the whole stream when it fits, else its head and tail exactly."""
+        capture = _Capture(limit)
+        for chunk in chunks:
+            capture.add(chunk)
+        data = b"".join(chunks)
+        text = capture.text()
+        assert capture.total == len(data)
+        if len(data) <= limit:
+            assert text == data.decode("utf-8", errors="replace")
+        else:
+            head, tail = data[: limit // 2], data[len(data) - (limit - limit // 2) :]
+            marker = f"\n[... {len(data) - limit} bytes of output truncated ...]\n"
+            assert text == (
+                head.decode("utf-8", errors="replace")
+                + marker
+                + tail.decode("utf-8", errors="replace")
+            )
+
+
+class TestArguments:
+    def test_spec_comes_from_the_params_model(self):
+        """The OpenAI spec lists command (required) and timeout (optional)."""
+        spec = TerminalTool.spec()
+        function = spec["function"]
+        assert spec["type"] == "function" and function["name"] == "terminal"
+        assert function["parameters"]["required"] == ["command"]
+        assert set(function["parameters"]["properties"]) == {"command", "timeout"}
+        assert "shell command" in function["description"].lower()
+
+    @pytest.mark.parametrize(
+        ("arguments", "message"),
+        [
+            ("{not json", "not valid JSON"),
+            ("[1, 2]", "must be a JSON object"),
+            ('{"timeout": 3}', "command: Field required"),
+            ('{"command": "ls", "timeout": -1}', "timeout: Input should be greater than 0"),
+            ('{"command": "ls", "shell": "zsh"}', "shell: Extra inputs are not permitted"),
+        ],
+    )
+    def test_bad_arguments_are_explained(self, terminal, arguments, message):
+        """Bad JSON or arguments that do not validate raise ToolArgumentError saying why."""
+        with pytest.raises(ToolArgumentError, match=message):
+            terminal.parse_arguments(arguments)
+
+    def test_good_arguments_parse(self, terminal):
+        """Valid arguments become TerminalParams."""
+        assert terminal.parse_arguments('{"command": "ls"}') == TerminalParams(command="ls")
+
+    def test_bad_settings_are_refused(self, tmp_path):
+        """Unknown or invalid settings raise ValueError naming the tool."""
+        with pytest.raises(ValueError, match="invalid settings for tool 'terminal'"):
+            TerminalTool.create(Workspace(working_dir=str(tmp_path)), {"colour": True})
+
+
+class TestRegistry:
+    def test_terminal_resolves_without_importing_it(self):
+        """Tool(name="terminal") resolves in a process that never imported the module."""
+        code = (
+            "import sys\nfrom cowconv import resolve_tool\n"
+            "assert 'cowconv.tools.terminal' not in sys.modules\n"
+            "print(resolve_tool('terminal').__module__)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "cowconv.tools.terminal"
+
+    def test_unknown_tool_lists_the_known_ones(self):
+        """An unknown name is a ValueError that lists the registered tools."""
+        with pytest.raises(ValueError, match="unknown tool 'nope'.*'terminal'"):
+            resolve_tool("nope")
+        assert "terminal" in registered_tools()
+
+    def test_terminal_is_registered_as_itself(self):
+        """resolve_tool("terminal") is TerminalTool, whose name is "terminal"."""
+        assert resolve_tool(TerminalTool.name) is TerminalTool
+        assert TerminalTool.name == "terminal"
+
+    def test_environment_is_inherited(self, terminal, monkeypatch):
+        """Commands see the caller's environment variables."""
+        monkeypatch.setenv("COWCONV_TEST_VALUE", "visible")
+        assert run(terminal, "echo $COWCONV_TEST_VALUE").output == "visible\n"
+        assert os.environ["COWCONV_TEST_VALUE"] == "visible"
