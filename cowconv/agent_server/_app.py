@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import logging
 import os
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,12 +16,14 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Header, Query, Request, S
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
+from pydantic.json_schema import PydanticJsonSchemaWarning
 
 from cowconv._agent import Agent
 from cowconv._events import AnyEvent, Event
 from cowconv._exceptions import ConversationNotFoundError
 from cowconv._history import EventLog
 from cowconv._state import ConversationInfo
+from cowconv._store import SQLiteStore, Store
 from cowconv.agent_server._models import (
     ConversationPage,
     CreateConversationRequest,
@@ -35,7 +38,6 @@ from cowconv.agent_server._registry import (
     ConversationConflictError,
     ConversationRegistry,
     EventNotFoundError,
-    Store,
 )
 
 __all__ = ["SESSION_API_KEY_HEADER", "STORE_FILE_NAME", "create_app"]
@@ -57,8 +59,6 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 def _open_store(data_dir: str | os.PathLike[str]) -> Store:
-    from cowconv import SQLiteStore
-
     directory = Path(data_dir).expanduser()
     directory.mkdir(parents=True, exist_ok=True)
     store: Store = SQLiteStore(directory / STORE_FILE_NAME)
@@ -133,6 +133,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.registry = registry
+    _quiet_openapi(app)
     _add_error_handlers(app)
 
     @app.get("/health", response_model=HealthResponse, tags=["server"])
@@ -142,6 +143,21 @@ def create_app(
 
     app.include_router(_api_router(registry, session_api_key))
     return app
+
+
+def _quiet_openapi(app: FastAPI) -> None:
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        # Empty-tag defaults are pmap(), which pydantic cannot show in a schema; leaving
+        # those defaults out of the schema is right, the warning about it is noise.
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=r"Default value pmap", category=PydanticJsonSchemaWarning
+            )
+            return build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _version() -> str:

@@ -22,13 +22,14 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from cowconv._agent import Agent
 from cowconv._conversation import Conversation
 from cowconv._events import Event
 from cowconv._exceptions import ConversationNotFoundError, CowconvError
 from cowconv._state import ConversationInfo, ConversationState
+from cowconv._store import Store
 from cowconv._workspace import Workspace
 
 __all__ = ["ConversationConflictError", "ConversationRegistry", "EventNotFoundError"]
@@ -50,22 +51,6 @@ class EventNotFoundError(CowconvError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
-
-
-class Store(Protocol):
-    """What the registry needs of a store (:class:`cowconv.SQLiteStore` has it)."""
-
-    def save(self, previous: ConversationState | None, current: ConversationState) -> None: ...
-
-    def exists(self, conversation_id: str) -> bool: ...
-
-    def list(
-        self, *, tags: Mapping[str, str] | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[ConversationInfo]: ...
-
-    def delete(self, conversation_id: str) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class _Hub:
@@ -141,10 +126,10 @@ class ConversationRegistry:
             return conversation
 
     def _reopen(self, conversation_id: str) -> Conversation:
-        resumed: Conversation = Conversation.resume(  # type: ignore[attr-defined]
+        assert self._store is not None
+        return Conversation.resume(
             self._store, conversation_id, callbacks=[self._hub(conversation_id).notify]
         )
-        return resumed
 
     def find(self, conversation_id: str) -> Conversation | None:
         """The conversation if it exists, else ``None``."""
@@ -282,7 +267,7 @@ class ConversationRegistry:
 
     def _run(self, conversation: Conversation) -> None:
         try:
-            conversation.run()  # type: ignore[attr-defined]
+            conversation.run()
         except Exception:
             # The runtime turns agent failures into events; this is a bug, keep serving.
             logger.exception("run of conversation %s failed", conversation.id)
@@ -294,7 +279,7 @@ class ConversationRegistry:
     def pause(self, conversation_id: str) -> ConversationState:
         """Ask a running conversation to pause (thread-safe); the current snapshot."""
         conversation = self.get(conversation_id)
-        conversation.pause()  # type: ignore[attr-defined]
+        conversation.pause()
         return conversation.state
 
     # -- streaming ---------------------------------------------------------------
