@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._machine import git_commit, load_average, machine, versions
-from benchmarks._measure import FULL, QUICK, human_size, parse_size
+from benchmarks._measure import FULL, QUICK, human_size, parse_size, settle
 from benchmarks._report import markdown, targets_table
 from benchmarks._scenario import Config, Context, Scenario, Skip, Target
 from benchmarks._workload import Workload
@@ -133,6 +133,7 @@ def run(config: Config, scenarios: Sequence[Scenario], command: str) -> dict[str
             seconds = time.perf_counter()
             workload.events(config.largest)
             results["build_seconds"] = time.perf_counter() - seconds
+            settle()
         for scenario in scenarios:
             results["scenarios"][scenario.name] = _run_one(scenario, config, workload, tick)
     results["duration_s"] = time.perf_counter() - started

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._measure import Sample, human_seconds, human_size, time_once, time_op
+from benchmarks._measure import Sample, human_seconds, human_size, settle, time_once, time_op
 from benchmarks._scenario import Config, Context, Scenario, Skip, cell, point, table
 from benchmarks.scenarios.fork_latency import json_round_trip
 from cowconv import LLM, Agent, Conversation
@@ -60,6 +60,7 @@ class FanOut(Scenario):
             source = Conversation._from_state(base.state._replace(events=ctx.workload.log(history)))
             ctx.tick("warm-up (imports litellm, first HTTP connection)")
             warm_up = time_once(lambda: run_branches(source, ["Warm up."]))
+            settle()  # litellm's many objects would slow every later collection
             for count in self._branches(config):
                 ctx.tick(f"{count} branches × 1 agent step")
                 messages = [f"Variant {i}: summarise what you did." for i in range(count)]
