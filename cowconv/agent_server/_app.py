@@ -243,7 +243,7 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
         limit: Annotated[int, Query(ge=1, le=_MAX_PAGE)] = 100,
         offset: Annotated[int, Query(ge=0)] = 0,
     ) -> ConversationPage:
-        """Conversation summaries, newest first, optionally only those with all given tags."""
+        """Conversation summaries, oldest first, optionally only those with all given tags."""
         items = registry.list(tags=_tag_filter(tag), limit=limit + 1, offset=offset)
         more = len(items) > limit
         return ConversationPage(items=items[:limit], next_offset=offset + limit if more else None)

@@ -115,7 +115,7 @@ class EventPage(BaseModel):
 
 
 class ConversationPage(BaseModel):
-    """A page of conversation summaries, newest first.
+    """A page of conversation summaries, oldest first.
 
     >>> ConversationPage(items=[], next_offset=None).items
     []

@@ -141,7 +141,7 @@ class ConversationRegistry:
     def list(
         self, *, tags: Mapping[str, str] | None = None, limit: int = 100, offset: int = 0
     ) -> list[ConversationInfo]:
-        """Summaries, newest first, of the conversations carrying all ``tags``."""
+        """Summaries, oldest first, of the conversations carrying all ``tags``."""
         if self._store is not None:
             return self._store.list(tags=tags, limit=limit, offset=offset)
         wanted = dict(tags or {})
@@ -152,7 +152,7 @@ class ConversationRegistry:
             for state in states
             if all(state.tags.get(key) == value for key, value in wanted.items())
         ]
-        chosen.sort(key=lambda state: (state.created_at, state.id), reverse=True)
+        chosen.sort(key=lambda state: (state.created_at, state.id))
         return [ConversationInfo.of(state) for state in chosen[offset : offset + limit]]
 
     def is_running(self, conversation_id: str) -> bool:

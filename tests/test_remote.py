@@ -1,0 +1,289 @@
+"""Tests for cowconv._remote: RemoteConversation against a real agent server on loopback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import cowconv
+from cowconv import (
+    Agent,
+    Conversation,
+    Event,
+    ExecutionStatus,
+    MessageEvent,
+    RemoteConversation,
+    RemoteError,
+    Workspace,
+)
+from cowconv.agent_server import BackgroundServer, create_app
+from cowconv.testing import StubLLMServer, StubReply
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[BackgroundServer]:
+    """The agent server on uvicorn on a free loopback port, data under tmp_path."""
+    with BackgroundServer(create_app(data_dir=tmp_path / "data")) as background:
+        yield background
+
+
+@pytest.fixture
+def workspace(server: BackgroundServer, tmp_path: Path) -> Workspace:
+    return Workspace(host=server.url, working_dir=str(tmp_path))
+
+
+@pytest.fixture
+def remote(stub_agent: Agent, workspace: Workspace) -> Iterator[RemoteConversation]:
+    conversation = Conversation(agent=stub_agent, workspace=workspace)
+    assert isinstance(conversation, RemoteConversation)
+    yield conversation
+    conversation.close()
+
+
+class TestFactory:
+    def test_conversation_returns_remote(self, remote: RemoteConversation, workspace):
+        """Conversation(workspace=Workspace(host=...)) creates the conversation on the server."""
+        assert remote.workspace == workspace
+        assert remote.state.execution_status is ExecutionStatus.IDLE
+
+    def test_local_workspace_stays_local(self, stub_agent: Agent, tmp_path: Path):
+        """Without host, Conversation is the local class."""
+        assert type(Conversation(agent=stub_agent, workspace=tmp_path)) is Conversation
+
+    def test_lazy_export(self):
+        """cowconv.RemoteConversation resolves lazily; unknown names still fail."""
+        assert cowconv.RemoteConversation is RemoteConversation
+        with pytest.raises(AttributeError):
+            cowconv.NoSuchThing  # noqa: B018
+
+    def test_options_reach_the_server(self, stub_agent: Agent, workspace: Workspace):
+        """conversation_id and tags are the server-side conversation's."""
+        with Conversation(
+            agent=stub_agent, workspace=workspace, conversation_id="named", tags={"k": "v"}
+        ) as conversation:
+            assert conversation.id == "named" and dict(conversation.state.tags) == {"k": "v"}
+
+    def test_existing_id_attaches(self, remote: RemoteConversation, stub_agent, workspace):
+        """An id the server has reopens that conversation, like a local resume."""
+        remote.send_message("kept")
+        with RemoteConversation(stub_agent, workspace, conversation_id=remote.id) as again:
+            assert [e.text for e in again.state.events] == ["kept"]
+
+    def test_needs_host(self, stub_agent: Agent, tmp_path: Path):
+        """A RemoteConversation without a server URL is a ValueError."""
+        with pytest.raises(ValueError, match="host"):
+            RemoteConversation(stub_agent, Workspace(working_dir=str(tmp_path)))
+
+
+class TestAttach:
+    def test_attach(self, remote: RemoteConversation, server: BackgroundServer, stub_agent):
+        """attach(host, id) reopens a conversation; its agent comes back with the key hidden."""
+        remote.send_message("hello")
+        with RemoteConversation.attach(server.url, remote.id) as attached:
+            assert attached.id == remote.id and len(attached.state.events) == 1
+            assert attached.agent.llm.model == stub_agent.llm.model
+            assert attached.agent.llm.api_key is not None
+            assert attached.agent.llm.api_key.get_secret_value() == "**********"
+
+    def test_attach_unknown(self, server: BackgroundServer):
+        """attach to an unknown id raises RemoteError 404 with the server's message."""
+        with pytest.raises(RemoteError) as error:
+            RemoteConversation.attach(server.url, "nope")
+        assert error.value.status_code == 404 and "nope" in error.value.message
+
+
+class TestState:
+    def test_events_paged(self, remote: RemoteConversation):
+        """state.events reads every event through pages, indexable and sliceable."""
+        sent = [remote.send_message(str(n)) for n in range(230)]
+        events = remote.state.events
+        assert len(events) == 230
+        assert [e.id for e in events] == [e.id for e in sent]
+        assert events[-1] == sent[-1] and events[150].text == "150"
+        assert [e.text for e in events[98:102]] == ["98", "99", "100", "101"]
+        assert events.last == sent[-1]
+        with pytest.raises(IndexError):
+            events[230]
+
+    def test_snapshot(self, remote: RemoteConversation):
+        """A state read earlier keeps its length; reading state again shows news."""
+        before = remote.state
+        remote.send_message("later")
+        assert len(before.events) == 0 and len(remote.state.events) == 1
+
+    def test_summary_fields(self, remote: RemoteConversation):
+        """tags, title, stats and fork links come from the server's info."""
+        fork = remote.fork(title="T", tags={"a": "b"}, reset_metrics=False)
+        state = fork.state
+        assert dict(state.tags) == {"a": "b", "title": "T"} and state.title == "T"
+        assert state.forked_from_conversation_id == remote.id
+        assert state.stats.accumulated_cost == 0.0
+        assert state.created_at <= state.updated_at
+        fork.close()
+
+
+class TestSendMessage:
+    def test_recorded_and_reported(self, stub_agent: Agent, workspace: Workspace):
+        """send_message returns the event and hands it to the callbacks."""
+        seen: list[Event] = []
+        with RemoteConversation(stub_agent, workspace, callbacks=[seen.append]) as conversation:
+            event = conversation.send_message("hi")
+            assert isinstance(event, MessageEvent) and event.text == "hi"
+            assert seen == [event] and list(conversation.state.events) == [event]
+
+    def test_rejects_non_str(self, remote: RemoteConversation):
+        """send_message takes text."""
+        with pytest.raises(TypeError):
+            remote.send_message(3)  # type: ignore[arg-type]
+
+
+class TestRun:
+    def test_blocks_until_done(self, stub_agent: Agent, workspace: Workspace):
+        """run() returns when the run has ended, every new event seen by the callbacks."""
+        seen: list[Event] = []
+        with RemoteConversation(stub_agent, workspace, callbacks=[seen.append]) as conversation:
+            conversation.send_message("Run `echo remote-run`.")
+            conversation.run()
+            state = conversation.state
+            assert state.execution_status is ExecutionStatus.FINISHED
+            assert [e.id for e in seen] == [e.id for e in state.events]
+            assert any("remote-run" in getattr(e, "output", "") for e in state.events)
+
+    def test_errors_are_recorded(self, remote: RemoteConversation, stub: StubLLMServer):
+        """An LLM failure ends the run with status error and an agent_error event."""
+        stub.script(*[StubReply.error(400, "bad request")] * 5)
+        remote.send_message("hi")
+        remote.run()
+        state = remote.state
+        assert state.execution_status is ExecutionStatus.ERROR
+        assert state.events[-1].kind == "agent_error"
+
+    def test_joins_a_running_run(self, remote: RemoteConversation, stub: StubLLMServer):
+        """run() while another client's run is going waits for that run."""
+        stub.script(StubReply.text("slow", delay=0.5))
+        remote.send_message("hi")
+        other = threading.Thread(target=remote.run)
+        other.start()
+        time.sleep(0.1)
+        remote.run()
+        assert remote.state.execution_status is ExecutionStatus.FINISHED
+        other.join()
+
+
+class TestPause:
+    def test_pause_from_another_thread(self, remote: RemoteConversation, stub: StubLLMServer):
+        """pause() stops a run after its step; run() then returns with status paused."""
+        stub.script(
+            StubReply.tool_call("terminal", command="echo 1", delay=0.5), StubReply.text("no")
+        )
+        remote.send_message("go")
+        runner = threading.Thread(target=remote.run)
+        runner.start()
+        time.sleep(0.2)
+        remote.pause()
+        runner.join(10)
+        assert not runner.is_alive()
+        assert remote.state.execution_status is ExecutionStatus.PAUSED
+
+
+class TestFork:
+    def test_fork_is_independent(self, remote: RemoteConversation):
+        """The fork has the source's events; later messages stay on their side."""
+        remote.send_message("shared")
+        fork = remote.fork(conversation_id="f1")
+        assert isinstance(fork, RemoteConversation) and fork.id == "f1"
+        fork.send_message("fork only")
+        remote.send_message("source only")
+        assert [e.text for e in fork.state.events] == ["shared", "fork only"]
+        assert [e.text for e in remote.state.events] == ["shared", "source only"]
+        fork.close()
+
+    def test_from_event(self, remote: RemoteConversation):
+        """from_event_id forks the history up to that event."""
+        first = remote.send_message("one")
+        remote.send_message("two")
+        with remote.fork(from_event_id=first.id) as fork:
+            assert [e.text for e in fork.state.events] == ["one"]
+
+    def test_fork_runs_with_credentials(self, remote: RemoteConversation, stub: StubLLMServer):
+        """A remote fork runs on the server with the source agent's api key."""
+        remote.send_message("Run `echo forked`.")
+        with remote.fork() as fork:
+            fork.run()
+            state = fork.state
+        assert state.execution_status is ExecutionStatus.FINISHED
+        assert {r.headers.get("authorization") for r in stub.requests} == {"Bearer stub-key"}
+
+    def test_agent_not_supported(self, remote: RemoteConversation, stub_agent: Agent):
+        """fork(agent=...) points to the local fork."""
+        with pytest.raises(NotImplementedError, match="local Conversation"):
+            remote.fork(agent=stub_agent)
+
+    def test_errors(self, remote: RemoteConversation):
+        """Taken ids and unknown events are RemoteError 409 and 404."""
+        with pytest.raises(RemoteError) as taken:
+            remote.fork(conversation_id=remote.id)
+        with pytest.raises(RemoteError) as unknown:
+            remote.fork(from_event_id="nope")
+        assert (taken.value.status_code, unknown.value.status_code) == (409, 404)
+        assert "nope" in unknown.value.message
+
+
+class TestSessionKey:
+    def test_key_sent(self, stub_agent: Agent, tmp_path: Path):
+        """Workspace.api_key is sent as the session key; without it the server says 401."""
+        with BackgroundServer(create_app(session_api_key="k1")) as keyed:
+            good = Workspace(host=keyed.url, working_dir=str(tmp_path), api_key="k1")
+            with Conversation(agent=stub_agent, workspace=good) as conversation:
+                conversation.send_message("hi")
+            with pytest.raises(RemoteError) as error:
+                Conversation(agent=stub_agent, workspace=good.model_copy(update={"api_key": None}))
+            assert error.value.status_code == 401
+
+
+class TestClose:
+    def test_close_keeps_the_conversation(self, remote: RemoteConversation, server):
+        """close() ends the connection; the conversation stays on the server."""
+        remote.send_message("stay")
+        remote.close()
+        with RemoteConversation.attach(server.url, remote.id) as again:
+            assert len(again.state.events) == 1
+
+
+def run_example(path: Path, stub: StubLLMServer, tmp_path: Path) -> str:
+    env = {
+        **os.environ,
+        **stub.environment(),
+        "COWCONV_DATA_DIR": str(tmp_path / "data"),
+        "PYTHONPATH": str(ROOT),
+        # The example starts the server as `python -m ...`: this interpreter first on PATH.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    result = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+class TestExamples:
+    def test_agent_server_fork_example(self, stub: StubLLMServer, tmp_path: Path):
+        """examples/02_remote_agent_server/11_conversation_fork.py runs against the stub."""
+        example = ROOT / "examples/02_remote_agent_server/11_conversation_fork.py"
+        output = run_example(example, stub, tmp_path)
+        assert "All done" in output and "EXAMPLE_COST" in output
+        assert "missing credentials" not in output.lower()
