@@ -60,6 +60,12 @@ class TestExecute:
         assert result.output == "started\n"
         assert result.extra is not None and result.extra["timed_out"] is False
 
+    def test_environment_is_inherited(self, terminal, monkeypatch):
+        """Commands see the caller's environment variables."""
+        monkeypatch.setenv("COWCONV_TEST_VALUE", "visible")
+        assert run(terminal, "echo $COWCONV_TEST_VALUE").output == "visible\n"
+        assert os.environ["COWCONV_TEST_VALUE"] == "visible"
+
     def test_missing_workspace_is_a_clear_error(self, tmp_path):
         """A workspace directory that does not exist raises FileNotFoundError naming it."""
         missing = tmp_path / "gone"
@@ -202,9 +208,3 @@ class TestRegistry:
         """resolve_tool("terminal") is TerminalTool, whose name is "terminal"."""
         assert resolve_tool(TerminalTool.name) is TerminalTool
         assert TerminalTool.name == "terminal"
-
-    def test_environment_is_inherited(self, terminal, monkeypatch):
-        """Commands see the caller's environment variables."""
-        monkeypatch.setenv("COWCONV_TEST_VALUE", "visible")
-        assert run(terminal, "echo $COWCONV_TEST_VALUE").output == "visible\n"
-        assert os.environ["COWCONV_TEST_VALUE"] == "visible"
