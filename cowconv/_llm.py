@@ -51,6 +51,15 @@ _TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
 _MASK = "**********"
 
 
+def dump_secret(secret: SecretStr | None, info: SerializationInfo) -> Any:
+    """A secret as a serializer writes it: masked, unless the context says ``expose_secrets``."""
+    if secret is None:
+        return None
+    if isinstance(info.context, dict) and info.context.get("expose_secrets"):
+        return secret.get_secret_value()
+    return _MASK if info.mode == "json" else secret
+
+
 def _litellm() -> ModuleType:
     """litellm, imported on first use (it takes seconds to import)."""
     # Without this, importing litellm fetches its price list from the internet.
@@ -218,11 +227,7 @@ class LLM(BaseModel):
 
     @field_serializer("api_key")
     def _dump_api_key(self, key: SecretStr | None, info: SerializationInfo) -> Any:
-        if key is None:
-            return None
-        if isinstance(info.context, dict) and info.context.get("expose_secrets"):
-            return key.get_secret_value()
-        return _MASK if info.mode == "json" else key
+        return dump_secret(key, info)
 
     def __eq__(self, other: object) -> bool:
         # Equal configuration, whatever each object has spent so far.

@@ -9,8 +9,18 @@ False
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SecretStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SecretStr,
+    SerializationInfo,
+    field_serializer,
+    field_validator,
+)
+
+from cowconv._llm import dump_secret
 
 __all__ = ["Workspace"]
 
@@ -19,7 +29,8 @@ class Workspace(BaseModel):
     """A working directory, on this machine or on an agent server (``host``).
 
     With ``host`` set, ``Conversation(workspace=...)`` talks to the agent
-    server at that URL; ``api_key`` is then its session API key.
+    server at that URL; ``api_key`` is then its session API key, masked in
+    dumps like ``LLM.api_key`` unless the context says ``expose_secrets``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -32,6 +43,10 @@ class Workspace(BaseModel):
     @classmethod
     def _path_to_str(cls, value: object) -> object:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @field_serializer("api_key")
+    def _dump_api_key(self, key: SecretStr | None, info: SerializationInfo) -> Any:
+        return dump_secret(key, info)
 
     @property
     def is_remote(self) -> bool:
