@@ -161,10 +161,11 @@ class TestCreate:
         assert response.status_code == 422
         assert SECRET not in response.text
 
-    def test_not_json(self, client: TestClient):
-        """422 for a body that is not JSON."""
+    @pytest.mark.parametrize("content", [b"{nope", b"\xff\xfe\x00"])
+    def test_not_json(self, client: TestClient, content: bytes):
+        """422 for a body that is not JSON, or not even UTF-8."""
         response = client.post(
-            "/api/conversations", content=b"{nope", headers={"Content-Type": "application/json"}
+            "/api/conversations", content=content, headers={"Content-Type": "application/json"}
         )
         assert response.status_code == 422
 

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, Query, Request, Security
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
 from pydantic.json_schema import PydanticJsonSchemaWarning
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cowconv._agent import Agent
 from cowconv._events import AnyEvent, Event
@@ -105,8 +107,9 @@ def create_app(
 ) -> FastAPI:
     """The agent server as an ASGI app.
 
-    Conversations are kept in ``store``, or in a SQLite store under
-    ``data_dir``, or (neither given) in memory only. With
+    Conversations are kept in ``store`` (which stays open at shutdown), or in
+    a SQLite store under ``data_dir`` (closed at shutdown), or (neither given)
+    in memory only. With
     ``session_api_key`` every ``/api`` route requires the header
     ``X-Session-API-Key``; ``/health`` stays open.
 
@@ -119,12 +122,15 @@ def create_app(
         raise ValueError("give data_dir or store, not both")
     if session_api_key is not None and not session_api_key:
         raise ValueError("session_api_key must not be empty")
-    registry = ConversationRegistry(store if data_dir is None else _open_store(data_dir))
+    opened = None if data_dir is None else _open_store(data_dir)
+    registry = ConversationRegistry(opened or store)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
         await asyncio.to_thread(registry.close)
+        if opened is not None:  # a store the caller passed in is the caller's to close
+            opened.close()
 
     app = FastAPI(
         title="cowconv agent server",
@@ -175,6 +181,14 @@ def _add_error_handlers(app: FastAPI) -> None:
             for item in error.errors()
         ]
         return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> Response:
+        if error.status_code == 400:
+            # FastAPI answers a body it cannot decode (not UTF-8) with 400; to a client that
+            # is one more malformed body, which this API answers with 422 everywhere.
+            return _error(422, f"malformed request body: {error.detail}")
+        return await http_exception_handler(request, error)
 
     @app.exception_handler(ConversationNotFoundError)
     async def not_found(_request: Request, error: ConversationNotFoundError) -> JSONResponse:

@@ -309,7 +309,7 @@ class ConversationRegistry:
             hub.notify()
 
     def close(self, *, timeout: float = 10.0) -> None:
-        """Pause the running conversations, wait for them, close the store."""
+        """Pause the running conversations and wait for them; the store stays open."""
         with self._lock:
             self._closed = True
             runs = dict(self._runs)
@@ -323,8 +323,6 @@ class ConversationRegistry:
             live = list(self._live.values())
         for conversation in live:
             conversation.close()
-        if self._store is not None:
-            self._store.close()
 
     @property
     def closed(self) -> bool:
