@@ -1,0 +1,6 @@
+"""``python -m cowconv``: the cowconv command line."""
+
+from cowconv._cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())
