@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -334,6 +335,33 @@ class TestConflicts:
         store.delete("c1")
         with pytest.raises(ConversationNotFoundError):
             conversation.send_message("after delete")
+
+
+class TestThreads:
+    def test_one_store_many_threads(self, store: SQLiteStore):
+        """Conversations written, forked and read from several threads through one store."""
+        source = persisted(store, conversation_id="source")
+        fill(source, 5)
+        errors: list[BaseException] = []
+
+        def work(number: int) -> None:
+            try:
+                fork = source.fork(conversation_id=f"fork-{number}")
+                for i in range(20):
+                    fork.send_message(f"{number}-{i}")
+                    store.list()
+                assert store.load(fork.id) == fork.state
+            except BaseException as error:  # reported below, in the test's thread
+                errors.append(error)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert len(store.list()) == 7
+        assert [e.text for e in store.load("fork-3").events][5:] == [f"3-{i}" for i in range(20)]
 
 
 class TestList:

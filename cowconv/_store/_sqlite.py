@@ -76,9 +76,10 @@ CREATE TABLE events (
 ) WITHOUT ROWID;
 """
 
-# Migrations from version N to N + 1, run in order inside one transaction.
-# Version 1 is the first layout; the next layout adds its step here.
-_MIGRATIONS: dict[int, str] = {}
+# The statements that take a store from version N to N + 1, run in order in one
+# transaction when an older store is opened. Version 1 is the first layout; the
+# next one adds its step here (executescript would commit half-way: no scripts).
+_MIGRATIONS: dict[int, tuple[str, ...]] = {}
 
 # Loaded histories kept so that loading a fork shares the parent's events.
 _CACHE_SIZE = 32
@@ -127,8 +128,8 @@ def _translated(path: object) -> Iterator[None]:
         raise StoreError(f"the store {path} failed: {error}") from error
 
 
-def _check_existing(path: Path, lock_timeout: float) -> bool:
-    """Validate an existing file read-only; ``True`` if it is an empty database to set up."""
+def _check_existing(path: Path, lock_timeout: float) -> int:
+    """Validate an existing file read-only; its schema version, 0 for an empty database."""
     with open(path, "rb") as file:
         header = file.read(len(_SQLITE_MAGIC))
     if header != _SQLITE_MAGIC:
@@ -150,7 +151,7 @@ def _check_existing(path: Path, lock_timeout: float) -> bool:
     finally:
         connection.close()
     if application_id == 0 and version == 0 and not tables:
-        return True
+        return 0
     if application_id != _APPLICATION_ID:
         raise CorruptStoreError(f"{path} is an SQLite database but not a cowconv store")
     if version > SCHEMA_VERSION or version < 1:
@@ -160,7 +161,7 @@ def _check_existing(path: Path, lock_timeout: float) -> bool:
         )
     if not {"conversations", "events"} <= tables:
         raise CorruptStoreError(f"{path} is a cowconv store with missing tables: damaged")
-    return False
+    return int(version)
 
 
 class SQLiteStore:
@@ -204,12 +205,15 @@ class SQLiteStore:
     def _open(self, lock_timeout: float, synchronous: Synchronous) -> sqlite3.Connection:
         path = self._path
         in_memory = str(path) == ":memory:"
-        if in_memory or _file_is_empty(path):
-            fresh = True
-            if not in_memory:
-                _create_private_file(path)
-        else:
-            fresh = _check_existing(path, lock_timeout)
+        try:
+            if in_memory or _file_is_empty(path):
+                version = 0
+                if not in_memory:
+                    _create_private_file(path)
+            else:
+                version = _check_existing(path, lock_timeout)
+        except OSError as error:
+            raise StoreError(f"cannot open the store {path}: {error}") from error
         with _translated(path):
             connection = sqlite3.connect(
                 path, timeout=lock_timeout, isolation_level=None, check_same_thread=False
@@ -218,30 +222,32 @@ class SQLiteStore:
             with _translated(path):
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
-                self._set_up(connection, fresh)
+                if version != SCHEMA_VERSION:
+                    self._set_up(connection)
         except BaseException:
             connection.close()
             raise
         return connection
 
-    def _set_up(self, connection: sqlite3.Connection, fresh: bool) -> None:
+    def _set_up(self, connection: sqlite3.Connection) -> None:
+        """Create the schema in an empty database, or migrate an older one, atomically."""
         connection.execute("BEGIN IMMEDIATE")
         try:
+            # Read again under the write lock: another process may have set it up meanwhile.
             application_id = connection.execute("PRAGMA application_id").fetchone()[0]
             version = connection.execute("PRAGMA user_version").fetchone()[0]
-            if fresh and application_id == 0:
-                # Checked again under the write lock: another process may have won the race.
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        connection.execute(statement)
-                connection.execute(f"PRAGMA application_id={_APPLICATION_ID}")
-                version = 0
+            if application_id == 0 and version == 0:
+                statements = [s for s in _SCHEMA.split(";") if s.strip()]
+                statements.append(f"PRAGMA application_id={_APPLICATION_ID}")
             elif application_id != _APPLICATION_ID:
                 raise CorruptStoreError(f"{self._path} is not a cowconv store")
-            for step in range(max(version, 1), SCHEMA_VERSION):
-                connection.executescript(_MIGRATIONS[step])
-            if version != SCHEMA_VERSION:
-                connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            else:
+                statements = [
+                    s for step in range(version, SCHEMA_VERSION) for s in _MIGRATIONS[step]
+                ]
+            for statement in statements:
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             connection.execute("COMMIT")
         except BaseException:
             connection.execute("ROLLBACK")
