@@ -286,4 +286,14 @@ class TestExamples:
         example = ROOT / "examples/02_remote_agent_server/11_conversation_fork.py"
         output = run_example(example, stub, tmp_path)
         assert "All done" in output and "EXAMPLE_COST" in output
-        assert "missing credentials" not in output.lower()
+        # The forks ran on the server with the key: every LLM call carried it, and the
+        # fork's own command reached the model (a run without the key would stop at once).
+        assert {r.headers.get("authorization") for r in stub.requests} == {"Bearer stub-key"}
+        commands = [
+            call["function"]["arguments"]
+            for request in stub.requests
+            for message in request.messages
+            for call in message.get("tool_calls") or ()
+        ]
+        assert '{"command": "echo hello-from-fork"}' in commands
+        assert (tmp_path / "data" / "conversations.db").exists()

@@ -16,7 +16,9 @@ __all__ = ["main"]
 
 SESSION_API_KEY_ENV = "COWCONV_SESSION_API_KEY"
 DATA_DIR_ENV = "COWCONV_DATA_DIR"
-DEFAULT_DATA_DIR = Path("~/.cowconv/agent_server")
+# Relative to the working directory, like the seed's server: a server started in a project
+# keeps its conversations there, and a run in a scratch directory leaves nothing elsewhere.
+DEFAULT_DATA_DIR = Path(".cowconv/agent_server")
 
 
 def _parser() -> argparse.ArgumentParser:
