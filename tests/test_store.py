@@ -673,3 +673,16 @@ class TestRandomForkTrees:
                 for conversation in live:
                     store.delete(conversation.id)
             assert (event_rows(path), conversation_rows(path)) == (0, 0)
+
+
+class TestBytesWrittenBy:
+    def test_fork_bytes_do_not_grow_with_history(self, store: SQLiteStore):
+        """A fork writes a few pages (under 16 KiB) whether the history is short or long."""
+        source = persisted(store)
+        fill(source, 10)
+        short = store.bytes_written_by(source.fork)
+        fill(source, 490)
+        long = store.bytes_written_by(source.fork)
+        assert 0 < short <= 16 * 1024 and 0 < long <= 16 * 1024
+        assert store.bytes_written_by(lambda: fill(source, 50)) > long
+        assert store.bytes_written_by(lambda: None) == 0
