@@ -80,7 +80,7 @@ def _store_for(persistence_dir: str | os.PathLike[str] | None, store: Store | No
         raise ValueError("pass persistence_dir or store, not both")
     if persistence_dir is None:
         return store
-    directory = Path(persistence_dir)
+    directory = Path(persistence_dir).expanduser()
     directory.mkdir(parents=True, exist_ok=True)
     return SQLiteStore(directory / "cowconv.db")
 

@@ -196,7 +196,7 @@ class SQLiteStore:
             raise ValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         if lock_timeout < 0:
             raise ValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
-        self._path = Path(path)
+        self._path = Path(path).expanduser()
         self._lock = threading.RLock()
         self._cache: OrderedDict[int, EventLog] = OrderedDict()
         self._connection: sqlite3.Connection | None = self._open(lock_timeout, synchronous)
