@@ -398,6 +398,8 @@ class TestList:
         assert [i.id for i in store.list(limit=2, offset=2)] == ["c", "d"]
         assert [i.id for i in store.list(offset=4)] == ["e"]
         assert store.list(limit=0) == []
+        assert [i.id for i in store.list(limit=2**70)] == list("abcde")
+        assert store.list(offset=2**70) == []
 
     def test_bad_paging(self, store: SQLiteStore):
         """Negative limit or offset is a ValueError."""

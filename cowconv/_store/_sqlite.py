@@ -81,6 +81,8 @@ CREATE TABLE events (
 # next one adds its step here (executescript would commit half-way: no scripts).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {}
 
+_MAX_ROWS = 2**63 - 1
+
 # Loaded histories kept so that loading a fork shares the parent's events.
 _CACHE_SIZE = 32
 
@@ -418,7 +420,8 @@ class SQLiteStore:
             )
             parameters += [key, value]
         query += " ORDER BY key LIMIT ? OFFSET ?"
-        parameters += [-1 if limit is None else limit, offset]
+        # SQLite integers are 64-bit; no store holds more rows than that anyway.
+        parameters += [-1 if limit is None else min(limit, _MAX_ROWS), min(offset, _MAX_ROWS)]
         with self._transaction(write=False) as db:
             rows = db.execute(query, parameters).fetchall()
         return [self._info(state_json, event_count) for state_json, event_count in rows]
