@@ -209,9 +209,11 @@ class TestList:
         assert ids({"tag": ["x=1", "y=2"]}) == ["a"]
         assert ids({"tag": "x=2"}) == []
 
-    @pytest.mark.parametrize("params", [{"tag": "novalue"}, {"limit": 0}, {"offset": -1}])
+    @pytest.mark.parametrize(
+        "params", [{"tag": "novalue"}, {"limit": 0}, {"offset": -1}, {"offset": 2**63}]
+    )
     def test_bad_query(self, client: TestClient, params: dict[str, Any]):
-        """422 for a tag filter without '=' or an out-of-range page."""
+        """422 for a tag filter without '=' or an out-of-range page (never a store overflow)."""
         assert client.get("/api/conversations", params=params).status_code == 422
 
 

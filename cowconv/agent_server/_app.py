@@ -50,6 +50,8 @@ SESSION_API_KEY_HEADER = "X-Session-API-Key"
 STORE_FILE_NAME = "conversations.db"
 _KEEPALIVE_SECONDS = 15.0
 _MAX_PAGE = 1000
+# Past any real history, and inside SQLite's 64-bit integers even with a page added.
+_MAX_OFFSET = 2**53
 
 
 def _error(status_code: int, detail: str) -> JSONResponse:
@@ -255,7 +257,7 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
             list[str], Query(description="key=value; repeat to require several tags")
         ] = [],  # noqa: B006 (FastAPI copies query defaults)
         limit: Annotated[int, Query(ge=1, le=_MAX_PAGE)] = 100,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=_MAX_OFFSET)] = 0,
     ) -> ConversationPage:
         """Conversation summaries, oldest first, optionally only those with all given tags."""
         items = registry.list(tags=_tag_filter(tag), limit=limit + 1, offset=offset)
@@ -286,7 +288,7 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
     @api.get("/{conversation_id}/events", response_model=EventPage, responses=_errors(404))
     def list_events(
         conversation_id: str,
-        offset: Annotated[int | None, Query(ge=0)] = None,
+        offset: Annotated[int | None, Query(ge=0, le=_MAX_OFFSET)] = None,
         after: Annotated[
             str | None, Query(description="start after this event id (instead of offset)")
         ] = None,
@@ -321,7 +323,7 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
     )
     def stream_events(
         conversation_id: str,
-        offset: Annotated[int | None, Query(ge=0)] = None,
+        offset: Annotated[int | None, Query(ge=0, le=_MAX_OFFSET)] = None,
         after: Annotated[str | None, Query()] = None,
         until_idle: Annotated[bool, Query()] = False,
         last_event_id: Annotated[str | None, Header()] = None,
