@@ -437,12 +437,13 @@ class SQLiteStore:
         :class:`~cowconv.StoreError`: another writer changed it) and the
         events after it are appended with the new state.
         """
-        with self._transaction(write=True) as db:
-            if previous is None:
-                key = self._insert(db, current, *self._fork_point(db, current))
-            else:
-                key = self._append(db, previous, current)
-        self._remember(key, current.events)
+        with self._lock:  # the cache is shared by the store's threads too
+            with self._transaction(write=True) as db:
+                if previous is None:
+                    key = self._insert(db, current, *self._fork_point(db, current))
+                else:
+                    key = self._append(db, previous, current)
+            self._remember(key, current.events)
 
     def _fork_point(
         self, db: sqlite3.Connection, state: ConversationState
@@ -531,15 +532,15 @@ class SQLiteStore:
         ...
         cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
         """
-        with self._transaction(write=True) as db:
+        with self._lock, self._transaction(write=True) as db:
             key: int | None = self._row(db, conversation_id).key
             db.execute("UPDATE conversations SET id = NULL, state = NULL WHERE key = ?", (key,))
             while key is not None and self._is_tombstone(db, key):
                 parent, _ = self._links(db, key)
                 self._reclaim(db, key)
                 key = parent
-        # Keys are never reused, so remembered prefixes stay true; only free memory.
-        self._cache.clear()
+            # Keys are never reused, so remembered prefixes stay true; this only frees memory.
+            self._cache.clear()
 
     def _is_tombstone(self, db: sqlite3.Connection, key: int) -> bool:
         found = db.execute("SELECT id FROM conversations WHERE key = ?", (key,)).fetchone()
