@@ -29,7 +29,7 @@ from pyrsistent import PMap, pmap
 from cowconv._agent import Agent
 from cowconv._events import Event, MessageEvent, _now
 from cowconv._frozen import freeze
-from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner
+from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner, check_max_iteration_per_run
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
 from cowconv._store import SQLiteStore, Store
 from cowconv._workspace import Workspace
@@ -183,7 +183,11 @@ class Conversation:
         callbacks: Iterable[EventCallback],
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> None:
-        self._runner = Runner(self, max_iteration_per_run)
+        check_max_iteration_per_run(max_iteration_per_run)
+        # The runner (a lock, tool processes) is made on first use: forks that never run
+        # stay a few hundred bytes.
+        self._runner: Runner | None = None
+        self._max_iteration_per_run = max_iteration_per_run
         self._state = state
         self._sink = sink
         self._callbacks = tuple(callbacks)
@@ -372,7 +376,7 @@ class Conversation:
             updated_at=now,
         )
         fork = type(self)._from_state(forked, sink=self._sink)
-        fork._runner.max_iteration_per_run = self._runner.max_iteration_per_run
+        fork._max_iteration_per_run = self._max_iteration_per_run
         return fork
 
     # -- running -------------------------------------------------------------
@@ -395,7 +399,13 @@ class Conversation:
         >>> conversation.state.execution_status.value
         'finished'
         """
-        self._runner.run()
+        runner = self._runner
+        if runner is None:
+            with self._lock:
+                if self._runner is None:
+                    self._runner = Runner(self, self._max_iteration_per_run)
+                runner = self._runner
+        runner.run()
 
     def pause(self) -> None:
         """Stop a run after its current step, from any thread; ``run()`` resumes.
@@ -404,11 +414,13 @@ class Conversation:
         status ``paused`` (or ``finished``, if that step was the final
         answer). Pausing a conversation that is not running does nothing.
         """
-        self._runner.pause()
+        if self._runner is not None:
+            self._runner.pause()
 
     def close(self) -> None:
         """Release what this conversation holds (processes, connections)."""
-        self._runner.close()
+        if self._runner is not None:
+            self._runner.close()
 
     def __enter__(self) -> Conversation:
         return self

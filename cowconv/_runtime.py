@@ -230,6 +230,14 @@ def _action(response: LLMResponse, call: LLMToolCall, thought: str) -> ActionEve
         )
 
 
+def check_max_iteration_per_run(value: object) -> None:
+    """Refuse anything but a positive int as an iteration limit."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_iteration_per_run must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"max_iteration_per_run must be at least 1, got {value}")
+
+
 class Runner:
     """Runs one conversation's agent; at most one ``run()`` at a time."""
 
@@ -238,14 +246,7 @@ class Runner:
         conversation: Conversation,
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> None:
-        if isinstance(max_iteration_per_run, bool) or not isinstance(max_iteration_per_run, int):
-            raise TypeError(
-                f"max_iteration_per_run must be an int, got {type(max_iteration_per_run).__name__}"
-            )
-        if max_iteration_per_run < 1:
-            raise ValueError(
-                f"max_iteration_per_run must be at least 1, got {max_iteration_per_run}"
-            )
+        check_max_iteration_per_run(max_iteration_per_run)
         self.max_iteration_per_run = max_iteration_per_run
         self._conversation = conversation
         self._lock = threading.Lock()
