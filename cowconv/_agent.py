@@ -38,7 +38,15 @@ class Tool(BaseModel):
 
 
 class Agent(BaseModel):
-    """An LLM, the tools it may call, and its system prompt."""
+    """An LLM, the tools it may call, and its system prompt.
+
+    Frozen: a fork shares its source's agent; ``fork(agent=...)`` swaps it.
+
+    >>> from cowconv import LLM
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o"), tools=[Tool(name="terminal")])
+    >>> [tool.name for tool in agent.tools], agent.llm.model
+    (['terminal'], 'openai/gpt-4o')
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

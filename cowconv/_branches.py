@@ -65,6 +65,17 @@ def run_branches(
     all runs have ended.
 
     ``max_workers`` bounds the runs in flight (default: all of them, up to 32).
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> from cowconv.testing import StubLLMServer, StubReply
+    >>> with StubLLMServer() as stub:
+    ...     stub.script(StubReply.text("Plan A."), StubReply.text("Plan B."))
+    ...     llm = LLM(model="openai/stub-model", base_url=stub.base_url, api_key="stub-key")
+    ...     source = Conversation(agent=Agent(llm=llm), workspace=".")
+    ...     _ = source.send_message("Propose a plan.")
+    ...     forks = run_branches(source, ["Be bold.", Branch("Be careful.", title="B")])
+    >>> [f.state.execution_status.value for f in forks], len(source.state.events)
+    (['finished', 'finished'], 1)
     """
     specs = [Branch(b) if isinstance(b, str) else b for b in branches]
     for spec in specs:

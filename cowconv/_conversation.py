@@ -51,6 +51,16 @@ class StateSink(Protocol):
     ``save(previous, current)`` must make ``current`` durable before it
     returns; ``previous`` is ``None`` for a new conversation or a fork. A
     raised exception aborts the change: the conversation keeps ``previous``.
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> class Printer:
+    ...     def save(self, previous, current):
+    ...         print(len(current.events), "events")
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> printed = Conversation._from_state(conversation.state, sink=Printer())
+    0 events
+    >>> _ = printed.send_message("hi")
+    1 events
     """
 
     def save(self, previous: ConversationState | None, current: ConversationState) -> None: ...
@@ -99,6 +109,14 @@ def _resumed(
 
 class Conversation:
     """A conversation between a user and an agent, forkable in O(1).
+
+    >>> from cowconv import LLM, Agent
+    >>> conversation = Conversation(
+    ...     agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".", tags={"owner": "ci"}
+    ... )
+    >>> _ = conversation.send_message("Analyse the sales report.")
+    >>> len(conversation.state.events), conversation.state.execution_status.value
+    (1, 'idle')
 
     ``Conversation(agent=..., workspace=...)`` starts an empty conversation
     in ``workspace`` (a path or a :class:`Workspace`). ``state`` is the

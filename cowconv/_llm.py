@@ -201,6 +201,10 @@ class LLM(BaseModel):
 
     ``metrics`` belongs to this object, not to its configuration: copies and
     equal configurations count separately, and equality ignores it.
+
+    >>> llm = LLM(model="anthropic/claude-sonnet-4-5-20250929", api_key="sk-secret")
+    >>> llm.api_key, llm.usage_id, llm.metrics.accumulated_cost
+    (SecretStr('**********'), 'default', 0.0)
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -191,6 +191,18 @@ class RemoteConversation:
     has, it attaches to it instead, like a local conversation resumes from
     its store. HTTP errors raise :class:`~cowconv.RemoteError` with the
     server's status code and message.
+
+    >>> from cowconv import LLM, Agent, Conversation, Workspace
+    >>> from cowconv.agent_server import BackgroundServer, create_app
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-kept-on-the-server"))
+    >>> with BackgroundServer(create_app()) as server:
+    ...     workspace = Workspace(host=server.url, working_dir=".")
+    ...     source = Conversation(agent=agent, workspace=workspace)
+    ...     _ = source.send_message("Analyse the sales report.")
+    ...     fork = source.fork(title="Follow-up fork")
+    ...     print(type(source).__name__, len(fork.state.events), fork.state.tags["title"])
+    ...     source.close(); fork.close()
+    RemoteConversation 1 Follow-up fork
     """
 
     def __init__(

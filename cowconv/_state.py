@@ -32,7 +32,11 @@ __all__ = ["ConversationInfo", "ConversationState", "ConversationStats", "Execut
 
 
 class ExecutionStatus(StrEnum):
-    """Where a conversation's run stands."""
+    """Where a conversation's run stands.
+
+    >>> ExecutionStatus("paused") is ExecutionStatus.PAUSED
+    True
+    """
 
     IDLE = "idle"
     RUNNING = "running"
@@ -96,6 +100,13 @@ class ConversationState(BaseModel):
 
     ``evolve(**changes)`` returns a new, validated snapshot; nothing changes
     this one.
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> snapshot = conversation.state
+    >>> _ = conversation.send_message("hi")
+    >>> len(snapshot.events), len(conversation.state.events)
+    (0, 1)
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)

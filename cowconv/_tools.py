@@ -64,6 +64,13 @@ _REGISTRY_LOCK = threading.Lock()
 class ToolArgumentError(ValueError):
     """A tool call's arguments are not valid JSON or do not fit the tool's ``Params``.
 
+    >>> from cowconv import Workspace
+    >>> terminal = resolve_tool("terminal").create(Workspace(working_dir="."))
+    >>> terminal.parse_arguments('{"comand": "ls"}')
+    Traceback (most recent call last):
+    ...
+    cowconv._tools.ToolArgumentError: invalid arguments for 'terminal': command: Field required; ...
+
     The runtime shows this message to the model as the tool's result.
     """
 
@@ -96,8 +103,21 @@ class ToolDefinition(ABC, Generic[P]):
     docstring). One instance serves one conversation; ``close()`` releases
     what it holds.
 
-    >>> sorted(ToolDefinition.__abstractmethods__)
-    ['execute']
+    >>> from pydantic import BaseModel
+    >>> from cowconv import Workspace
+    >>> class WordCountParams(BaseModel):
+    ...     text: str
+    >>> class WordCount(ToolDefinition[WordCountParams]):
+    ...     description = "Count the words of a text."
+    ...     name = "doc_word_count"
+    ...     Params = WordCountParams
+    ...     def execute(self, params):
+    ...         return ToolResult(output=str(len(params.text.split())), exit_code=0)
+    >>> tool = WordCount.create(Workspace(working_dir="."))
+    >>> tool.execute(tool.parse_arguments('{"text": "fork me cheaply"}')).output
+    '3'
+    >>> WordCount.spec()["function"]["parameters"]["required"]
+    ['text']
     """
 
     name: ClassVar[str]
@@ -165,6 +185,19 @@ def register_tool(cls: type[ToolDefinition[P]]) -> type[ToolDefinition[P]]:
 
     Registering another class under a taken name is a ``ValueError``;
     registering the same class again does nothing.
+
+    >>> from pydantic import BaseModel
+    >>> class ShoutParams(BaseModel):
+    ...     text: str
+    >>> @register_tool
+    ... class Shout(ToolDefinition[ShoutParams]):
+    ...     description = "Upper-case a text."
+    ...     name = "doc_shout"
+    ...     Params = ShoutParams
+    ...     def execute(self, params):
+    ...         return ToolResult(output=params.text.upper())
+    >>> resolve_tool("doc_shout") is Shout  # an agent may now use Tool(name="doc_shout")
+    True
     """
     if not (isinstance(cls, type) and issubclass(cls, ToolDefinition)):
         raise TypeError(f"register_tool() takes a ToolDefinition subclass, got {cls!r}")

@@ -31,6 +31,9 @@ class Workspace(BaseModel):
     With ``host`` set, ``Conversation(workspace=...)`` talks to the agent
     server at that URL; ``api_key`` is then its session API key, masked in
     dumps like ``LLM.api_key`` unless the context says ``expose_secrets``.
+
+    >>> Workspace(host="http://127.0.0.1:8000", working_dir="/srv/app").is_remote
+    True
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

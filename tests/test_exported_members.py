@@ -25,6 +25,21 @@ class TestExports:
         for name in cowconv.__all__:
             assert getattr(cowconv, name) is not None
 
+    def test_public_classes_and_functions_have_runnable_examples(self):
+        """Every public class and function of cowconv's public modules shows a doctest."""
+        import cowconv.agent_server
+        import cowconv.testing
+        import cowconv.tools.terminal
+
+        missing = []
+        for module in (cowconv, cowconv.agent_server, cowconv.testing, cowconv.tools.terminal):
+            for name in module.__all__:
+                value = getattr(module, name)
+                if inspect.isclass(value) or inspect.isfunction(value):
+                    if ">>>" not in (value.__doc__ or ""):
+                        missing.append(f"{module.__name__}.{name}")
+        assert missing == []
+
     def test_public_names_have_docstrings(self):
         """Every exported class and function documents itself."""
         for name in cowconv.__all__:

@@ -37,6 +37,17 @@ class Store(Protocol):
     otherwise the snapshot the store holds, and ``current`` must be durable
     when ``save`` returns. A conversation stored while ``running`` loads as
     ``paused``: the process that ran it is gone.
+
+    >>> from cowconv import LLM, Agent, Conversation, SQLiteStore
+    >>> store = SQLiteStore(":memory:")
+    >>> isinstance(store, Store)
+    True
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+    >>> source = Conversation(agent=agent, workspace=".", store=store)
+    >>> _ = source.send_message("hi")
+    >>> fork = source.fork(title="B")
+    >>> sorted((info.title or "-", info.event_count) for info in store.list())
+    [('-', 1), ('B', 1)]
     """
 
     def save(self, previous: ConversationState | None, current: ConversationState) -> None:

@@ -40,11 +40,27 @@ Waker = Callable[[], None]
 
 
 class ConversationConflictError(CowconvError):
-    """The request clashes with the conversation's current state (id taken, already running)."""
+    """The request clashes with the conversation's current state (id taken, already running).
+
+    The agent server answers it with 409.
+
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> registry = ConversationRegistry()
+    >>> agent, workspace = Agent(llm=LLM(model="openai/gpt-4o")), Workspace(working_dir=".")
+    >>> _ = registry.create(agent, workspace, conversation_id="c1")
+    >>> registry.create(agent, workspace, conversation_id="c1")
+    Traceback (most recent call last):
+    ...
+    cowconv.agent_server._registry.ConversationConflictError: ...
+    """
 
 
 class EventNotFoundError(CowconvError, KeyError):
-    """No event of the conversation has the given id."""
+    """No event of the conversation has the given id (404 on the agent server).
+
+    >>> str(EventNotFoundError("c1", "e9"))
+    "conversation 'c1' has no event with id 'e9'"
+    """
 
     def __init__(self, conversation_id: str, event_id: str) -> None:
         super().__init__(f"conversation {conversation_id!r} has no event with id {event_id!r}")
@@ -84,6 +100,14 @@ class ConversationRegistry:
     Without a ``store`` the conversations live in memory only. Methods raise
     :class:`~cowconv.ConversationNotFoundError`, :class:`ConversationConflictError`
     and :class:`EventNotFoundError`; the app maps them to 404, 409 and 404.
+
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> registry = ConversationRegistry()
+    >>> source = registry.create(Agent(llm=LLM(model="openai/gpt-4o")), Workspace(working_dir="."))
+    >>> _ = source.send_message("hi")
+    >>> fork = registry.fork(source.id, title="B")
+    >>> registry.get(fork.id) is fork, len(fork.state.events)
+    (True, 1)
     """
 
     def __init__(self, store: Store | None = None) -> None:

@@ -40,7 +40,11 @@ _DRAIN_LIMIT = 1 << 20
 
 
 class TerminalParams(BaseModel):
-    """The arguments the model passes to the terminal tool."""
+    """The arguments the model passes to the terminal tool.
+
+    >>> TerminalParams(command="ls", timeout=5).timeout
+    5.0
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -108,6 +112,14 @@ class TerminalTool(ToolDefinition[TerminalParams]):
     Standard output and standard error are merged. Very long output keeps
     its beginning and its end around a truncation marker. A command that
     runs past its timeout is killed with all its child processes.
+
+    >>> from cowconv import Workspace
+    >>> terminal = TerminalTool.create(Workspace(working_dir="."))
+    >>> result = terminal.execute(TerminalParams(command="echo hello; exit 3"))
+    >>> result.output.strip(), result.exit_code
+    ('hello', 3)
+    >>> "timed out" in terminal.execute(TerminalParams(command="sleep 5", timeout=0.2)).output
+    True
     """
 
     name = "terminal"
