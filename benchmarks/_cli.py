@@ -157,13 +157,18 @@ def _run_one(
         "load_before": load_average(),
     }
     started = time.perf_counter()
+    steps: list[dict[str, Any]] = entry.setdefault("steps", [])
+
+    def step(text: str) -> None:
+        # Where a scenario's time goes, kept in results.json.
+        now = time.perf_counter()
+        if steps:
+            steps[-1]["seconds"] = now - steps[-1].pop("_started")
+        steps.append({"step": text, "_started": now})
+        tick(f"{scenario.number}. {text}")
+
     with tempfile.TemporaryDirectory(prefix=f"cowconv-bench-{scenario.name}-") as scratch:
-        ctx = Context(
-            config=config,
-            workload=workload,
-            tick=lambda text: tick(f"{scenario.number}. {text}"),
-            scratch=Path(scratch),
-        )
+        ctx = Context(config=config, workload=workload, tick=step, scratch=Path(scratch))
         try:
             entry["data"] = scenario.run(ctx)
             entry["status"] = "ok"
@@ -177,6 +182,8 @@ def _run_one(
             entry["traceback"] = traceback.format_exc()
             print(entry["traceback"], file=sys.stderr)
     entry["duration_s"] = time.perf_counter() - started
+    if steps:
+        steps[-1]["seconds"] = time.perf_counter() - steps[-1].pop("_started")
     entry["load_after"] = load_average()
     return entry
 

@@ -75,6 +75,17 @@ QUICK = Settings(repeats=3, min_batch_s=0.005, baseline_budget_s=1.5, alloc_coun
 _MIN_REPEATS = 3
 
 
+def settle() -> None:
+    """Collect garbage, then exempt every surviving object from later collections.
+
+    The suite collects before every measurement. With a million events alive
+    a full collection takes most of a second, so whatever survives (the
+    workload, imported libraries) is frozen out of the collector's sight.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def time_op(
     op: Callable[[], object], settings: Settings, *, max_seconds: float | None = None
 ) -> Sample:
@@ -84,7 +95,7 @@ def time_op(
     repeats, fewer than ``settings.repeats`` when they would exceed
     ``max_seconds`` in total.
     """
-    gc.collect()
+    settle()
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -112,20 +123,9 @@ def _batch(op: Callable[[], object], number: int) -> float:
     return time.perf_counter() - start
 
 
-def settle() -> None:
-    """Collect garbage, then exempt every surviving object from future collections.
-
-    With a million events alive a full collection takes around a second; the
-    suite collects before every measurement, so the long-lived workload (and
-    imported libraries) are frozen out of the collector's sight once built.
-    """
-    gc.collect()
-    gc.freeze()
-
-
 def time_once(op: Callable[[], object]) -> float:
     """Seconds for one call, collector off (for setup costs we only report)."""
-    gc.collect()
+    settle()
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -135,27 +135,31 @@ def time_once(op: Callable[[], object]) -> float:
             gc.enable()
 
 
-def allocated_bytes(make: Callable[[], object], count: int, repeats: int) -> Sample:
-    """Bytes that stay allocated per ``make()`` result, by tracemalloc.
+def allocated_bytes(make: Callable[[], object], count: int, repeats: int) -> tuple[Sample, float]:
+    """Bytes that stay allocated per ``make()`` result, by tracemalloc, and seconds per call.
 
     ``count`` results are kept alive in a list allocated before tracing starts,
-    so the figure is what each result holds on to, shared parts excluded.
+    so the figure is what each result holds on to, shared parts excluded. The
+    seconds (traced, so slower than untraced) only serve to budget larger sizes.
     """
     values = []
+    seconds = 0.0
     for _ in range(repeats):
         keep: list[object] = [None] * count
-        gc.collect()
+        settle()
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
+            started = time.perf_counter()
             for position in range(count):
                 keep[position] = make()
+            seconds += time.perf_counter() - started
             after = tracemalloc.get_traced_memory()[0]
         finally:
             tracemalloc.stop()
         values.append((after - before) / count)
         del keep
-    return Sample.of(values, count)
+    return Sample.of(values, count), seconds / (repeats * count)
 
 
 def fit_loglog(sizes: Sequence[float], values: Sequence[float]) -> tuple[float, float]:

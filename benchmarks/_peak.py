@@ -1,6 +1,6 @@
 """``python -m benchmarks._peak MODE N K``: process memory of K forks, in a fresh process.
 
-A fresh process so its high-water mark (``ru_maxrss``) belongs to this
+A fresh process so its high-water mark (``VmHWM``) belongs to this
 measurement alone. It builds an ``N``-event conversation, then keeps ``K``
 results alive: ``cowconv`` forks, ``cowconv+message`` forks that each got one
 new message, or ``deepcopy`` copies of the event list (``none`` keeps
@@ -13,7 +13,6 @@ import copy
 import gc
 import json
 import os
-import resource
 import sys
 import time
 from collections.abc import Callable
@@ -30,8 +29,13 @@ def rss() -> int:
 
 
 def peak() -> int:
-    # Linux reports ru_maxrss in KiB.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child of a big process
+    # would report its parent's peak.
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def _fork_with_message(source: Conversation) -> Conversation:

@@ -16,10 +16,13 @@ METHODOLOGY = """\
   **median** batch, with the fastest and slowest batch as **min–max**. Calls slower than a
   batch run once per batch, with at least 3 repeats. The cyclic garbage collector is off while
   a batch runs (as in `timeit`); this favours the copying baselines, which allocate millions of
-  objects that would otherwise trigger collections.
+  objects that would otherwise trigger collections. Before each measurement the collector runs
+  once and the survivors are frozen (`gc.freeze()`), so a million long-lived events do not make
+  every later collection slow.
 - **Memory.** Bytes per fork are `tracemalloc` bytes still allocated after creating
   {alloc_count} forks kept alive in a list allocated before tracing started (3 repeats; median,
-  min–max). Whole-process peaks are `ru_maxrss` of a fresh subprocess.
+  min–max). Whole-process figures come from a fresh subprocess: its resident size
+  (`/proc/self/statm`) and high-water mark (`VmHWM`).
 - **Workload.** Histories cycle through four event kinds: {mix}. Every event has its own
   content, so a deep copy cannot share anything. A history of *n* events is the first *n*
   events of one list built once per run; conversations are made from a prebuilt `EventLog`

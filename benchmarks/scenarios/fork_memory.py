@@ -6,7 +6,6 @@ import copy
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -79,17 +78,14 @@ class ForkMemory(Scenario):
         for size in sizes:
             source = ctx.workload.conversation(size)
             ctx.tick(f"tracemalloc: fork at {human_size(size)} events")
-            per_fork["cowconv"].append(point(size, allocated_bytes(source.fork, count, 3)))
+            per_fork["cowconv"].append(point(size, allocated_bytes(source.fork, count, 3)[0]))
             ctx.tick(f"tracemalloc: fork + message at {human_size(size)} events")
-            sample = allocated_bytes(lambda source=source: _fork_and_send(source), count, 3)
+            sample = allocated_bytes(lambda source=source: _fork_and_send(source), count, 3)[0]
             per_fork["cowconv+message"].append(point(size, sample))
 
         def deepcopy_bytes(size: int) -> tuple[Sample, float]:
             events = ctx.workload.events(size)
-            repeats = 1 if ctx.config.quick else 3
-            started = time.perf_counter()
-            sample = allocated_bytes(lambda: copy.deepcopy(events), 1, repeats)
-            return sample, (time.perf_counter() - started) / repeats
+            return allocated_bytes(lambda: copy.deepcopy(events), 1, 1 if ctx.config.quick else 3)
 
         per_fork["deepcopy"] = sweep(
             sizes,
@@ -263,7 +259,7 @@ class ForkMemory(Scenario):
             "",
             f"Whole process (a fresh subprocess per row, one run each): resident memory after "
             f"keeping {forks:,} forks of a {human_size(process['size'])}-event conversation, "
-            "and its peak (`ru_maxrss`).",
+            "and its peak (`VmHWM`).",
             "",
             table(
                 ["process holds", "RSS after", "growth", "peak RSS", "time to make them"],
