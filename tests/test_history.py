@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, rule
 from pydantic import BaseModel, ConfigDict
 
-from cowconv import EventLog, MessageEvent, PauseEvent
+from cowconv import EventLog, MessageEvent, PauseEvent, _history
 
 
 def msg(text: str) -> MessageEvent:
@@ -85,6 +86,24 @@ TestEventLogVersusList = EventLogVersusList.TestCase
 TestEventLogVersusList.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 
 
+class SmallChunksVersusList(EventLogVersusList):
+    """The same check with chunks capped at 3 events, so appends keep crossing the cap."""
+
+    def __init__(self):
+        super().__init__()
+        self._limit = _history._CHUNK_LIMIT
+        _history._CHUNK_LIMIT = 3
+
+    def teardown(self):
+        _history._CHUNK_LIMIT = self._limit
+
+
+TestSmallChunksVersusList = SmallChunksVersusList.TestCase
+TestSmallChunksVersusList.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None
+)
+
+
 class TestAppend:
     def test_old_log_unchanged(self):
         """append returns a new log and leaves the old one as it was."""
@@ -105,6 +124,24 @@ class TestAppend:
         again = log.take(1).append(events[2])
         assert list(again) == [events[0], events[2]]
         assert again.index_of(events[2].id) == 1
+
+    def test_chunks_stop_growing_at_the_limit(self, monkeypatch):
+        """An append never makes a vector of more than _CHUNK_LIMIT events.
+
+        The garbage collector walks every event of each new vector (it cannot see
+        that vectors share their trie), so a new vector the size of the whole
+        history would make young collections cost O(n).
+        """
+        monkeypatch.setattr(_history, "_CHUNK_LIMIT", 8)
+        log, events = log_of(100)
+        added = [msg(f"new {i}") for i in range(20)]
+        grown = log.extend(added)
+        assert list(grown) == events + added
+        assert grown._chunks[0] is log._chunks[0]
+        assert [len(gc.get_referents(chunk)) for chunk in grown._chunks[1:]] == [8, 8, 4]
+        fresh = EventLog().extend(added)
+        assert list(fresh) == added and [len(c) for c in fresh._chunks] == [8, 8, 4]
+        assert [fresh.index_of(e.id) for e in added] == list(range(20))
 
     def test_non_event_rejected(self):
         """Only events go in a log."""
