@@ -87,17 +87,23 @@ def settle() -> None:
 
 
 def time_op(
-    op: Callable[[], object], settings: Settings, *, max_seconds: float | None = None
+    op: Callable[[], object],
+    settings: Settings,
+    *,
+    max_seconds: float | None = None,
+    collector: bool = False,
 ) -> Sample:
     """Seconds per call of ``op``: warm-up/calibration, then timed batches.
 
     Slow operations (one call longer than a batch) get at least three
     repeats, fewer than ``settings.repeats`` when they would exceed
-    ``max_seconds`` in total.
+    ``max_seconds`` in total. ``collector=True`` leaves the garbage collector
+    on during the batches, as in a real program.
     """
     settle()
     enabled = gc.isenabled()
-    gc.disable()
+    if not collector:
+        gc.disable()
     try:
         number = 1
         while True:

@@ -112,6 +112,8 @@ class ForkMemory(Scenario):
             "count": forks,
             "rss_after": deep["rss_before"] + grown * forks,
             "peak_after": max(deep["peak_before"], deep["rss_before"] + grown * forks),
+            "collect_seconds": base["collect_seconds"]
+            + (deep["collect_seconds"] - base["collect_seconds"]) * forks / copies,
             "extrapolated": copies < forks,
             "from_count": copies,
         }
@@ -211,6 +213,10 @@ class ForkMemory(Scenario):
             return human_bytes(entry["rss_after"] - base["rss_after"])
 
         approx = "≈ " if deep["extrapolated"] else ""
+
+        def collect(entry: dict[str, Any]) -> str:
+            return human_seconds(entry["collect_seconds"])
+
         process_rows = [
             [
                 f"{human_size(process['size'])}-event conversation alone",
@@ -218,21 +224,22 @@ class ForkMemory(Scenario):
                 "—",
                 human_bytes(base["peak_after"]),
                 "—",
+                collect(base),
             ],
-            [
-                f"+ {forks:,} cowconv forks",
-                human_bytes(process["cowconv"]["rss_after"]),
-                grown(process["cowconv"]),
-                human_bytes(process["cowconv"]["peak_after"]),
-                human_seconds(process["cowconv"]["seconds"]),
-            ],
-            [
-                f"+ {forks:,} cowconv forks, each with 1 new message",
-                human_bytes(process["cowconv+message"]["rss_after"]),
-                grown(process["cowconv+message"]),
-                human_bytes(process["cowconv+message"]["peak_after"]),
-                human_seconds(process["cowconv+message"]["seconds"]),
-            ],
+            *(
+                [
+                    f"+ {forks:,} {label}",
+                    human_bytes(process[mode]["rss_after"]),
+                    grown(process[mode]),
+                    human_bytes(process[mode]["peak_after"]),
+                    human_seconds(process[mode]["seconds"]),
+                    collect(process[mode]),
+                ]
+                for mode, label in (
+                    ("cowconv", "cowconv forks"),
+                    ("cowconv+message", "cowconv forks, each with 1 new message"),
+                )
+            ),
             [
                 f"+ {forks:,} deep copies of the events"
                 + (f" (extrapolated from {deep['from_count']:,})" if deep["extrapolated"] else ""),
@@ -240,6 +247,7 @@ class ForkMemory(Scenario):
                 f"{approx}{human_bytes(deep['rss_after'] - base['rss_after'])}",
                 f"{approx}{human_bytes(deep['peak_after'])}",
                 approx + human_seconds(measured_deep["seconds"] * forks / measured_deep["count"]),
+                approx + collect(deep),
             ],
         ]
         text = [
@@ -259,10 +267,18 @@ class ForkMemory(Scenario):
             "",
             f"Whole process (a fresh subprocess per row, one run each): resident memory after "
             f"keeping {forks:,} forks of a {human_size(process['size'])}-event conversation, "
-            "and its peak (`VmHWM`).",
+            "its peak (`VmHWM`), and how long one full garbage collection takes with them "
+            "alive (a pause the program pays from time to time).",
             "",
             table(
-                ["process holds", "RSS after", "growth", "peak RSS", "time to make them"],
+                [
+                    "process holds",
+                    "RSS after",
+                    "growth",
+                    "peak RSS",
+                    "time to make them",
+                    "one full gc.collect()",
+                ],
                 process_rows,
             ),
         ]
