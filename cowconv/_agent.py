@@ -31,7 +31,7 @@ class Tool(BaseModel):
     30
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     params: FrozenJSONMap = pmap()
@@ -48,7 +48,7 @@ class Agent(BaseModel):
     (['terminal'], 'openai/gpt-4o')
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     llm: LLM
     tools: tuple[Tool, ...] = ()

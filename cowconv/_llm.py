@@ -207,7 +207,7 @@ class LLM(BaseModel):
     (SecretStr('**********'), 'default', 0.0)
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     _metrics: LLMMetrics = PrivateAttr(default_factory=LLMMetrics)
 

@@ -53,7 +53,7 @@ class Usage(BaseModel):
     Usage(accumulated_cost=0.5, prompt_tokens=10, completion_tokens=3)
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     accumulated_cost: float = Field(default=0.0, ge=0)
     prompt_tokens: int = Field(default=0, ge=0)
@@ -109,7 +109,9 @@ class ConversationState(BaseModel):
     (0, 1)
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
 
     id: str = Field(min_length=1)
     agent: Agent
@@ -159,7 +161,7 @@ class ConversationInfo(BaseModel):
     0
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str
     title: str | None = None

@@ -36,7 +36,7 @@ class Workspace(BaseModel):
     True
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     working_dir: str
     host: str | None = None
