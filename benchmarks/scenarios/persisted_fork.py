@@ -70,7 +70,7 @@ class PersistedFork(Scenario):
     title = "Persisted fork against one JSON file per event"
 
     def _forks_per_count(self, config: Config) -> int:
-        return 50 if config.quick else 200
+        return 100 if config.quick else 1_000
 
     def _source_budget(self, config: Config) -> float:
         """Most seconds the source's first save may take before a size is left out."""
@@ -112,8 +112,9 @@ class PersistedFork(Scenario):
                 before_stored, before_written = stored_bytes(path), written_bytes()
                 for _ in range(count):
                     source.fork()
-                after_written = written_bytes()
-                stored = (stored_bytes(path) - before_stored) / count
+                # After the checkpoint: the pages it copies from the WAL are the forks' too.
+                after_stored, after_written = stored_bytes(path), written_bytes()
+                stored = (after_stored - before_stored) / count
                 per_fork_stored.append(point(size, Sample.of([stored], count)))
                 if before_written is not None and after_written is not None:
                     written = (after_written - before_written) / count
@@ -163,28 +164,36 @@ class PersistedFork(Scenario):
 
     def targets(self, data: dict[str, Any]) -> list[Target]:
         fork = at_size(data["fork"], TARGET_SIZE)
-        written = at_size(data["written"], TARGET_SIZE) or at_size(data["stored"], TARGET_SIZE)
-        if fork is None or written is None:
-            reason = "10k not in --sizes (or not run)"
-            return [
-                Target(6, "persisted fork time at 10k events", "≤ 2 ms", reason, None),
-                Target(6, "persisted fork bytes written at 10k events", "≤ 16 KiB", reason, None),
-            ]
-        return [
-            Target(
-                6,
+        written = at_size(data["written"], TARGET_SIZE)
+        stored = at_size(data["stored"], TARGET_SIZE)
+        checks = [
+            (
                 "persisted fork time at 10k events (SQLiteStore, fsync on)",
                 "≤ 2 ms",
-                human_seconds(fork["median"]),
-                fork["median"] <= FORK_LIMIT_S,
+                fork,
+                FORK_LIMIT_S,
+                human_seconds,
             ),
-            Target(
-                6,
-                "persisted fork bytes written at 10k events",
+            (
+                "persisted fork: bytes written at 10k events (every write(), WAL and checkpoint)",
                 "≤ 16 KiB",
-                human_bytes(written["median"]),
-                written["median"] <= BYTES_LIMIT,
+                written,
+                BYTES_LIMIT,
+                human_bytes,
             ),
+            (
+                "persisted fork: database growth at 10k events",
+                "≤ 16 KiB",
+                stored,
+                BYTES_LIMIT,
+                human_bytes,
+            ),
+        ]
+        return [
+            Target(6, text, threshold, "10k not in --sizes (or not run)", None)
+            if entry is None
+            else Target(6, text, threshold, fmt(entry["median"]), entry["median"] <= limit)
+            for text, threshold, entry, limit, fmt in checks
         ]
 
     def summary(self, data: dict[str, Any]) -> list[tuple[str, str]]:
@@ -253,9 +262,11 @@ class PersistedFork(Scenario):
             "is saved once (its history written in full; last column), then `source.fork()` "
             "is timed: the store writes one conversation row that names its parent, and no "
             f"event. Bytes are averaged over {data['forks_per_count']:,} more forks: *written* "
-            "counts every byte passed to `write()` by the process (`/proc/self/io` wchar: "
-            "WAL frames, headers, checkpoints), *growth* the database's size after a WAL "
-            "checkpoint.",
+            "counts every byte passed to `write()` by the process (`/proc/self/io` wchar): the "
+            "write-ahead log's page frames and the checkpoint that copies them into the "
+            "database afterwards; *growth* is the database's size after that checkpoint. "
+            "SQLite writes whole 4 KiB pages, so the bytes written are mostly page "
+            "granularity, not data.",
             "",
             "The baseline is the seed SDK's layout: a fork writes every event again as its own "
             "JSON file (`model_dump_json`, one file per event, in a new directory; no fsync, "
