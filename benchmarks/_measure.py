@@ -182,19 +182,6 @@ def fit_loglog(sizes: Sequence[float], values: Sequence[float]) -> tuple[float, 
     return slope, mean_y - slope * mean_x
 
 
-def extrapolate(sizes: Sequence[float], values: Sequence[float], size: float) -> float:
-    """A value at ``size`` from a power law fitted to the largest measured points.
-
-    With one point it assumes linear growth (cost per event constant).
-    """
-    points = sorted(zip(sizes, values, strict=True))[-3:]
-    if len(points) == 1:
-        (known_size, known_value) = points[0]
-        return known_value * size / known_size
-    slope, intercept = fit_loglog([p[0] for p in points], [p[1] for p in points])
-    return float(10 ** (slope * math.log10(size) + intercept))
-
-
 def parse_size(text: str) -> int:
     """``"10k"`` → 10000, ``"1M"`` → 1000000, ``"1e5"`` → 100000."""
     text = text.strip().replace("_", "")

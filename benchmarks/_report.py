@@ -37,8 +37,9 @@ METHODOLOGY = """\
     state; we do not).
   - Ratios ("× slower") divide medians measured side by side in this run.
 - **Extrapolation.** A baseline point is measured only while warm-up plus three calls fit in
-  {budget} (predicted from the sizes already measured); larger sizes are extrapolated with a
-  power law through the three largest measured sizes, and marked "extrapolated" in tables,
+  {budget} (predicted from the largest size already measured); larger sizes are extrapolated
+  linearly from the largest measured size (the copies do the same work for every event, so
+  this is their best case), and marked "extrapolated" in tables,
   plots (hollow points, dashed line) and `results.json`. Targets are never judged on
   extrapolated figures.
 - **Noise.** The machine may be shared (other processes running tests): load averages are

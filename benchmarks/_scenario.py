@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks._measure import Sample, Settings, extrapolate, human_size
+from benchmarks._measure import Sample, Settings, human_size
 from benchmarks._workload import Workload
 
 
@@ -186,24 +186,24 @@ def sweep(
 ) -> list[dict[str, Any]]:
     """Measure a baseline at growing sizes until it would blow the time budget.
 
-    ``measure(size)`` returns the sample and the seconds one call took. Before
-    each size the cost of one call is predicted from the sizes measured so far;
-    when warm-up plus three calls would exceed ``budget_s`` this size and all
-    larger ones are extrapolated (power law through the three largest measured
-    points) instead.
+    ``measure(size)`` returns the sample and the seconds one call took at
+    best. Before each size the cost of one call is scaled linearly from the
+    largest size measured so far; when warm-up plus three calls would exceed
+    ``budget_s`` this size and all larger ones are extrapolated the same way:
+    linearly from the largest measured point. The baselines do the same work
+    for every event, so linear is what they would do at best (cache misses
+    only make large copies slower).
     """
-    done: list[int] = []
-    values: list[float] = []
-    seconds: list[float] = []
+    largest: tuple[int, float, float] | None = None  # size, value, seconds per call
     points: list[dict[str, Any]] = []
     for size in sorted(sizes):
         on_step(size)
-        if done and (points[-1]["extrapolated"] or extrapolate(done, seconds, size) * 4 > budget_s):
-            points.append(estimated_point(size, extrapolate(done, values, size)))
-            continue
+        if largest is not None:
+            known, value, seconds = largest
+            if points[-1]["extrapolated"] or seconds * size / known * 4 > budget_s:
+                points.append(estimated_point(size, value * size / known))
+                continue
         sample, one_call = measure(size)
-        done.append(size)
-        values.append(sample.median)
-        seconds.append(one_call)
+        largest = (size, sample.median, one_call)
         points.append(point(size, sample))
     return points

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._measure import QUICK, extrapolate, fit_loglog, parse_size, time_op
+from benchmarks._measure import QUICK, fit_loglog, parse_size, time_op
 from benchmarks._scenario import sweep
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,11 +115,6 @@ class TestMeasure:
         assert fit_loglog(sizes, [2e-6 * n for n in sizes])[0] == pytest.approx(1.0)
         assert math.isnan(fit_loglog([10], [1.0])[0])
 
-    def test_extrapolate_follows_the_largest_points(self) -> None:
-        """Extrapolation continues the power law of the largest measured sizes."""
-        assert extrapolate([10, 100, 1_000], [1.0, 10.0, 100.0], 10_000) == pytest.approx(1000.0)
-        assert extrapolate([100], [5.0], 1_000) == pytest.approx(50.0)
-
     def test_time_op_counts_calls(self) -> None:
         """time_op runs every timed batch in full and orders min ≤ median ≤ max."""
         calls = []
@@ -129,7 +124,7 @@ class TestMeasure:
         assert 0 <= sample.min <= sample.median <= sample.max
 
     def test_sweep_extrapolates_once_over_budget(self) -> None:
-        """Sizes whose predicted cost exceeds the budget are extrapolated, not measured."""
+        """Sizes whose predicted cost exceeds the budget are scaled linearly, not measured."""
         from benchmarks._measure import Sample
 
         measured = []
