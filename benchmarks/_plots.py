@@ -63,6 +63,11 @@ def chart(path: Path, panels: Sequence[Panel], *, title: str | None = None) -> s
         if panel.logx:
             ax.set_xscale("log")
         ax.set_yscale("log")
+        low, high = ax.get_ylim()
+        if high < low * 10:
+            # At least a decade, so a flat line looks flat and noise looks like noise.
+            middle = (low * high) ** 0.5
+            ax.set_ylim(middle / 10**0.5, middle * 10**0.5)
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         ax.set_title(panel.title, fontsize=10)
