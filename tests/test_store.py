@@ -288,6 +288,30 @@ class TestSharedLoading:
             assert isinstance(chunk, LazyEvents) and chunk.validated == 0
             assert [e.text for e in store.load("c1").events][-2:] == ["message 99", "new"]
 
+    def test_key_reused_by_another_writer_is_not_served_from_memory(self, path: Path):
+        """A row key freed and handed out again by another connection never yields stale events."""
+        with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
+            first = persisted(writer, conversation_id="first")
+            fill(first, 3)
+            assert [e.text for e in reader.load("first").events][-1] == "message 2"
+            writer.delete("first")
+            second = persisted(writer, conversation_id="second")
+            second.send_message("only this")
+            with sqlite3.connect(path) as db:
+                keys = [row[0] for row in db.execute("SELECT key FROM conversations")]
+            assert len(keys) == 1  # the freed key came back: what the reader remembers is stale
+            assert [e.text for e in reader.load("second").events] == ["only this"]
+
+    def test_fork_writes_no_sequence_page(self, path: Path):
+        """A fork's commit touches the row and the id index only (no AUTOINCREMENT bookkeeping)."""
+        with SQLiteStore(path) as store:
+            source = persisted(store)
+            fill(source, 50)
+            source.fork()
+        with sqlite3.connect(path) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        assert "sqlite_sequence" not in tables
+
     def test_damaged_event_is_corrupt_store_error(self, path: Path):
         """A stored event that no longer validates raises CorruptStoreError when read."""
         with SQLiteStore(path) as store:

@@ -60,7 +60,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _SCHEMA = """
 CREATE TABLE conversations (
-    key INTEGER PRIMARY KEY AUTOINCREMENT,
+    key INTEGER PRIMARY KEY,
     id TEXT UNIQUE,
     parent INTEGER REFERENCES conversations (key),
     fork_len INTEGER NOT NULL CHECK (fork_len >= 0),
@@ -201,6 +201,7 @@ class SQLiteStore:
         self._path = Path(path).expanduser()
         self._lock = threading.RLock()
         self._cache: OrderedDict[int, EventLog] = OrderedDict()
+        self._cache_data_version: int | None = None
         self._connection: sqlite3.Connection | None = self._open(lock_timeout, synchronous)
         self._finalizer = weakref.finalize(self, self._connection.close)
 
@@ -299,8 +300,9 @@ class SQLiteStore:
         return found[0], found[1]
 
     def _remember(self, key: int, events: EventLog) -> None:
-        # Rows at (key, position) are written once and keys are never reused
-        # (AUTOINCREMENT), so a remembered log stays a true prefix for good.
+        # Rows at (key, position) are written once, and a key is reused only after the
+        # row holding it was deleted: _history drops what it remembers whenever another
+        # connection committed (and delete() does for this one).
         known = self._cache.get(key)
         if known is None or len(known) <= len(events):
             self._cache[key] = events
@@ -312,6 +314,12 @@ class SQLiteStore:
 
     def _history(self, db: sqlite3.Connection, key: int, count: int) -> EventLog:
         """The first ``count`` events of conversation ``key``: ancestors' prefixes, then its own."""
+        # Without AUTOINCREMENT (it costs every fork a write of sqlite_sequence's page) a
+        # deleted key can come back; only a commit by another connection can have done that.
+        data_version = db.execute("PRAGMA data_version").fetchone()[0]
+        if data_version != self._cache_data_version:
+            self._cache.clear()
+            self._cache_data_version = data_version
         # Walk up to the nearest remembered prefix (or the root), then read down.
         path: list[tuple[int, int]] = []
         base = EventLog()
@@ -539,7 +547,7 @@ class SQLiteStore:
                 parent, _ = self._links(db, key)
                 self._reclaim(db, key)
                 key = parent
-            # Keys are never reused, so remembered prefixes stay true; this only frees memory.
+            # A deleted key may be handed out again: forget what was loaded under any key.
             self._cache.clear()
 
     def _is_tombstone(self, db: sqlite3.Connection, key: int) -> bool:
