@@ -203,7 +203,7 @@ class Conversation:
     ) -> None:
         check_max_iteration_per_run(max_iteration_per_run)
         # The runner (a lock, tool processes) is made on first use: forks that never run
-        # stay a few hundred bytes.
+        # stay under a kilobyte.
         self._runner: Runner | None = None
         self._max_iteration_per_run = max_iteration_per_run
         self._state = state
