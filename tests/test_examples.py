@@ -1,67 +1,101 @@
-"""Every example runs offline, in a subprocess, against the stub LLM server."""
+"""Every example runs offline, in a subprocess, against the stub LLM server.
+
+Each example runs once (a module fixture); the tests below read what it printed
+and what the stub received.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").rglob("*.py"))
+from cowconv.testing import StubLLMServer, StubRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))
 
 
-def example_environment(stub) -> dict[str, str]:
-    """The caller's environment, as in an activated virtualenv, with LLM_* set to the stub."""
-    # Examples start helpers as plain `python`, which must be this interpreter.
-    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    return {**os.environ, "PATH": path, **stub.environment()}
+@dataclass
+class ExampleRun:
+    result: subprocess.CompletedProcess[str]
+    requests: list[StubRequest]
+    directory: Path
+
+    @property
+    def commands(self) -> list[str]:
+        """The arguments of every tool call the model was shown."""
+        return [
+            call["function"]["arguments"]
+            for request in self.requests
+            for message in request.messages
+            for call in message.get("tool_calls") or ()
+        ]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExampleRun]:
+    done = {}
+    for example in EXAMPLES:
+        directory = tmp_path_factory.mktemp(example.stem)
+        with StubLLMServer() as stub:
+            environment = {
+                **os.environ,
+                **stub.environment(),
+                "COWCONV_DATA_DIR": str(directory / "data"),
+                # Examples start helpers as plain `python`, which must be this interpreter.
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            }
+            result = subprocess.run(
+                [sys.executable, str(example)],
+                cwd=directory,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=240,
+            )
+            done[example.name] = ExampleRun(result, list(stub.requests), directory)
+    return done
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
-def test_example_runs_offline(example, stub, tmp_path):
+def test_example_runs_offline(example: Path, runs: dict[str, ExampleRun]):
     """The example exits 0 with LLM_* pointing at the stub, run from an empty directory."""
-    out = subprocess.run(
-        [sys.executable, str(example)],
-        cwd=tmp_path,
-        env=example_environment(stub),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert stub.requests, "the example never called the model"
+    run = runs[example.name]
+    assert run.result.returncode == 0, run.result.stdout + run.result.stderr
+    assert run.requests, "the example never called the model"
 
 
 class TestForkExample:
-    def test_seed_asserts_and_output(self, stub, tmp_path):
+    def test_seed_asserts_and_output(self, runs: dict[str, ExampleRun]):
         """The ported seed example holds its asserts and shows the fork's title and the cost."""
-        example = (
-            Path(__file__).parent.parent / "examples/01_standalone_sdk/48_conversation_fork.py"
-        )
-        out = subprocess.run(
-            [sys.executable, str(example)],
-            cwd=tmp_path,
-            env=example_environment(stub),
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-        assert out.returncode == 0, out.stdout + out.stderr
-        assert "Fork title             : Follow-up fork" in out.stdout
-        tags_line = next(line for line in out.stdout.splitlines() if line.startswith("Fork tags"))
+        run = runs["48_conversation_fork.py"]
+        out = run.result.stdout
+        assert run.result.returncode == 0, out + run.result.stderr
+        assert "Fork title             : Follow-up fork" in out
+        tags_line = next(line for line in out.splitlines() if line.startswith("Fork tags"))
         assert (
             "'purpose': 'a/b-test'" in tags_line
             and "'title': 'Tool-change experiment'" in tags_line
         )
-        assert "EXAMPLE_COST: 0.0" in out.stdout
-        commands = [
-            call["function"]["arguments"]
-            for request in stub.requests
-            for message in request.messages
-            for call in message.get("tool_calls") or ()
-        ]
-        assert '{"command": "echo hello-from-fork"}' in commands
-        final_question = stub.requests[-1].messages[-1]["content"]
+        assert "EXAMPLE_COST: 0.0" in out
+        assert '{"command": "echo hello-from-fork"}' in run.commands
+        final_question = run.requests[-1].messages[-1]["content"]
         assert final_question == "What command did you run earlier? Just tell me, no tools."
+
+
+class TestAgentServerExample:
+    def test_remote_forks_run_with_the_servers_credentials(self, runs: dict[str, ExampleRun]):
+        """The agent-server example runs its remote forks, every LLM call carrying the key."""
+        run = runs["11_conversation_fork.py"]
+        assert run.result.returncode == 0, run.result.stdout + run.result.stderr
+        assert "All done" in run.result.stdout and "EXAMPLE_COST" in run.result.stdout
+        # A fork that lost the key would stop at its first call: the fork's own command
+        # reaching the model proves it ran.
+        assert {r.headers.get("authorization") for r in run.requests} == {"Bearer stub-key"}
+        assert '{"command": "echo hello-from-fork"}' in run.commands
+        assert (run.directory / "data" / "conversations.db").exists()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -257,43 +254,3 @@ class TestClose:
         remote.close()
         with RemoteConversation.attach(server.url, remote.id) as again:
             assert len(again.state.events) == 1
-
-
-def run_example(path: Path, stub: StubLLMServer, tmp_path: Path) -> str:
-    env = {
-        **os.environ,
-        **stub.environment(),
-        "COWCONV_DATA_DIR": str(tmp_path / "data"),
-        "PYTHONPATH": str(ROOT),
-        # The example starts the server as `python -m ...`: this interpreter first on PATH.
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    result = subprocess.run(
-        [sys.executable, str(path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-class TestExamples:
-    def test_agent_server_fork_example(self, stub: StubLLMServer, tmp_path: Path):
-        """examples/02_remote_agent_server/11_conversation_fork.py runs against the stub."""
-        example = ROOT / "examples/02_remote_agent_server/11_conversation_fork.py"
-        output = run_example(example, stub, tmp_path)
-        assert "All done" in output and "EXAMPLE_COST" in output
-        # The forks ran on the server with the key: every LLM call carried it, and the
-        # fork's own command reached the model (a run without the key would stop at once).
-        assert {r.headers.get("authorization") for r in stub.requests} == {"Bearer stub-key"}
-        commands = [
-            call["function"]["arguments"]
-            for request in stub.requests
-            for message in request.messages
-            for call in message.get("tool_calls") or ()
-        ]
-        assert '{"command": "echo hello-from-fork"}' in commands
-        assert (tmp_path / "data" / "conversations.db").exists()
