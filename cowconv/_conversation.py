@@ -34,7 +34,7 @@ from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
 from cowconv._store import SQLiteStore, Store
 from cowconv._workspace import Workspace
 
-__all__ = ["Conversation", "EventCallback", "StateSink"]
+__all__ = ["Conversation", "EventCallback", "StateSink", "notify"]
 
 logger = logging.getLogger("cowconv")
 
@@ -43,6 +43,16 @@ EventCallback = Callable[[Event], None]
 
 _NO_STATS = ConversationStats()
 _NO_TAGS: PMap[str, str] = pmap()
+
+
+def notify(callbacks: Iterable[EventCallback], event: Event) -> None:
+    """Hand ``event`` to each callback; one that raises is logged and skipped."""
+    for callback in callbacks:
+        try:
+            callback(event)
+        except Exception:
+            # A failing printer or visualiser must not lose the event or stop a run.
+            logger.exception("event callback %r failed on event %s", callback, event.id)
 
 
 class StateSink(Protocol):
@@ -275,12 +285,7 @@ class Conversation:
             return current
 
     def _notify(self, event: Event) -> None:
-        for callback in self._callbacks:
-            try:
-                callback(event)
-            except Exception:
-                # A failing printer or visualiser must not lose the event or stop a run.
-                logger.exception("event callback %r failed on event %s", callback, event.id)
+        notify(self._callbacks, event)
 
     def append_event(self, event: Event) -> Event:
         """Record ``event`` at the end of the history and return it."""
@@ -340,6 +345,7 @@ class Conversation:
         tags: Mapping[str, str] | None = None,
         reset_metrics: bool = True,
         from_event_id: str | None = None,
+        callbacks: Iterable[EventCallback] = (),
     ) -> Conversation:
         """A new, independent conversation with this one's history, in O(1).
 
@@ -349,7 +355,8 @@ class Conversation:
         starts ``idle``, and starts its stats at zero unless
         ``reset_metrics=False``. ``from_event_id`` forks the history up to and
         including that event. Nothing done to either side afterwards is seen
-        by the other.
+        by the other. ``callbacks`` are the fork's own (the source's are not
+        inherited).
 
         >>> from cowconv import LLM, Agent, Conversation
         >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
@@ -393,7 +400,7 @@ class Conversation:
             created_at=now,
             updated_at=now,
         )
-        fork = type(self)._from_state(forked, sink=self._sink)
+        fork = type(self)._from_state(forked, sink=self._sink, callbacks=callbacks)
         fork._max_iteration_per_run = self._max_iteration_per_run
         return fork
 

@@ -22,6 +22,7 @@ RemoteConversation 1 Follow-up
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -31,15 +32,14 @@ from typing import Any, overload
 import httpx
 
 from cowconv._agent import Agent
-from cowconv._conversation import EventCallback, _check_tags, logger
+from cowconv._conversation import EventCallback, _check_tags, notify
 from cowconv._events import Event, MessageEvent
 from cowconv._exceptions import RemoteError
 from cowconv._state import ConversationInfo, ConversationStats, ExecutionStatus
-from cowconv._workspace import Workspace
+from cowconv._workspace import SESSION_API_KEY_HEADER, Workspace
 
 __all__ = ["RemoteConversation", "RemoteEventLog", "RemoteState"]
 
-_SESSION_API_KEY_HEADER = "X-Session-API-Key"  # the server's name for it (agent_server)
 _PAGE = 100
 _RECONNECTS = 5
 
@@ -246,7 +246,7 @@ class RemoteConversation:
         assert workspace.host is not None
         headers = {}
         if workspace.api_key is not None:
-            headers[_SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
+            headers[SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
         self._workspace = workspace
         self._callbacks = tuple(callbacks)
         self._client = httpx.Client(
@@ -307,11 +307,7 @@ class RemoteConversation:
         return [Event.model_validate(item) for item in page["items"]]
 
     def _notify(self, event: Event) -> None:
-        for callback in self._callbacks:
-            try:
-                callback(event)
-            except Exception:
-                logger.exception("event callback %r failed on event %s", callback, event.id)
+        notify(self._callbacks, event)
 
     # -- reading -------------------------------------------------------------
 
@@ -453,7 +449,5 @@ class RemoteConversation:
 
 
 def _status_running(data: str) -> bool:
-    import json
-
     status = json.loads(data)
     return bool(status.get("running")) if isinstance(status, dict) else True

@@ -22,7 +22,10 @@ from pydantic import (
 
 from cowconv._llm import dump_secret
 
-__all__ = ["Workspace"]
+__all__ = ["SESSION_API_KEY_HEADER", "Workspace"]
+
+SESSION_API_KEY_HEADER = "X-Session-API-Key"
+"""The header that carries ``Workspace.api_key`` to an agent server."""
 
 
 class Workspace(BaseModel):

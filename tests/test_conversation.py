@@ -332,6 +332,15 @@ class TestFork:
         with pytest.raises(ValueError, match="no-such-event"):
             new_conversation().fork(from_event_id="no-such-event")
 
+    def test_callbacks_are_the_forks_own(self):
+        """fork(callbacks=...) gives the fork its callbacks; the source's stay with the source."""
+        seen_by_source, seen_by_fork = [], []
+        source = new_conversation(callbacks=[seen_by_source.append])
+        fork = source.fork(callbacks=[seen_by_fork.append])
+        on_fork = fork.send_message("fork only")
+        on_source = source.send_message("source only")
+        assert seen_by_fork == [on_fork] and seen_by_source == [on_source]
+
     def test_fork_of_fork(self):
         """Forks of forks stay independent of every ancestor."""
         a = new_conversation()

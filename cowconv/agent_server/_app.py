@@ -26,6 +26,7 @@ from cowconv._exceptions import ConversationNotFoundError
 from cowconv._history import EventLog
 from cowconv._state import ConversationInfo
 from cowconv._store import SQLiteStore, Store
+from cowconv._workspace import SESSION_API_KEY_HEADER
 from cowconv.agent_server._models import (
     ConversationPage,
     CreateConversationRequest,
@@ -46,7 +47,6 @@ __all__ = ["SESSION_API_KEY_HEADER", "STORE_FILE_NAME", "create_app"]
 
 logger = logging.getLogger("cowconv.agent_server")
 
-SESSION_API_KEY_HEADER = "X-Session-API-Key"
 STORE_FILE_NAME = "conversations.db"
 _KEEPALIVE_SECONDS = 15.0
 _MAX_PAGE = 1000

@@ -254,9 +254,8 @@ class ConversationRegistry:
                 tags=tags,
                 reset_metrics=reset_metrics,
                 from_event_id=from_event_id,
+                callbacks=[self._hub(chosen).notify],
             )
-            # The fork is not shared yet, so no event can slip past before its streams hear.
-            fork._callbacks = (self._hub(chosen).notify,)
         except BaseException:
             with self._lock:
                 self._reserved.discard(chosen)
