@@ -105,7 +105,7 @@ class Workload:
     def conversation(self, size: int, **options: Any) -> Conversation:
         """A conversation whose history is the ``size``-event log, without ``size`` appends."""
         base = Conversation(agent=self._agent, workspace=self._workspace, **options)
-        return Conversation._from_state(base.state._replace(events=self.log(size)))
+        return Conversation.from_state(base.state._replace(events=self.log(size)))
 
     def drop(self, size: int) -> None:
         """Forget the log of ``size`` (the events stay) to bound memory."""

@@ -14,11 +14,10 @@ copy: nothing either side can reach will ever change.
 True
 """
 
-from typing import TYPE_CHECKING, Any
-
 from cowconv._agent import Agent, Tool
+from cowconv._backend import Backend, EventCallback
 from cowconv._branches import Branch, run_branches
-from cowconv._conversation import Conversation, EventCallback, StateSink
+from cowconv._conversation import Conversation, RemoteConversation
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
@@ -35,9 +34,12 @@ from cowconv._events import (
     TextContent,
 )
 from cowconv._exceptions import (
+    ConversationConflictError,
+    ConversationExistsError,
     ConversationNotFoundError,
     CorruptStoreError,
     CowconvError,
+    EventNotFoundError,
     LLMError,
     RemoteError,
     SchemaVersionError,
@@ -47,14 +49,14 @@ from cowconv._exceptions import (
 from cowconv._frozen import freeze, thaw
 from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+from cowconv._local import StateSink
 from cowconv._state import (
     ConversationInfo,
     ConversationState,
     ConversationStats,
     ExecutionStatus,
-    Usage,
 )
-from cowconv._store import SQLiteStore, Store
+from cowconv._store import MemoryStore, SQLiteStore, Store
 from cowconv._tools import (
     ToolArgumentError,
     ToolDefinition,
@@ -63,10 +65,8 @@ from cowconv._tools import (
     registered_tools,
     resolve_tool,
 )
+from cowconv._usage import Usage
 from cowconv._workspace import Workspace
-
-if TYPE_CHECKING:
-    from cowconv._remote import RemoteConversation
 
 __version__ = "0.1.0"
 
@@ -75,9 +75,12 @@ __all__ = [
     "Agent",
     "AgentErrorEvent",
     "AnyEvent",
+    "Backend",
     "Branch",
     "Content",
     "Conversation",
+    "ConversationConflictError",
+    "ConversationExistsError",
     "ConversationInfo",
     "ConversationNotFoundError",
     "ConversationState",
@@ -87,6 +90,7 @@ __all__ = [
     "Event",
     "EventCallback",
     "EventLog",
+    "EventNotFoundError",
     "EventSource",
     "ExecutionStatus",
     "ImageContent",
@@ -95,6 +99,7 @@ __all__ = [
     "LLMMetrics",
     "LLMResponse",
     "LLMToolCall",
+    "MemoryStore",
     "MessageEvent",
     "ObservationEvent",
     "PauseEvent",
@@ -123,12 +128,3 @@ __all__ = [
     "run_branches",
     "thaw",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # RemoteConversation needs httpx; importing it lazily keeps `import cowconv` light.
-    if name == "RemoteConversation":
-        from cowconv._remote import RemoteConversation
-
-        return RemoteConversation
-    raise AttributeError(f"module 'cowconv' has no attribute {name!r}")

@@ -113,9 +113,13 @@ def _tree(path: Path, conversation_id: str | None) -> int:
     from rich.tree import Tree
 
     from cowconv._exceptions import CowconvError
-    from cowconv._store import SQLiteStore
+    from cowconv._store import SQLiteStore, store_file
 
-    database = path / "cowconv.db" if path.is_dir() else path
+    try:
+        database = store_file(path)  # a directory's cowconv.db, as persistence_dir writes it
+    except CowconvError as error:
+        print(f"cannot read {path}: {error}")
+        return 2
     if not database.exists():
         print(f"no cowconv store at {path}")
         return 2

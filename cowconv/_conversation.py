@@ -1,4 +1,4 @@
-"""``Conversation``: the current snapshot of a conversation, swapped atomically.
+"""``Conversation``: one conversation, whatever backend holds it.
 
 >>> from cowconv import LLM, Agent, Conversation
 >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
@@ -8,86 +8,51 @@
 >>> len(source.state.events), len(fork.state.events), sorted(fork.state.tags.items())
 (1, 2, [('title', 'Follow-up exploration'), ('variant', 'B')])
 
-Every change builds a new :class:`ConversationState` and swaps it in under a
-lock that only writers take; readers and :meth:`Conversation.fork` read the
-current snapshot without locking, so a fork never waits for a writer and
-never holds a lock.
+A conversation checks its arguments and hands the work to its
+:class:`~cowconv.Backend`: in memory or a :class:`~cowconv.Store` in this
+process (:class:`~cowconv._local.LocalBackend`), or an agent server
+(:class:`~cowconv._remote.RemoteBackend`, for a
+``Workspace(host=...)``). Every method behaves the same on each; the few
+differences an agent server brings are listed in ``docs/remote.md``.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, cast
-
-from pyrsistent import PMap, pmap
+from typing import Any
 
 from cowconv._agent import Agent
-from cowconv._events import Event, MessageEvent, _now
+from cowconv._backend import (
+    DEFAULT_MAX_ITERATION_PER_RUN,
+    ActivateSkill,
+    AppendEvent,
+    Backend,
+    Change,
+    EventCallback,
+    ForkSpec,
+    SetTag,
+    UpdateAgentState,
+)
+from cowconv._events import Event, MessageEvent, utc_now
+from cowconv._exceptions import ConversationExistsError
 from cowconv._frozen import freeze
-from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner, check_max_iteration_per_run
-from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
-from cowconv._store import SQLiteStore, Store
+from cowconv._local import LocalBackend, StateSink
+from cowconv._state import ConversationState, check_tags
+from cowconv._store._base import Store
 from cowconv._workspace import Workspace
 
-__all__ = ["Conversation", "EventCallback", "StateSink", "notify"]
-
-logger = logging.getLogger("cowconv")
-
-EventCallback = Callable[[Event], None]
-"""Called with every event a conversation records, in order."""
-
-_NO_STATS = ConversationStats()
-_NO_TAGS: PMap[str, str] = pmap()
+__all__ = ["Conversation", "RemoteConversation", "check_conversation_id"]
 
 
-def notify(callbacks: Iterable[EventCallback], event: Event) -> None:
-    """Hand ``event`` to each callback; one that raises is logged and skipped."""
-    for callback in callbacks:
-        try:
-            callback(event)
-        except Exception:
-            # A failing printer or visualiser must not lose the event or stop a run.
-            logger.exception("event callback %r failed on event %s", callback, event.id)
+def check_conversation_id(conversation_id: str | None) -> str:
+    """``conversation_id``, or a new random id for ``None``; ``ValueError`` if blank.
 
-
-class StateSink(Protocol):
-    """Where a conversation writes its snapshots (a persistent store).
-
-    ``save(previous, current)`` must make ``current`` durable before it
-    returns; ``previous`` is ``None`` for a new conversation or a fork. A
-    raised exception aborts the change: the conversation keeps ``previous``.
-
-    >>> from cowconv import LLM, Agent, Conversation
-    >>> class Printer:
-    ...     def save(self, previous, current):
-    ...         print(len(current.events), "events")
-    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
-    >>> printed = Conversation._from_state(conversation.state, sink=Printer())
-    0 events
-    >>> _ = printed.send_message("hi")
-    1 events
+    >>> check_conversation_id("c1"), len(check_conversation_id(None))
+    ('c1', 36)
     """
-
-    def save(self, previous: ConversationState | None, current: ConversationState) -> None: ...
-
-
-def _check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
-    if tags is None:
-        return {}
-    if not isinstance(tags, Mapping):
-        raise TypeError(f"tags must be a mapping of str to str, got {type(tags).__name__}")
-    for key, value in tags.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"tags must map str to str, got {key!r}: {value!r}")
-    return dict(tags)
-
-
-def _check_id(conversation_id: str | None) -> str:
     if conversation_id is None:
         return str(uuid.uuid4())
     if not isinstance(conversation_id, str) or not conversation_id.strip():
@@ -95,14 +60,20 @@ def _check_id(conversation_id: str | None) -> str:
     return conversation_id
 
 
+def _open_store(directory_or_store: str | os.PathLike[str] | Store) -> Store:
+    if isinstance(directory_or_store, str | os.PathLike):
+        from cowconv._store import SQLiteStore  # sqlite3 loads when a store is used
+
+        directory = Path(directory_or_store).expanduser()
+        directory.mkdir(parents=True, exist_ok=True)
+        return SQLiteStore(directory)
+    return directory_or_store
+
+
 def _store_for(persistence_dir: str | os.PathLike[str] | None, store: Store | None) -> Store | None:
     if persistence_dir is not None and store is not None:
         raise ValueError("pass persistence_dir or store, not both")
-    if persistence_dir is None:
-        return store
-    directory = Path(persistence_dir).expanduser()
-    directory.mkdir(parents=True, exist_ok=True)
-    return SQLiteStore(directory / "cowconv.db")
+    return _open_store(persistence_dir) if persistence_dir is not None else store
 
 
 def _resumed(
@@ -112,7 +83,7 @@ def _resumed(
     stored = store.load(conversation_id)
     if stored.agent == agent and stored.workspace == workspace:
         return stored
-    state = stored._replace(agent=agent, workspace=workspace, updated_at=_now())
+    state = stored._replace(agent=agent, workspace=workspace, updated_at=utc_now())
     store.save(stored, state)
     return state
 
@@ -137,17 +108,18 @@ class Conversation:
     to the same store. If that store holds ``conversation_id``, the
     conversation resumes from it with the ``agent`` and ``workspace`` given
     here; ``tags`` only apply to a new conversation.
+
+    With a ``Workspace(host=url, ...)`` the conversation lives on the agent
+    server at ``url`` (which stores it), and is a :class:`RemoteConversation`;
+    given the id of a conversation the server has, it attaches to it.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
-        # A Workspace with host= lives on an agent server: hand back its client instead.
-        # It is no Conversation subclass, so Python will not call __init__ on it again.
-        # (Typed as Conversation so the constructor keeps its type in the local case.)
+        # The seed's Conversation(...) with a remote workspace is a RemoteConversation: the
+        # same class underneath (a subclass that only adds attach()), so __init__ still runs.
         workspace = kwargs.get("workspace", args[1] if len(args) > 1 else None)
         if cls is Conversation and isinstance(workspace, Workspace) and workspace.is_remote:
-            from cowconv._remote import RemoteConversation
-
-            return cast(Conversation, RemoteConversation(*args, **kwargs))
+            cls = RemoteConversation
         return object.__new__(cls)
 
     def __init__(
@@ -165,30 +137,93 @@ class Conversation:
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         workspace = Workspace.coerce(workspace)
-        sink = _store_for(persistence_dir, store)
-        if sink is not None and conversation_id is not None and sink.exists(conversation_id):
-            state = _resumed(sink, conversation_id, agent, workspace)
-        else:
-            state = ConversationState(
-                id=_check_id(conversation_id),
-                agent=agent,
-                workspace=workspace,
-                tags=_check_tags(tags),
+        tags = check_tags(tags)
+        backend: Backend
+        if workspace.is_remote:
+            if persistence_dir is not None or store is not None:
+                raise ValueError(
+                    "a conversation on an agent server is stored by the server: leave out "
+                    "persistence_dir and store (start the server with --data-dir instead)"
+                )
+            from cowconv._remote import RemoteBackend  # httpx loads when a server is used
+
+            backend = RemoteBackend.create(
+                agent,
+                workspace,
+                conversation_id=conversation_id,
+                tags=tags,
+                callbacks=callbacks,
+                max_iteration_per_run=max_iteration_per_run,
             )
-            if sink is not None:
-                sink.save(None, state)
-        self._setup(
-            state, sink=sink, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
-        )
+        else:
+            conversation_id = check_conversation_id(conversation_id)
+            sink = _store_for(persistence_dir, store)
+            if sink is not None and sink.exists(conversation_id):
+                state = _resumed(sink, conversation_id, agent, workspace)
+                backend = LocalBackend(
+                    state,
+                    sink=sink,
+                    callbacks=callbacks,
+                    max_iteration_per_run=max_iteration_per_run,
+                )
+            else:
+                state = ConversationState(
+                    id=conversation_id, agent=agent, workspace=workspace, tags=tags
+                )
+                backend = LocalBackend.create(
+                    state,
+                    sink=sink,
+                    callbacks=callbacks,
+                    max_iteration_per_run=max_iteration_per_run,
+                )
+        self._backend: Backend = backend
+
+    @classmethod
+    def from_backend(cls, backend: Backend) -> Conversation:
+        """The conversation a :class:`~cowconv.Backend` holds.
+
+        >>> from cowconv import LLM, Agent, ConversationState, Workspace
+        >>> from cowconv._local import LocalBackend
+        >>> state = ConversationState(id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")),
+        ...                           workspace=Workspace(working_dir="."))
+        >>> Conversation.from_backend(LocalBackend(state)).id
+        'c1'
+        """
+        conversation = object.__new__(cls)
+        conversation._backend = backend
+        return conversation
+
+    @classmethod
+    def from_state(
+        cls,
+        state: ConversationState,
+        *,
+        store: StateSink | None = None,
+        callbacks: Iterable[EventCallback] = (),
+    ) -> Conversation:
+        """A conversation starting from ``state`` (saved to ``store`` first, if given).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> Conversation.from_state(source.state.evolve(id="copy")).id
+        'copy'
+        """
+        return cls.from_backend(LocalBackend.create(state, sink=store, callbacks=callbacks))
 
     @classmethod
     def resume(
-        cls, store: Store, conversation_id: str, *, callbacks: Iterable[EventCallback] = ()
+        cls,
+        store: Store | str | os.PathLike[str],
+        conversation_id: str,
+        *,
+        callbacks: Iterable[EventCallback] = (),
     ) -> Conversation:
         """Reopen a stored conversation with the agent and workspace it was stored with.
 
-        ``ConversationNotFoundError`` if ``store`` has no such conversation. A
-        conversation stored while ``running`` comes back ``paused``.
+        ``store`` is a :class:`~cowconv.Store` or the directory given as
+        ``persistence_dir``. ``ConversationNotFoundError`` if it has no such
+        conversation. A conversation stored while ``running`` comes back
+        ``paused``.
 
         >>> from cowconv import LLM, Agent, SQLiteStore
         >>> store = SQLiteStore(":memory:")
@@ -198,67 +233,39 @@ class Conversation:
         >>> resumed.agent.llm.api_key.get_secret_value()
         'sk-kept'
         """
-        state = store.load(conversation_id)
-        conversation = cls.__new__(cls)
-        conversation._setup(state, sink=store, callbacks=callbacks)
-        return conversation
-
-    def _setup(
-        self,
-        state: ConversationState,
-        *,
-        sink: StateSink | None,
-        callbacks: Iterable[EventCallback],
-        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
-    ) -> None:
-        check_max_iteration_per_run(max_iteration_per_run)
-        # The runner (a lock, tool processes) is made on first use: forks that never run
-        # stay under a kilobyte.
-        self._runner: Runner | None = None
-        self._max_iteration_per_run = max_iteration_per_run
-        self._state = state
-        self._sink = sink
-        self._callbacks = tuple(callbacks)
-        self._lock = threading.RLock()
-
-    @classmethod
-    def _from_state(
-        cls,
-        state: ConversationState,
-        *,
-        sink: StateSink | None = None,
-        callbacks: Iterable[EventCallback] = (),
-    ) -> Conversation:
-        conversation = cls.__new__(cls)
-        if sink is not None:
-            sink.save(None, state)
-        conversation._setup(state, sink=sink, callbacks=callbacks)
-        return conversation
+        opened = _open_store(store)
+        state = opened.load(conversation_id)
+        return cls.from_backend(LocalBackend(state, sink=opened, callbacks=callbacks))
 
     # -- reading -------------------------------------------------------------
 
     @property
+    def backend(self) -> Backend:
+        """What holds this conversation: memory, a store, or an agent server."""
+        return self._backend
+
+    @property
     def state(self) -> ConversationState:
         """The current snapshot. It never changes; read it again for news."""
-        return self._state
+        return self._backend.snapshot()
 
     @property
     def id(self) -> str:
         """The conversation id."""
-        return self._state.id
+        return self._backend.id
 
     @property
     def agent(self) -> Agent:
-        """The agent that runs this conversation."""
-        return self._state.agent
+        """The agent that runs this conversation (api key redacted if read from a server)."""
+        return self.state.agent
 
     @property
     def workspace(self) -> Workspace:
         """The workspace the agent's tools act in."""
-        return self._state.workspace
+        return self.state.workspace
 
     def __repr__(self) -> str:
-        state = self._state
+        state = self.state
         return (
             f"<{type(self).__name__} {state.id} events={len(state.events)} "
             f"status={state.execution_status.value}>"
@@ -266,32 +273,22 @@ class Conversation:
 
     # -- changing ------------------------------------------------------------
 
-    def _commit(
-        self, change: Callable[[ConversationState], ConversationState]
-    ) -> ConversationState:
-        """Apply ``change`` to the current snapshot, persist it, swap it in, notify."""
-        with self._lock:
-            previous = self._state
-            current = change(previous)
-            if current is previous:
-                return current
-            current = current._replace(updated_at=_now())
-            if self._sink is not None:
-                self._sink.save(previous, current)
-            self._state = current
-            if self._callbacks:
-                for position in range(len(previous.events), len(current.events)):
-                    self._notify(current.events[position])
-            return current
-
-    def _notify(self, event: Event) -> None:
-        notify(self._callbacks, event)
+    def _commit(self, change: Change) -> ConversationState:
+        # For tests and benchmarks that need a change no method makes (a local backend).
+        self._backend.commit(change)
+        return self._backend.snapshot()
 
     def append_event(self, event: Event) -> Event:
-        """Record ``event`` at the end of the history and return it."""
+        """Record ``event`` at the end of the history and return it.
+
+        >>> from cowconv import LLM, Agent, PauseEvent
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.append_event(PauseEvent()) == conversation.state.events[-1]
+        True
+        """
         if not isinstance(event, Event):
             raise TypeError(f"expected an Event, got {type(event).__name__}")
-        self._commit(lambda state: state._replace(events=state.events.append(event)))
+        self._backend.commit(AppendEvent(event))
         return event
 
     def send_message(self, text: str) -> MessageEvent:
@@ -304,35 +301,20 @@ class Conversation:
 
     def set_tag(self, key: str, value: str | None) -> None:
         """Set tag ``key`` to ``value``; ``None`` removes it."""
-        _check_tags({key: value if value is not None else ""})
-
-        def change(state: ConversationState) -> ConversationState:
-            tags = state.tags.discard(key) if value is None else state.tags.set(key, value)
-            return state if tags is state.tags else state._replace(tags=tags)
-
-        self._commit(change)
+        check_tags({key: value if value is not None else ""})
+        self._backend.commit(SetTag(key, value))
 
     def update_agent_state(self, changes: Mapping[str, Any]) -> None:
         """Merge JSON-like ``changes`` into ``state.agent_state``."""
-        frozen = freeze(changes)
         if not isinstance(changes, Mapping):
             raise TypeError(f"agent state changes must be a mapping, got {type(changes).__name__}")
-        self._commit(lambda state: state._replace(agent_state=state.agent_state.update(frozen)))
+        self._backend.commit(UpdateAgentState(freeze(changes)))
 
     def activate_skill(self, name: str) -> None:
         """Add a knowledge skill to ``state.activated_knowledge_skills`` (once)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"skill name must be a non-empty string, got {name!r}")
-
-        def change(state: ConversationState) -> ConversationState:
-            skills = state.activated_knowledge_skills
-            return (
-                state
-                if name in skills
-                else state._replace(activated_knowledge_skills=(*skills, name))
-            )
-
-        self._commit(change)
+        self._backend.commit(ActivateSkill(name))
 
     # -- forking -------------------------------------------------------------
 
@@ -354,9 +336,9 @@ class Conversation:
         workspace, gets fresh ``tags`` (``title`` becomes ``tags["title"]``),
         starts ``idle``, and starts its stats at zero unless
         ``reset_metrics=False``. ``from_event_id`` forks the history up to and
-        including that event. Nothing done to either side afterwards is seen
-        by the other. ``callbacks`` are the fork's own (the source's are not
-        inherited).
+        including that event (:class:`~cowconv.EventNotFoundError` if there is
+        none). Nothing done to either side afterwards is seen by the other.
+        ``callbacks`` are the fork's own (the source's are not inherited).
 
         >>> from cowconv import LLM, Agent, Conversation
         >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
@@ -366,43 +348,26 @@ class Conversation:
         >>> [e.text for e in early.state.events], early.state.forked_from_event_id == first.id
         (['one'], True)
         """
-        state = self._state  # one consistent snapshot; no lock needed
-        new_id = _check_id(conversation_id)
-        if new_id == state.id:
-            raise ValueError(f"a fork needs its own id; {new_id!r} is the source's id")
+        new_id = check_conversation_id(conversation_id)
+        if new_id == self.id:
+            raise ConversationExistsError(new_id)
         if agent is not None and not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         if title is not None and not isinstance(title, str):
             raise TypeError(f"title must be a str, got {type(title).__name__}")
-        fork_tags = _check_tags(tags)
+        if from_event_id is not None and not isinstance(from_event_id, str):
+            raise TypeError(f"from_event_id must be a str, got {type(from_event_id).__name__}")
+        fork_tags = check_tags(tags)
         if title is not None:
             fork_tags["title"] = title
-        events = state.events
-        if from_event_id is not None:
-            try:
-                events = events.up_to(from_event_id)
-            except KeyError:
-                raise ValueError(
-                    f"cannot fork from event {from_event_id!r}: no such event in conversation "
-                    f"{state.id!r}"
-                ) from None
-        last = events.last
-        now = _now()
-        forked = state._replace(
-            id=new_id,
-            agent=state.agent if agent is None else agent,
-            events=events,
-            tags=pmap(fork_tags) if fork_tags else _NO_TAGS,
-            stats=_NO_STATS if reset_metrics else state.stats,
-            execution_status=ExecutionStatus.IDLE,
-            forked_from_conversation_id=state.id,
-            forked_from_event_id=None if last is None else last.id,
-            created_at=now,
-            updated_at=now,
+        spec = ForkSpec(
+            conversation_id=new_id,
+            agent=agent,
+            tags=fork_tags,
+            reset_metrics=bool(reset_metrics),
+            from_event_id=from_event_id,
         )
-        fork = type(self)._from_state(forked, sink=self._sink, callbacks=callbacks)
-        fork._max_iteration_per_run = self._max_iteration_per_run
-        return fork
+        return type(self).from_backend(self._backend.fork(spec, callbacks))
 
     # -- running -------------------------------------------------------------
 
@@ -424,13 +389,7 @@ class Conversation:
         >>> conversation.state.execution_status.value
         'finished'
         """
-        runner = self._runner
-        if runner is None:
-            with self._lock:
-                if self._runner is None:
-                    self._runner = Runner(self, self._max_iteration_per_run)
-                runner = self._runner
-        runner.run()
+        self._backend.run()
 
     def pause(self) -> None:
         """Stop a run after its current step, from any thread; ``run()`` resumes.
@@ -439,16 +398,77 @@ class Conversation:
         status ``paused`` (or ``finished``, if that step was the final
         answer). Pausing a conversation that is not running does nothing.
         """
-        if self._runner is not None:
-            self._runner.pause()
+        self._backend.pause()
 
     def close(self) -> None:
         """Release what this conversation holds (processes, connections)."""
-        if self._runner is not None:
-            self._runner.close()
+        self._backend.close()
 
     def __enter__(self) -> Conversation:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class RemoteConversation(Conversation):
+    """A :class:`Conversation` on an agent server (the seed SDK's name for one).
+
+    ``Conversation(agent, Workspace(host=url, ...))`` returns one; it is the
+    same class underneath, with :meth:`attach` added. ``workspace.api_key``
+    is the server's session API key. HTTP errors raise
+    :class:`~cowconv.RemoteError` with the server's status code and message.
+
+    >>> from cowconv import LLM, Agent, Conversation, Workspace
+    >>> from cowconv.agent_server import BackgroundServer, create_app
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-kept-on-the-server"))
+    >>> with BackgroundServer(create_app()) as server:
+    ...     workspace = Workspace(host=server.url, working_dir=".")
+    ...     source = Conversation(agent=agent, workspace=workspace)
+    ...     _ = source.send_message("Analyse the sales report.")
+    ...     fork = source.fork(title="Follow-up fork")
+    ...     print(type(source).__name__, len(fork.state.events), fork.state.tags["title"])
+    ...     source.close(); fork.close()
+    RemoteConversation 1 Follow-up fork
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        workspace: Workspace | str | os.PathLike[str],
+        **options: Any,
+    ) -> None:
+        if not isinstance(workspace, Workspace) or not workspace.is_remote:
+            raise ValueError("a RemoteConversation needs a Workspace with host= (the server URL)")
+        super().__init__(agent, workspace, **options)
+
+    @classmethod
+    def attach(
+        cls,
+        host: str,
+        conversation_id: str,
+        *,
+        api_key: str | None = None,
+        working_dir: str | os.PathLike[str] = ".",
+        callbacks: Iterable[EventCallback] = (),
+    ) -> RemoteConversation:
+        """Attach to the conversation ``conversation_id`` the server at ``host`` has.
+
+        ``RemoteError`` with status 404 (also a ``ConversationNotFoundError``) if it has none.
+
+        >>> from cowconv import ConversationNotFoundError
+        >>> from cowconv.agent_server import BackgroundServer, create_app
+        >>> with BackgroundServer(create_app()) as server:
+        ...     try:
+        ...         RemoteConversation.attach(server.url, "nope")
+        ...     except ConversationNotFoundError as error:
+        ...         print(error.status_code)
+        404
+        """
+        from cowconv._remote import RemoteBackend
+
+        workspace = Workspace(host=host, working_dir=working_dir, api_key=api_key)
+        backend = RemoteBackend.attach(workspace, conversation_id, callbacks=callbacks)
+        conversation = cls.from_backend(backend)
+        assert isinstance(conversation, RemoteConversation)
+        return conversation

@@ -63,7 +63,12 @@ def _new_id() -> str:
     return str(uuid.uuid4())
 
 
-def _now() -> datetime:
+def utc_now() -> datetime:
+    """The current time, timezone-aware in UTC (every cowconv timestamp).
+
+    >>> utc_now().tzinfo
+    datetime.timezone.utc
+    """
     return datetime.now(UTC)
 
 
@@ -112,7 +117,7 @@ class Event(_Frozen):
 
     kind: str
     id: str = Field(default_factory=_new_id)
-    timestamp: datetime = Field(default_factory=_now)
+    timestamp: datetime = Field(default_factory=utc_now)
     source: EventSource
 
     @classmethod

@@ -6,12 +6,20 @@ catches them all. Errors about bad arguments stay ``ValueError``/``TypeError``
 
     CowconvError
     ├── ConversationNotFoundError (also KeyError)
+    ├── EventNotFoundError (also KeyError)
+    ├── ConversationConflictError
+    │   └── ConversationExistsError (also ValueError)
     ├── LLMError
     ├── StoreError
     │   ├── CorruptStoreError
     │   ├── SchemaVersionError
     │   └── StoreLockedError
     └── RemoteError (status_code, message)
+
+An error the agent server answers is raised by the client as a
+:class:`RemoteError` that is also the error the server raised (a remote
+``EventNotFoundError`` is caught by ``except EventNotFoundError`` too), so
+code handles every backend alike.
 
 >>> issubclass(ConversationNotFoundError, KeyError)
 True
@@ -20,9 +28,12 @@ True
 from __future__ import annotations
 
 __all__ = [
+    "ConversationConflictError",
+    "ConversationExistsError",
     "ConversationNotFoundError",
     "CorruptStoreError",
     "CowconvError",
+    "EventNotFoundError",
     "LLMError",
     "RemoteError",
     "SchemaVersionError",
@@ -60,6 +71,56 @@ class ConversationNotFoundError(CowconvError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class EventNotFoundError(CowconvError, KeyError):
+    """No event of the conversation has the given id (e.g. ``fork(from_event_id=...)``).
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> try:
+    ...     conversation.fork(from_event_id="e9")
+    ... except EventNotFoundError as error:
+    ...     print(error.event_id, "|", error)
+    e9 | conversation ... has no event with id 'e9'
+    """
+
+    def __init__(self, conversation_id: str, event_id: str) -> None:
+        super().__init__(f"conversation {conversation_id!r} has no event with id {event_id!r}")
+        self.conversation_id = conversation_id
+        self.event_id = event_id
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ConversationConflictError(CowconvError):
+    """The request clashes with the conversation's current state (id taken, already running).
+
+    The agent server answers it with 409.
+
+    >>> issubclass(ConversationExistsError, ConversationConflictError)
+    True
+    """
+
+
+class ConversationExistsError(ConversationConflictError, ValueError):
+    """A new conversation or fork asked for an id its store already holds.
+
+    >>> from cowconv import LLM, Agent, Conversation, SQLiteStore
+    >>> store = SQLiteStore(":memory:")
+    >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".",
+    ...                       store=store, conversation_id="c1")
+    >>> try:
+    ...     source.fork(conversation_id=source.fork().id)
+    ... except ConversationExistsError as error:
+    ...     print(error.conversation_id == store.list()[1].id)
+    True
+    """
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"a conversation with id {conversation_id!r} already exists")
+        self.conversation_id = conversation_id
 
 
 class LLMError(CowconvError):
@@ -129,6 +190,8 @@ class RemoteError(CowconvError):
     """
 
     def __init__(self, status_code: int, message: str) -> None:
-        super().__init__(f"agent server answered {status_code}: {message}")
+        # Not super(): the client raises subclasses that are also the server's error class
+        # (EventNotFoundError, ...), whose constructors take other arguments.
+        Exception.__init__(self, f"agent server answered {status_code}: {message}")
         self.status_code = status_code
         self.message = message

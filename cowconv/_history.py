@@ -176,10 +176,15 @@ class EventLog(Sequence[Event]):
     def __contains__(self, event: object) -> bool:
         if not isinstance(event, Event):
             return False
-        position = self._position(event.id)
+        position = self.position_of(event.id)
         return position is not None and self[position] == event
 
-    def _position(self, event_id: str) -> int | None:
+    def position_of(self, event_id: str) -> int | None:
+        """The position of the event with this id, or ``None``, in O(log n).
+
+        >>> EventLog().position_of("nope") is None
+        True
+        """
         position = self._ids.get(event_id)
         if position is None or position >= self._len or self[position].id != event_id:
             return None
@@ -195,14 +200,14 @@ class EventLog(Sequence[Event]):
         ...
         KeyError: "no event with id 'nope' in this history"
         """
-        position = self._position(event_id)
+        position = self.position_of(event_id)
         if position is None:
             raise KeyError(f"no event with id {event_id!r} in this history")
         return position
 
     def get(self, event_id: str) -> Event | None:
         """The event with this id, or ``None``."""
-        position = self._position(event_id)
+        position = self.position_of(event_id)
         return None if position is None else self[position]
 
     @property
@@ -220,7 +225,7 @@ class EventLog(Sequence[Event]):
         """
         if not isinstance(event, Event):
             raise TypeError(f"EventLog holds events, got {type(event).__name__}")
-        if self._position(event.id) is not None:
+        if self.position_of(event.id) is not None:
             raise ValueError(f"event id {event.id!r} is already in this history")
         length = self._len
         chunks, starts = self._chunks, self._starts
@@ -244,11 +249,17 @@ class EventLog(Sequence[Event]):
             log = log.append(event)
         return log
 
-    def _with_chunk(self, chunk: Sequence[Event], event_ids: Iterable[str]) -> EventLog:
+    def extend_sealed(self, chunk: Sequence[Event], event_ids: Iterable[str]) -> EventLog:
         """This log followed by ``chunk`` as one sealed chunk; no event of it is read.
 
-        For trusted histories (the store): ``event_ids`` are the chunk's ids in
-        order, unique and not in this log.
+        For trusted histories whose events load lazily (a store, an agent
+        server): ``event_ids`` are the chunk's ids in order, unique and not
+        in this log. Appends after a sealed chunk start a new one.
+
+        >>> from cowconv import MessageEvent
+        >>> event = MessageEvent(source="user", role="user", content="a")
+        >>> EventLog().extend_sealed((event,), [event.id]).index_of(event.id)
+        0
         """
         if not chunk:
             return self

@@ -40,7 +40,7 @@ from pydantic import (
 from cowconv._exceptions import LLMError
 
 if TYPE_CHECKING:
-    from cowconv._state import Usage
+    from cowconv._usage import Usage
 
 __all__ = ["LLM", "LLMMetrics", "LLMResponse", "LLMToolCall"]
 
@@ -72,7 +72,7 @@ def _litellm() -> ModuleType:
 
 
 def _usage(cost: float, prompt_tokens: int, completion_tokens: int) -> Usage:
-    from cowconv._state import Usage  # _state imports this module: import at call time
+    from cowconv._usage import Usage
 
     return Usage(
         accumulated_cost=cost, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens

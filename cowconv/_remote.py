@@ -1,9 +1,12 @@
-"""``RemoteConversation``: a conversation that lives on an agent server.
+"""``RemoteBackend``: a conversation kept by an agent server, reached over HTTP.
 
 ``Conversation(agent=..., workspace=Workspace(host=url, working_dir=...))``
-returns one; :meth:`RemoteConversation.attach` reopens one by id. It has the
-local conversation's surface; every call is an HTTP request (httpx) to the
-server started by ``python -m cowconv.agent_server``.
+puts the conversation on the server at ``url`` (``python -m
+cowconv.agent_server`` or ``cowconv serve``); the conversation is the same
+class as a local one, with this backend under it. Snapshots are real
+:class:`~cowconv.ConversationState` values read in one request; their events
+are fetched page by page when first read, and pages are shared by later
+snapshots (a history only grows).
 
 >>> from cowconv import LLM, Agent, Conversation, Workspace
 >>> from cowconv.agent_server import BackgroundServer, create_app
@@ -14,42 +17,104 @@ server started by ``python -m cowconv.agent_server``.
 ...     )
 ...     _ = source.send_message("Analyse the sales report.")
 ...     fork = source.fork(title="Follow-up")
-...     print(type(source).__name__, len(fork.state.events), fork.state.title)
+...     print(type(fork.backend).__name__, len(fork.state.events), fork.state.title)
 ...     fork.close(), source.close()
-RemoteConversation 1 Follow-up
+RemoteBackend 1 Follow-up
 (None, None)
 """
 
 from __future__ import annotations
 
-import json
-import os
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
-from types import MappingProxyType
 from typing import Any, overload
 
 import httpx
+import httpx_sse
 
 from cowconv._agent import Agent
-from cowconv._conversation import EventCallback, _check_tags, notify
-from cowconv._events import Event, MessageEvent
-from cowconv._exceptions import RemoteError
-from cowconv._state import ConversationInfo, ConversationStats, ExecutionStatus
+from cowconv._backend import (
+    ActivateSkill,
+    AppendEvent,
+    Change,
+    EventCallback,
+    ForkSpec,
+    SetTag,
+    UpdateAgentState,
+    notify,
+)
+from cowconv._events import Event
+from cowconv._exceptions import (
+    ConversationConflictError,
+    ConversationExistsError,
+    ConversationNotFoundError,
+    CowconvError,
+    EventNotFoundError,
+    RemoteError,
+)
+from cowconv._frozen import thaw
+from cowconv._history import EventLog
+from cowconv._state import ConversationState
 from cowconv._workspace import SESSION_API_KEY_HEADER, Workspace
 
-__all__ = ["RemoteConversation", "RemoteEventLog", "RemoteState"]
+__all__ = ["RemoteBackend", "RemoteEvents"]
 
 _PAGE = 100
 _RECONNECTS = 5
+_TIMEOUT = httpx.Timeout(60.0)
+# The server sends a keepalive every 15 s while a run goes on.
+_STREAM_TIMEOUT = httpx.Timeout(60.0, read=60.0)
+
+# The errors the server names in its answers, raised here as the same class (and RemoteError).
+_MIRRORED: dict[str, type[CowconvError]] = {
+    error.__name__: error
+    for error in (
+        ConversationNotFoundError,
+        EventNotFoundError,
+        ConversationConflictError,
+        ConversationExistsError,
+    )
+}
 
 
-def _raise_for_status(response: httpx.Response) -> httpx.Response:
+_REMOTE_CLASSES: dict[type[CowconvError], type[RemoteError]] = {}
+
+
+def _remote_error_class(local: type[CowconvError]) -> type[RemoteError]:
+    known = _REMOTE_CLASSES.get(local)
+    if known is not None:
+        return known
+    made = type(
+        local.__name__,
+        (RemoteError, local),
+        {"__module__": __name__, "__doc__": f"A {local.__name__} the agent server answered."},
+    )
+    return _REMOTE_CLASSES.setdefault(local, made)
+
+
+def raise_for_status(response: httpx.Response) -> httpx.Response:
+    """``response`` if it succeeded, else the :class:`~cowconv.RemoteError` it carries.
+
+    When the server names one of cowconv's errors, the exception is also an
+    instance of that error (a 404 for an unknown event is an
+    :class:`~cowconv.EventNotFoundError` too).
+
+    >>> import httpx
+    >>> answer = httpx.Response(404, json={"detail": "gone", "error": "EventNotFoundError"})
+    >>> try:
+    ...     raise_for_status(answer)
+    ... except EventNotFoundError as error:
+    ...     print(error.status_code, isinstance(error, RemoteError))
+    404 True
+    """
     if response.is_success:
         return response
     response.read()
+    name = None
     try:
-        detail = response.json().get("detail", response.text)
+        body = response.json()
+        detail = body.get("detail", response.text)
+        name = body.get("error")
     except (ValueError, AttributeError):
         detail = response.text
     if isinstance(detail, list):  # validation errors: one message per bad field
@@ -58,18 +123,49 @@ def _raise_for_status(response: httpx.Response) -> httpx.Response:
             for item in detail
             if isinstance(item, dict)
         )
-    raise RemoteError(response.status_code, str(detail))
+    local = _MIRRORED.get(name) if isinstance(name, str) else None
+    error_class = RemoteError if local is None else _remote_error_class(local)
+    raise error_class(response.status_code, str(detail))
 
 
-class RemoteEventLog(Sequence[Event]):
-    """The events of a remote conversation, fetched page by page when read.
+class _Connection:
+    """One pooled HTTP client, shared by a conversation and the forks made from it."""
 
-    Its length is the event count of the snapshot it belongs to; histories
-    only grow, so the pages it fetches later are still those events.
+    def __init__(self, workspace: Workspace) -> None:
+        assert workspace.host is not None
+        headers = {}
+        if workspace.api_key is not None:
+            headers[SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
+        self.workspace = workspace
+        self.client = httpx.Client(
+            base_url=workspace.host.rstrip("/"), headers=headers, timeout=_TIMEOUT
+        )
+        self._users = 1  # the creator's share, released when it is done with it
+        self._lock = threading.Lock()
+
+    def acquire(self) -> _Connection:
+        with self._lock:
+            self._users += 1
+        return self
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self.client.close()
+
+
+class RemoteEvents(Sequence[Event]):
+    """Events ``start`` to ``start + count`` of a remote conversation, fetched when read.
+
+    Pages of 100 events are fetched on first access and kept; histories only
+    grow, so a page read later holds the same events.
     """
 
-    def __init__(self, conversation: RemoteConversation, count: int) -> None:
-        self._conversation = conversation
+    def __init__(self, backend: RemoteBackend, start: int, count: int) -> None:
+        self._backend = backend
+        self._start = start
         self._count = count
         self._pages: dict[int, list[Event]] = {}
 
@@ -79,9 +175,11 @@ class RemoteEventLog(Sequence[Event]):
     def _page(self, number: int) -> list[Event]:
         page = self._pages.get(number)
         if page is None:
-            start = number * _PAGE
-            limit = min(_PAGE, self._count - start)
-            page = self._conversation._events(offset=start, limit=limit)
+            offset = number * _PAGE
+            limit = min(_PAGE, self._count - offset)
+            page = self._backend.events(offset=self._start + offset, limit=limit)
+            if len(page) != limit:
+                raise RemoteError(0, f"the server sent {len(page)} events where {limit} exist")
             self._pages[number] = page
         return page
 
@@ -103,110 +201,45 @@ class RemoteEventLog(Sequence[Event]):
         for number in range((self._count + _PAGE - 1) // _PAGE):
             yield from self._page(number)
 
-    @property
-    def last(self) -> Event | None:
-        """The last event, or ``None`` for an empty history."""
-        return self[-1] if self._count else None
 
-    def __repr__(self) -> str:
-        return f"<RemoteEventLog of {self._conversation.id} len={self._count}>"
+class RemoteBackend:
+    """A conversation on an agent server: snapshots read over HTTP, changes sent as requests.
 
+    :meth:`create` makes the conversation on the server (or attaches to the
+    one with that id), :meth:`attach` reopens one by id. Errors the server
+    answers raise :class:`~cowconv.RemoteError` with its status and message.
 
-class RemoteState:
-    """A snapshot of a remote conversation: its summary, read once; events on demand."""
-
-    def __init__(self, conversation: RemoteConversation, info: ConversationInfo) -> None:
-        self._conversation = conversation
-        self.info = info
-        self.events = RemoteEventLog(conversation, info.event_count)
-
-    @property
-    def id(self) -> str:
-        """The conversation id."""
-        return self.info.id
-
-    @property
-    def title(self) -> str | None:
-        """``tags["title"]``, if set."""
-        return self.info.title
-
-    @property
-    def tags(self) -> Mapping[str, str]:
-        """The conversation's tags."""
-        return MappingProxyType(dict(self.info.tags))
-
-    @property
-    def execution_status(self) -> ExecutionStatus:
-        """Where the conversation's run stood when this snapshot was read."""
-        return self.info.execution_status
-
-    @property
-    def stats(self) -> ConversationStats:
-        """Cost and tokens spent by the conversation."""
-        return self.info.stats
-
-    @property
-    def forked_from_conversation_id(self) -> str | None:
-        """The conversation this one was forked from."""
-        return self.info.forked_from_conversation_id
-
-    @property
-    def forked_from_event_id(self) -> str | None:
-        """The last event the fork took from its source."""
-        return self.info.forked_from_event_id
-
-    @property
-    def created_at(self) -> datetime:
-        """When the conversation was created."""
-        return self.info.created_at
-
-    @property
-    def updated_at(self) -> datetime:
-        """When the conversation last changed."""
-        return self.info.updated_at
-
-    @property
-    def agent(self) -> Agent:
-        """The conversation's agent (its api key redacted if read from the server)."""
-        return self._conversation.agent
-
-    @property
-    def workspace(self) -> Workspace:
-        """The workspace the conversation was opened with."""
-        return self._conversation.workspace
-
-    def __repr__(self) -> str:
-        return (
-            f"<RemoteState {self.id} events={len(self.events)} "
-            f"status={self.execution_status.value}>"
-        )
-
-
-class RemoteConversation:
-    """A conversation on an agent server, with the local conversation's surface.
-
-    ``RemoteConversation(agent, workspace)`` creates the conversation on the
-    server at ``workspace.host`` (``workspace.api_key`` is the server's
-    session API key). Given the id of a conversation the server already
-    has, it attaches to it instead, like a local conversation resumes from
-    its store. HTTP errors raise :class:`~cowconv.RemoteError` with the
-    server's status code and message.
-
-    >>> from cowconv import LLM, Agent, Conversation, Workspace
+    >>> from cowconv import LLM, Agent, Workspace
     >>> from cowconv.agent_server import BackgroundServer, create_app
-    >>> agent = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-kept-on-the-server"))
     >>> with BackgroundServer(create_app()) as server:
     ...     workspace = Workspace(host=server.url, working_dir=".")
-    ...     source = Conversation(agent=agent, workspace=workspace)
-    ...     _ = source.send_message("Analyse the sales report.")
-    ...     fork = source.fork(title="Follow-up fork")
-    ...     print(type(source).__name__, len(fork.state.events), fork.state.tags["title"])
-    ...     source.close(); fork.close()
-    RemoteConversation 1 Follow-up fork
+    ...     backend = RemoteBackend.create(Agent(llm=LLM(model="openai/gpt-4o")), workspace)
+    ...     backend.commit(SetTag("owner", "ci"))
+    ...     print(dict(backend.snapshot().tags))
+    ...     backend.close()
+    {'owner': 'ci'}
     """
 
     def __init__(
         self,
+        connection: _Connection,
+        conversation_id: str,
+        *,
+        agent: Agent | None,
+        callbacks: Iterable[EventCallback],
+    ) -> None:
+        self._connection = connection.acquire()
+        self._client = connection.client
+        self._id = conversation_id
+        self._agent = agent
+        self._callbacks = tuple(callbacks)
+        self._events = EventLog()
+        self._events_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def create(
+        cls,
         agent: Agent,
         workspace: Workspace,
         *,
@@ -214,102 +247,59 @@ class RemoteConversation:
         tags: Mapping[str, str] | None = None,
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int | None = None,
-    ) -> None:
-        if not isinstance(agent, Agent):
-            raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
-        if not isinstance(workspace, Workspace) or workspace.host is None:
-            raise ValueError("a RemoteConversation needs a Workspace with host= (the server URL)")
+    ) -> RemoteBackend:
+        """Create the conversation on the server; attach if ``conversation_id`` exists there."""
         body: dict[str, Any] = {
             # The server keeps the credentials so the conversation and its forks can run.
             "agent": agent.model_dump(mode="json", context={"expose_secrets": True}),
             "workspace": {"working_dir": workspace.working_dir},
-            "tags": _check_tags(tags),
+            "tags": dict(tags or {}),
         }
         if conversation_id is not None:
             body["id"] = conversation_id
         if max_iteration_per_run is not None:
             body["max_iteration_per_run"] = max_iteration_per_run
-        self._open(workspace, callbacks)
-        self._agent: Agent | None = agent
+        connection = _Connection(workspace)
         try:
-            created = self._client.post("/api/conversations", json=body)
+            created = connection.client.post("/api/conversations", json=body)
             if created.status_code == 409 and conversation_id is not None:
-                info = self._info(conversation_id)
+                backend = cls._attach(connection, conversation_id, agent=agent, callbacks=callbacks)
             else:
-                info = ConversationInfo.model_validate(_raise_for_status(created).json())
-        except BaseException:
-            self.close()
-            raise
-        self._id = info.id
-
-    def _open(self, workspace: Workspace, callbacks: Iterable[EventCallback]) -> None:
-        assert workspace.host is not None
-        headers = {}
-        if workspace.api_key is not None:
-            headers[SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
-        self._workspace = workspace
-        self._callbacks = tuple(callbacks)
-        self._client = httpx.Client(
-            base_url=workspace.host.rstrip("/"),
-            headers=headers,
-            timeout=httpx.Timeout(30.0),
-        )
+                chosen = raise_for_status(created).json()["id"]
+                backend = cls(connection, chosen, agent=agent, callbacks=callbacks)
+        finally:
+            connection.release()  # the backend holds its own share
+        return backend
 
     @classmethod
     def attach(
-        cls,
-        host: str,
-        conversation_id: str,
-        *,
-        api_key: str | None = None,
-        working_dir: str | os.PathLike[str] = ".",
-        callbacks: Iterable[EventCallback] = (),
-    ) -> RemoteConversation:
-        """Attach to the conversation ``conversation_id`` the server at ``host`` has.
-
-        ``RemoteError`` with status 404 if it has none.
-        """
-        workspace = Workspace(host=host, working_dir=working_dir, api_key=api_key)
-        return cls._attach(workspace, conversation_id, callbacks=callbacks)
+        cls, workspace: Workspace, conversation_id: str, *, callbacks: Iterable[EventCallback] = ()
+    ) -> RemoteBackend:
+        """The conversation ``conversation_id`` the server has (``RemoteError`` 404 if none)."""
+        connection = _Connection(workspace)
+        try:
+            return cls._attach(connection, conversation_id, agent=None, callbacks=callbacks)
+        finally:
+            connection.release()
 
     @classmethod
     def _attach(
         cls,
-        workspace: Workspace,
+        connection: _Connection,
         conversation_id: str,
         *,
-        callbacks: Iterable[EventCallback] = (),
-    ) -> RemoteConversation:
-        conversation = cls.__new__(cls)
-        conversation._open(workspace, callbacks)
-        conversation._agent = None
+        agent: Agent | None,
+        callbacks: Iterable[EventCallback],
+    ) -> RemoteBackend:
+        backend = cls(connection, conversation_id, agent=agent, callbacks=callbacks)
         try:
-            conversation._id = conversation._info(conversation_id).id
+            backend.snapshot()  # fails now, not later, if the server has no such conversation
         except BaseException:
-            conversation.close()
+            backend.close()
             raise
-        return conversation
+        return backend
 
-    # -- HTTP --------------------------------------------------------------------
-
-    def _path(self, suffix: str = "", conversation_id: str | None = None) -> str:
-        return f"/api/conversations/{conversation_id or self._id}{suffix}"
-
-    def _info(self, conversation_id: str | None = None) -> ConversationInfo:
-        response = _raise_for_status(self._client.get(self._path("", conversation_id)))
-        return ConversationInfo.model_validate(response.json())
-
-    def _events(self, *, offset: int, limit: int) -> list[Event]:
-        response = self._client.get(
-            self._path("/events"), params={"offset": offset, "limit": limit}
-        )
-        page = _raise_for_status(response).json()
-        return [Event.model_validate(item) for item in page["items"]]
-
-    def _notify(self, event: Event) -> None:
-        notify(self._callbacks, event)
-
-    # -- reading -------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------
 
     @property
     def id(self) -> str:
@@ -317,137 +307,142 @@ class RemoteConversation:
         return self._id
 
     @property
-    def state(self) -> RemoteState:
-        """A fresh snapshot read from the server (one request; events on demand)."""
-        return RemoteState(self, self._info())
-
-    @property
-    def agent(self) -> Agent:
-        """The agent; read from the server, api key redacted, when attached by id."""
-        if self._agent is None:
-            response = _raise_for_status(self._client.get(self._path("/agent")))
-            self._agent = Agent.model_validate(response.json())
-        return self._agent
-
-    @property
     def workspace(self) -> Workspace:
         """The workspace: the server's URL and the working directory there."""
-        return self._workspace
+        return self._connection.workspace
 
-    def __repr__(self) -> str:
-        return f"<RemoteConversation {self._id} at {self._workspace.host}>"
+    def _path(self, suffix: str = "") -> str:
+        return f"/api/conversations/{self._id}{suffix}"
 
-    # -- changing ------------------------------------------------------------
+    def events(self, *, offset: int, limit: int) -> list[Event]:
+        """Events ``offset`` to ``offset + limit`` of the history (one request)."""
+        response = self._client.get(
+            self._path("/events"), params={"offset": offset, "limit": limit}
+        )
+        page = raise_for_status(response).json()
+        return [Event.model_validate(item) for item in page["items"]]
 
-    def send_message(self, text: str) -> MessageEvent:
-        """Record a user message on the server and return its event."""
-        if not isinstance(text, str):
-            raise TypeError(f"send_message() takes a str, got {type(text).__name__}")
-        response = self._client.post(self._path("/messages"), json={"text": text})
-        event: MessageEvent = MessageEvent.model_validate(_raise_for_status(response).json())
-        self._notify(event)
-        return event
+    def snapshot(self) -> ConversationState:
+        """The conversation as the server holds it now (one request; events load lazily)."""
+        with self._events_lock:
+            known = self._events
+        params: dict[str, Any] = {"known": len(known)}
+        if known:
+            last = known.last
+            assert last is not None
+            params["last"] = last.id
+        response = raise_for_status(self._client.get(self._path("/state"), params=params))
+        body = response.json()
+        state = ConversationState.model_validate(body["state"])
+        ids_from, event_ids = body["ids_from"], body["event_ids"]
+        events = known if ids_from == len(known) else EventLog()
+        if event_ids:
+            chunk = RemoteEvents(self, ids_from, len(event_ids))
+            events = events.extend_sealed(chunk, event_ids)
+        with self._events_lock:
+            if len(events) > len(self._events):
+                self._events = events
+        changes: dict[str, Any] = {"events": events, "workspace": self.workspace}
+        if self._agent is not None:
+            changes["agent"] = self._agent  # the server shows the api key redacted
+        return state._replace(**changes)
+
+    # -- changing ---------------------------------------------------------------
+
+    def commit(self, change: Change) -> None:
+        """Send a named change to the server (other changes are not supported remotely)."""
+        if isinstance(change, AppendEvent):
+            event = change.event
+            raise_for_status(
+                self._client.post(self._path("/events"), json=event.model_dump(mode="json"))
+            )
+            notify(self._callbacks, event)
+        elif isinstance(change, SetTag):
+            raise_for_status(
+                self._client.patch(self._path("/tags"), json={change.key: change.value})
+            )
+        elif isinstance(change, UpdateAgentState):
+            raise_for_status(
+                self._client.patch(self._path("/agent_state"), json=thaw(change.changes))
+            )
+        elif isinstance(change, ActivateSkill):
+            raise_for_status(self._client.post(self._path("/skills"), json={"name": change.name}))
+        else:
+            raise NotImplementedError(
+                f"{change!r} is not supported on an agent server: a remote conversation "
+                "changes through its methods (append_event, set_tag, update_agent_state, "
+                "activate_skill, run)"
+            )
+
+    def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> RemoteBackend:
+        """Fork on the server (O(1) there); the fork shares this connection."""
+        if spec.agent is not None:
+            raise NotImplementedError(
+                "fork(agent=...) is not supported on an agent server: a remote fork keeps the "
+                "agent the server manages; to fork with another agent, fork a local "
+                "Conversation"
+            )
+        body: dict[str, Any] = {
+            "id": spec.conversation_id,
+            "tags": dict(spec.tags),
+            "reset_metrics": spec.reset_metrics,
+            "from_event_id": spec.from_event_id,
+        }
+        info = raise_for_status(self._client.post(self._path("/fork"), json=body)).json()
+        return RemoteBackend(self._connection, info["id"], agent=self._agent, callbacks=callbacks)
+
+    # -- running ---------------------------------------------------------------
 
     def run(self) -> None:
         """Run the agent on the server; blocks until the run ends.
 
         It follows the server's event stream (no polling) and hands every
-        new event to the callbacks. Like a local run, agent failures end the
-        run with status ``error`` instead of raising. If a run is already
-        going (started elsewhere), it waits for that one.
+        new event to the callbacks. If a run is already going (started
+        elsewhere), it waits for that one.
         """
         response = self._client.post(self._path("/run"))
         if response.status_code == 409:
-            start = self._info().event_count
+            start = len(self.snapshot().events)
         else:
-            start = ConversationInfo.model_validate(_raise_for_status(response).json()).event_count
-        self._follow(start)
-
-    def _follow(self, cursor: int) -> None:
+            start = raise_for_status(response).json()["event_count"]
         for _attempt in range(_RECONNECTS):
             try:
-                cursor, finished = self._read_stream(cursor)
+                start, finished = self._follow(start)
             except httpx.TransportError:
                 continue
             if finished:
                 return
         raise RemoteError(0, f"lost the event stream of conversation {self._id} repeatedly")
 
-    def _read_stream(self, cursor: int) -> tuple[int, bool]:
+    def _follow(self, cursor: int) -> tuple[int, bool]:
         params: dict[str, str | int] = {"offset": cursor, "until_idle": "true"}
-        timeout = httpx.Timeout(30.0, read=60.0)  # the server sends a keepalive every 15 s
-        with self._client.stream(
-            "GET", self._path("/events/stream"), params=params, timeout=timeout
-        ) as response:
-            _raise_for_status(response)
-            kind, data = "message", []
-            running = True
-            for line in response.iter_lines():
-                if line:
-                    field, _, value = line.partition(":")
-                    value = value.removeprefix(" ")
-                    if field == "event":
-                        kind = value
-                    elif field == "data":
-                        data.append(value)
-                    continue
-                if kind == "event" and data:
-                    self._notify(Event.model_validate_json("\n".join(data)))
+        running = True
+        with httpx_sse.connect_sse(
+            self._client,
+            "GET",
+            self._path("/events/stream"),
+            params=params,
+            timeout=_STREAM_TIMEOUT,
+        ) as source:
+            raise_for_status(source.response)
+            for message in source.iter_sse():
+                if message.event == "event":
+                    notify(self._callbacks, Event.model_validate_json(message.data))
                     cursor += 1
-                elif kind == "status" and data:
-                    running = bool(_status_running("\n".join(data)))
-                kind, data = "message", []
+                elif message.event == "status":
+                    running = bool(message.json().get("running", True))
         # The server ends an until_idle stream only after a status with running=false.
         return cursor, not running
 
     def pause(self) -> None:
         """Ask the server to pause the run after its current step (returns at once)."""
-        _raise_for_status(self._client.post(self._path("/pause")))
-
-    def fork(
-        self,
-        *,
-        conversation_id: str | None = None,
-        agent: Agent | None = None,
-        title: str | None = None,
-        tags: Mapping[str, str] | None = None,
-        reset_metrics: bool = True,
-        from_event_id: str | None = None,
-    ) -> RemoteConversation:
-        """Fork on the server (O(1) there); a new ``RemoteConversation`` for the fork.
-
-        The fork keeps the server-side agent with its LLM settings and
-        credentials; ``agent=`` is not supported remotely.
-        """
-        if agent is not None:
-            raise NotImplementedError(
-                "a remote fork keeps the agent the server manages; to fork with another "
-                "agent, fork a local Conversation: Conversation(...).fork(agent=...)"
-            )
-        body: dict[str, Any] = {"reset_metrics": reset_metrics}
-        if conversation_id is not None:
-            body["id"] = conversation_id
-        if title is not None:
-            body["title"] = title
-        if tags is not None:
-            body["tags"] = _check_tags(tags)
-        if from_event_id is not None:
-            body["from_event_id"] = from_event_id
-        response = _raise_for_status(self._client.post(self._path("/fork"), json=body))
-        info = ConversationInfo.model_validate(response.json())
-        return type(self)._attach(self._workspace, info.id)
+        raise_for_status(self._client.post(self._path("/pause")))
 
     def close(self) -> None:
-        """Close the HTTP connection; the conversation stays on the server."""
-        self._client.close()
+        """Let go of the connection (closed with its last user); the conversation stays."""
+        if not self._closed:
+            self._closed = True
+            self._connection.release()
 
-    def __enter__(self) -> RemoteConversation:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-def _status_running(data: str) -> bool:
-    status = json.loads(data)
-    return bool(status.get("running")) if isinstance(status, dict) else True
+    def __repr__(self) -> str:
+        return f"<RemoteBackend {self._id} at {self.workspace.host}>"

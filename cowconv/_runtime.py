@@ -2,7 +2,7 @@
 
 A *step* is one LLM call and the tool calls it asked for. Everything a step
 produces (the tool calls, their results or the answer, the step's cost, the
-status change) is appended in one ``Conversation._commit``: one transaction
+status change) is appended in one commit of the conversation's backend: one transaction
 in a persistent store, so a history never holds a tool call without its
 result. No lock is held while the model thinks or a tool runs, so
 ``send_message()``, ``fork()`` and readers never wait for a step.
@@ -29,9 +29,10 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cowconv._agent import Agent
+from cowconv._backend import DEFAULT_MAX_ITERATION_PER_RUN, Change, check_max_iteration_per_run
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
@@ -47,17 +48,13 @@ from cowconv._exceptions import LLMError
 from cowconv._frozen import thaw
 from cowconv._history import EventLog
 from cowconv._llm import LLMResponse, LLMToolCall
-from cowconv._state import ConversationState, ExecutionStatus, Usage
+from cowconv._state import ConversationState, ExecutionStatus
 from cowconv._tools import ToolArgumentError, ToolDefinition, resolve_tool
+from cowconv._usage import Usage
 
-if TYPE_CHECKING:
-    from cowconv._conversation import Conversation
-
-__all__ = ["DEFAULT_MAX_ITERATION_PER_RUN", "build_messages"]
+__all__ = ["Runner", "build_messages"]
 
 logger = logging.getLogger("cowconv.runtime")
-
-DEFAULT_MAX_ITERATION_PER_RUN = 500
 
 # Arguments that were not a JSON object are kept verbatim under this key, for the record.
 _INVALID_ARGUMENTS_KEY = "__invalid_json__"
@@ -230,25 +227,19 @@ def _action(response: LLMResponse, call: LLMToolCall, thought: str) -> ActionEve
         )
 
 
-def check_max_iteration_per_run(value: object) -> None:
-    """Refuse anything but a positive int as an iteration limit."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"max_iteration_per_run must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"max_iteration_per_run must be at least 1, got {value}")
-
-
 class Runner:
     """Runs one conversation's agent; at most one ``run()`` at a time."""
 
     def __init__(
         self,
-        conversation: Conversation,
+        snapshot: Callable[[], ConversationState],
+        commit: Callable[[Change], object],
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> None:
         check_max_iteration_per_run(max_iteration_per_run)
         self.max_iteration_per_run = max_iteration_per_run
-        self._conversation = conversation
+        self._snapshot = snapshot
+        self._commit_change = commit
         self._lock = threading.Lock()
         self._active = False
         self._pause_requested = False
@@ -279,7 +270,7 @@ class Runner:
         with self._lock:
             if self._active:
                 raise RuntimeError(
-                    f"conversation {self._conversation.id} is already running in another thread"
+                    f"conversation {self._snapshot().id} is already running in another thread"
                 )
             self._active = True
             self._pause_requested = False
@@ -296,8 +287,8 @@ class Runner:
 
     # -- the loop ------------------------------------------------------------
 
-    def _commit(self, change: Callable[[ConversationState], ConversationState]) -> None:
-        self._conversation._commit(change)
+    def _commit(self, change: Change) -> None:
+        self._commit_change(change)
 
     def _finish(self, status: ExecutionStatus, *events: Event) -> None:
         def change(state: ConversationState) -> ConversationState:
@@ -306,7 +297,7 @@ class Runner:
         self._commit(change)
 
     def _record_crash(self, error: BaseException) -> None:
-        if self._conversation.state.execution_status is not ExecutionStatus.RUNNING:
+        if self._snapshot().execution_status is not ExecutionStatus.RUNNING:
             return
         try:
             if isinstance(error, Exception):
@@ -315,11 +306,10 @@ class Runner:
             else:
                 self._finish(ExecutionStatus.PAUSED, PauseEvent())
         except Exception:
-            logger.exception("could not record why conversation %s stopped", self._conversation.id)
+            logger.exception("could not record why conversation %s stopped", self._snapshot().id)
 
     def _loop(self) -> None:
-        conversation = self._conversation
-        agent = conversation.state.agent
+        agent = self._snapshot().agent
         try:
             tools = self._tools_for(agent)
         except Exception as error:
@@ -348,7 +338,7 @@ class Runner:
         iterations = 0
         unseen_message = False
         while True:
-            state = conversation.state
+            state = self._snapshot()
             if not unseen_message and not _needs_reply(state.events):
                 self._finish(ExecutionStatus.FINISHED)
                 return
@@ -387,7 +377,7 @@ class Runner:
             self._commit(record)
             if crashed:
                 return
-            unseen_message = _user_message_since(conversation.state.events, len(state.events))
+            unseen_message = _user_message_since(self._snapshot().events, len(state.events))
 
     def _act(
         self, response: LLMResponse, tools: Mapping[str, ToolDefinition[Any]]
@@ -421,7 +411,7 @@ class Runner:
         with self._lock:
             if self._tools_agent is agent:
                 return self._tools
-        workspace = self._conversation.state.workspace
+        workspace = self._snapshot().workspace
         tools: dict[str, ToolDefinition[Any]] = {}
         for reference in agent.tools:
             if reference.name in tools:

@@ -15,6 +15,7 @@ agent state with its source.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -23,12 +24,39 @@ from pydantic import BaseModel, ConfigDict, Field
 from pyrsistent import pmap
 
 from cowconv._agent import Agent
-from cowconv._events import _now
+from cowconv._events import utc_now
 from cowconv._frozen import FrozenJSONMap, FrozenMap, FrozenStrMap
 from cowconv._history import EventLog
+from cowconv._usage import Usage
 from cowconv._workspace import Workspace
 
-__all__ = ["ConversationInfo", "ConversationState", "ConversationStats", "ExecutionStatus", "Usage"]
+__all__ = [
+    "ConversationInfo",
+    "ConversationState",
+    "ConversationStats",
+    "ExecutionStatus",
+    "check_tags",
+]
+
+
+def check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
+    """``tags`` as a new dict of str to str (``{}`` for ``None``), or ``TypeError``.
+
+    >>> check_tags({"owner": "ci"}), check_tags(None)
+    ({'owner': 'ci'}, {})
+    >>> check_tags({"retries": 3})
+    Traceback (most recent call last):
+    ...
+    TypeError: tags must map str to str, got 'retries': 3
+    """
+    if tags is None:
+        return {}
+    if not isinstance(tags, Mapping):
+        raise TypeError(f"tags must be a mapping of str to str, got {type(tags).__name__}")
+    for key, value in tags.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"tags must map str to str, got {key!r}: {value!r}")
+    return dict(tags)
 
 
 class ExecutionStatus(StrEnum):
@@ -44,27 +72,6 @@ class ExecutionStatus(StrEnum):
     FINISHED = "finished"
     ERROR = "error"
     STUCK = "stuck"
-
-
-class Usage(BaseModel):
-    """Cost and tokens spent.
-
-    >>> Usage(accumulated_cost=0.5, prompt_tokens=10) + Usage(completion_tokens=3)
-    Usage(accumulated_cost=0.5, prompt_tokens=10, completion_tokens=3)
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
-
-    accumulated_cost: float = Field(default=0.0, ge=0)
-    prompt_tokens: int = Field(default=0, ge=0)
-    completion_tokens: int = Field(default=0, ge=0)
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            accumulated_cost=self.accumulated_cost + other.accumulated_cost,
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-        )
 
 
 class ConversationStats(Usage):
@@ -124,8 +131,8 @@ class ConversationState(BaseModel):
     execution_status: ExecutionStatus = ExecutionStatus.IDLE
     forked_from_conversation_id: str | None = None
     forked_from_event_id: str | None = None
-    created_at: datetime = Field(default_factory=_now)
-    updated_at: datetime = Field(default_factory=_now)
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
 
     @property
     def title(self) -> str | None:

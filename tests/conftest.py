@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cowconv import LLM, Agent, Tool
+from cowconv import (
+    LLM,
+    Agent,
+    Conversation,
+    ConversationState,
+    RemoteConversation,
+    SQLiteStore,
+    Tool,
+    Workspace,
+)
+from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.testing import StubLLMServer
 
 
@@ -27,3 +42,117 @@ def stub_llm(stub: StubLLMServer) -> LLM:
 def stub_agent(stub_llm: LLM) -> Agent:
     """An agent with the terminal tool, thinking through the stub."""
     return Agent(llm=stub_llm, tools=[Tool(name="terminal")])
+
+
+# -- one suite, three backends -------------------------------------------------------------
+
+_READER = """
+import sys
+from cowconv import SQLiteStore
+for line in sys.stdin:
+    path, conversation_id = line.rstrip("\\n").split("\\t")
+    with SQLiteStore(path) as store:  # opened afresh: nothing cached from an earlier read
+        state = store.load(conversation_id)
+        text = state.model_dump_json(context={"expose_secrets": True})
+    print(text, flush=True)
+"""
+
+
+class StoreReader:
+    """Another Python process that reads conversations from a SQLite store file on request."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _READER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+
+    def load(self, path: Path, conversation_id: str) -> ConversationState:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(f"{path}\t{conversation_id}\n")
+        self._process.stdin.flush()
+        line = self._process.stdout.readline()
+        assert line, "the reader process died"
+        return ConversationState.model_validate_json(line)
+
+    def close(self) -> None:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=60)
+        self._process.stdout.close()
+
+
+@dataclass
+class Backend:
+    """Where the conversations of a test live: ``memory``, ``sqlite`` (a file) or ``remote``.
+
+    ``new(...)`` is ``Conversation(...)`` there; ``reload(conversation)`` reads
+    the conversation again from where it is kept: another process reading
+    the SQLite file, a new connection to the agent server, or (memory) the
+    conversation itself.
+    """
+
+    kind: str
+    workspace: Workspace
+    store: SQLiteStore | None = None
+    reader: StoreReader | None = None
+    opened: list[Conversation] = field(default_factory=list)
+
+    def new(self, agent: Agent, **options: Any) -> Conversation:
+        if self.store is not None:
+            options["store"] = self.store
+        conversation = Conversation(agent=agent, workspace=self.workspace, **options)
+        self.opened.append(conversation)
+        return conversation
+
+    def reload(self, conversation: Conversation) -> ConversationState:
+        if self.kind == "sqlite":
+            assert self.reader is not None and self.store is not None
+            return self.reader.load(self.store.path, conversation.id)
+        if self.kind == "remote":
+            host = self.workspace.host
+            assert host is not None
+            with RemoteConversation.attach(host, conversation.id) as attached:
+                return attached.state
+        return conversation.state
+
+    def close(self) -> None:
+        for conversation in self.opened:
+            conversation.close()
+        if self.reader is not None:
+            self.reader.close()
+        if self.store is not None:
+            self.store.close()
+
+
+@pytest.fixture(scope="session")
+def agent_server() -> Iterator[BackgroundServer]:
+    """One agent server (in memory) on 127.0.0.1 for the tests of the remote backend."""
+    with BackgroundServer(create_app()) as server:
+        yield server
+
+
+BACKENDS = ["memory", "sqlite", "remote"]
+
+
+def open_backend(kind: str, directory: Path, server: BackgroundServer | None) -> Backend:
+    """A :class:`Backend` of ``kind`` keeping its files under ``directory``."""
+    if kind == "remote":
+        assert server is not None
+        return Backend(kind, Workspace(host=server.url, working_dir=str(directory)))
+    if kind == "sqlite":
+        store = SQLiteStore(directory)
+        return Backend(kind, Workspace(working_dir=str(directory)), store, StoreReader())
+    return Backend(kind, Workspace(working_dir=str(directory)))
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each test that asks for it runs on every backend: memory, a SQLite file, an agent server."""
+    server = request.getfixturevalue("agent_server") if request.param == "remote" else None
+    opened = open_backend(request.param, tmp_path, server)
+    yield opened
+    opened.close()

@@ -1,4 +1,8 @@
-"""Tests for cowconv._conversation: Conversation, and fork's deep-copy isolation."""
+"""Tests for cowconv._conversation: Conversation on every backend, and fork's isolation.
+
+The isolation machine and most tests run three times, from the ``backend``
+fixture (tests/conftest.py): in memory, on a SQLite file, on an agent server.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +10,35 @@ import copy
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pydantic
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from cowconv import (
     LLM,
     Agent,
     Conversation,
+    ConversationExistsError,
     ConversationState,
+    EventNotFoundError,
     ExecutionStatus,
     MessageEvent,
     Tool,
-    Usage,
     Workspace,
     thaw,
 )
+from cowconv.testing import StubLLMServer
+from tests.conftest import BACKENDS, Backend, open_backend
 from tests.strategies import events, json_objects, keys, str_maps, texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"), tools=[Tool(name="terminal")])
@@ -35,10 +49,11 @@ def new_conversation(**kwargs) -> Conversation:
     return Conversation(agent=AGENT, workspace="/tmp", **kwargs)
 
 
-def spend(conversation: Conversation, usage_id: str, cost: float, tokens: int) -> None:
-    # Stats change through LLM calls in run(); tests of fork's metrics rule need them directly.
-    usage = Usage(accumulated_cost=cost, prompt_tokens=tokens, completion_tokens=tokens)
-    conversation._commit(lambda s: s._replace(stats=s.stats.record(usage_id, usage)))
+@pytest.fixture
+def agents(stub: StubLLMServer) -> tuple[Agent, Agent]:
+    """Two agents thinking through the stub LLM (no tools: every run is one answer)."""
+    settings_ = {**stub.llm_settings(), "retry_min_wait": 0, "retry_max_wait": 0}
+    return Agent(llm=LLM(**settings_)), Agent(llm=LLM(**settings_, usage_id="alt"))
 
 
 # -- the isolation property -------------------------------------------------------------
@@ -56,17 +71,39 @@ class Model:
     skills: list = field(default_factory=list)
     cost: float = 0.0
     tokens: int = 0
+    status: ExecutionStatus = ExecutionStatus.IDLE
     forked_from: str | None = None
 
 
+def check(state: ConversationState, model: Model) -> None:
+    """``state`` shows exactly what ``model`` holds."""
+    assert state.id == model.id
+    assert list(state.events) == model.events
+    assert len(state.events) == len(model.events)
+    assert dict(state.tags) == model.tags
+    assert thaw(state.agent_state) == model.agent_state
+    assert list(state.activated_knowledge_skills) == model.skills
+    # Compared as JSON, which masks the api key: a client attached by id sees it hidden.
+    assert state.agent.model_dump(mode="json") == model.agent.model_dump(mode="json")
+    assert state.stats.accumulated_cost == pytest.approx(model.cost)
+    assert state.stats.prompt_tokens == model.tokens
+    assert state.forked_from_conversation_id == model.forked_from
+    assert state.execution_status is model.status
+
+
 class ForkIsolation(RuleBasedStateMachine):
-    """A fork behaves exactly like a deep copy.
+    """A fork behaves exactly like a deep copy, on every backend.
 
     Random operations run over a growing tree of conversations and over a
     reference model of plain lists and dicts in which fork is
     ``copy.deepcopy``. After every step, every conversation's observable
-    state must equal its model.
+    state must equal its model; ``reload`` reads a conversation back from
+    where its backend keeps it (another process reading the SQLite file, a
+    new connection to the server) and checks that too.
     """
+
+    backend: Backend
+    agents: tuple[Agent, Agent]
 
     conversations = Bundle("conversations")
 
@@ -80,8 +117,9 @@ class ForkIsolation(RuleBasedStateMachine):
 
     @rule(target=conversations, tags=str_maps)
     def create(self, tags):
-        conversation = new_conversation(tags=tags)
-        return self._add(conversation, Model(id=conversation.id, agent=AGENT, tags=dict(tags)))
+        agent = self.agents[0]
+        conversation = self.backend.new(agent, tags=tags)
+        return self._add(conversation, Model(id=conversation.id, agent=agent, tags=dict(tags)))
 
     @rule(pair=conversations, text=texts)
     def send_message(self, pair, text):
@@ -120,12 +158,26 @@ class ForkIsolation(RuleBasedStateMachine):
         if name not in model.skills:
             model.skills.append(name)
 
-    @rule(pair=conversations, cost=st.floats(0, 10), tokens=st.integers(0, 100))
-    def spend(self, pair, cost, tokens):
+    @rule(pair=conversations)
+    def run(self, pair):
+        """The agent answers through the stub LLM: its events and cost are the run's own."""
         conversation, model = pair
-        spend(conversation, "default", cost, tokens)
-        model.cost += cost
-        model.tokens += tokens
+        conversation.run()
+        state = conversation.state
+        assert list(state.events)[: len(model.events)] == model.events
+        added = list(state.events)[len(model.events) :]
+        if added:
+            assert isinstance(added[-1], MessageEvent) and added[-1].source == "agent"
+        model.events.extend(added)
+        assert state.stats.prompt_tokens >= model.tokens
+        model.cost, model.tokens = state.stats.accumulated_cost, state.stats.prompt_tokens
+        model.status = ExecutionStatus.FINISHED
+
+    @rule(pair=conversations)
+    def reload(self, pair):
+        """Read back from where the backend keeps it: the same conversation."""
+        conversation, model = pair
+        check(self.backend.reload(conversation), model)
 
     @rule(
         target=conversations,
@@ -141,13 +193,18 @@ class ForkIsolation(RuleBasedStateMachine):
         at = None
         if model.events and data.draw(st.booleans(), label="from_event"):
             at = data.draw(st.integers(0, len(model.events) - 1), label="at")
-        fork = conversation.fork(
+        options = dict(
             title=title,
             tags=tags,
             reset_metrics=reset_metrics,
-            agent=ALT_AGENT if swap_agent else None,
             from_event_id=None if at is None else model.events[at].id,
         )
+        if swap_agent and self.backend.kind == "remote":
+            with pytest.raises(NotImplementedError, match="not supported"):
+                conversation.fork(agent=self.agents[1], **options)
+            swap_agent = False
+        fork = conversation.fork(agent=self.agents[1] if swap_agent else None, **options)
+        self.backend.opened.append(fork)
         copied = copy.deepcopy(model)
         copied.id = fork.id
         if at is not None:
@@ -156,9 +213,10 @@ class ForkIsolation(RuleBasedStateMachine):
         if title is not None:
             copied.tags["title"] = title
         if swap_agent:
-            copied.agent = ALT_AGENT
+            copied.agent = self.agents[1]
         if reset_metrics:
             copied.cost, copied.tokens = 0.0, 0
+        copied.status = ExecutionStatus.IDLE
         copied.forked_from = model.id
         return self._add(fork, copied)
 
@@ -181,38 +239,51 @@ class ForkIsolation(RuleBasedStateMachine):
     @invariant()
     def every_conversation_matches_its_model(self):
         for conversation, model in self.pairs:
-            state = conversation.state
-            assert state.id == model.id
-            assert list(state.events) == model.events
-            assert len(state.events) == len(model.events)
-            assert dict(state.tags) == model.tags
-            assert thaw(state.agent_state) == model.agent_state
-            assert list(state.activated_knowledge_skills) == model.skills
-            assert state.agent == model.agent
-            assert state.stats.accumulated_cost == pytest.approx(model.cost)
-            assert state.stats.prompt_tokens == model.tokens
-            assert state.forked_from_conversation_id == model.forked_from
-            assert state.execution_status is ExecutionStatus.IDLE
+            check(conversation.state, model)
 
 
-TestForkIsolation = ForkIsolation.TestCase
-TestForkIsolation.settings = settings(max_examples=75, stateful_step_count=40, deadline=None)
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_fork_isolation(kind, agents, request, tmp_path: Path):
+    """Fork is deep-copy isolation on every backend (100 random programs each)."""
+    server = request.getfixturevalue("agent_server") if kind == "remote" else None
+
+    class Machine(ForkIsolation):
+        def __init__(self) -> None:
+            super().__init__()
+            # One backend per program: a fresh store file, conversations of this program only.
+            directory = tmp_path / uuid.uuid4().hex
+            directory.mkdir()
+            self.backend = open_backend(kind, directory, server)
+            self.agents = agents
+
+        def teardown(self) -> None:
+            self.backend.close()
+
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(
+            max_examples=100,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        ),
+    )
 
 
 # -- fork, rule by rule (the seed's table) -----------------------------------------------
 
 
 class TestFork:
-    def test_same_events_new_id(self):
+    def test_same_events_new_id(self, backend, agents):
         """The fork has the source's events and its own new uuid."""
-        source = new_conversation()
+        source = backend.new(agents[0])
         source.send_message("Analyse the sales report.")
         fork = source.fork()
         assert fork.id != source.id and uuid.UUID(fork.id).version == 4
-        assert fork.state.events == source.state.events
+        assert list(fork.state.events) == list(source.state.events)
 
     def test_shares_instead_of_copying(self):
-        """Events, agent state and the agent are shared objects, not copies."""
+        """Events, agent state and the agent are shared objects, not copies (in memory)."""
         source = new_conversation()
         source.send_message("hi")
         source.update_agent_state({"plan": ["a", "b"]})
@@ -221,37 +292,44 @@ class TestFork:
         assert fork.state.agent_state is source.state.agent_state
         assert fork.agent is source.agent
 
-    def test_source_stays_unchanged(self):
+    def test_source_stays_unchanged(self, backend, agents):
         """Anything done on the fork never touches the source (seed example)."""
-        source = new_conversation()
+        source = backend.new(agents[0])
         source.send_message("one")
         before = len(source.state.events)
         fork = source.fork()
         fork.send_message("Extra question")
         fork.set_tag("x", "y")
         fork.update_agent_state({"k": 1})
-        assert len(source.state.events) == before
-        assert dict(source.state.tags) == {} and dict(source.state.agent_state) == {}
+        fork.activate_skill("git")
+        state = source.state
+        assert len(state.events) == before
+        assert dict(state.tags) == {} and dict(state.agent_state) == {}
+        assert state.activated_knowledge_skills == ()
 
-    def test_explicit_id(self):
+    def test_explicit_id(self, backend, agents):
         """conversation_id sets the fork's id."""
-        assert new_conversation().fork(conversation_id="fork-1").id == "fork-1"
+        assert backend.new(agents[0]).fork(conversation_id="fork-1").id == "fork-1"
 
-    def test_source_id_rejected(self):
-        """Reusing the source's id is a ValueError."""
-        source = new_conversation()
-        with pytest.raises(ValueError, match="source"):
+    def test_taken_id_rejected(self, backend, agents):
+        """The source's id, or another conversation's in the same store, is refused."""
+        source = backend.new(agents[0])
+        with pytest.raises(ConversationExistsError, match="already exists"):
             source.fork(conversation_id=source.id)
+        if backend.kind != "memory":  # in memory, conversations share no store to clash in
+            other = source.fork()
+            with pytest.raises(ConversationExistsError, match="already exists"):
+                source.fork(conversation_id=other.id)
 
     @pytest.mark.parametrize("bad", ["", "   ", 5])
-    def test_bad_id_rejected(self, bad):
+    def test_bad_id_rejected(self, backend, agents, bad):
         """An empty or non-string id is a ValueError."""
         with pytest.raises(ValueError):
-            new_conversation().fork(conversation_id=bad)
+            backend.new(agents[0]).fork(conversation_id=bad)
 
-    def test_title_and_tags(self):
+    def test_title_and_tags(self, backend, agents):
         """title becomes tags['title']; tags are fresh, not inherited."""
-        source = new_conversation(tags={"owner": "ci"})
+        source = backend.new(agents[0], tags={"owner": "ci"})
         fork = source.fork(
             title="Debug investigation",
             tags={"purpose": "debugging", "triggered_by": "ci-pipeline"},
@@ -264,50 +342,57 @@ class TestFork:
         assert fork.state.title == "Debug investigation"
         assert dict(source.fork().state.tags) == {}
 
-    def test_bad_tags_rejected(self):
+    def test_bad_tags_rejected(self, backend, agents):
         """Tags must map str to str."""
         with pytest.raises(TypeError):
-            new_conversation().fork(tags={"n": 1})  # type: ignore[dict-item]
+            backend.new(agents[0]).fork(tags={"n": 1})  # type: ignore[dict-item]
 
-    def test_agent_replaced(self):
-        """agent= swaps the agent on the fork only."""
-        source = new_conversation()
-        fork = source.fork(agent=ALT_AGENT)
-        assert fork.agent is ALT_AGENT and source.agent is AGENT
+    def test_agent_replaced(self, backend, agents):
+        """agent= swaps the agent on the fork only; an agent server does not support it."""
+        source = backend.new(agents[0])
         with pytest.raises(TypeError):
             source.fork(agent="gpt-4o")  # type: ignore[arg-type]
+        if backend.kind == "remote":  # documented in docs/remote.md, as in the seed
+            with pytest.raises(NotImplementedError, match="not supported"):
+                source.fork(agent=agents[1])
+            return
+        fork = source.fork(agent=agents[1])
+        assert fork.agent == agents[1] and source.agent == agents[0]
 
-    def test_workspace_shared(self):
+    def test_workspace_shared(self, backend, agents):
         """The fork works in the same workspace."""
-        source = new_conversation()
-        assert source.fork().workspace is source.workspace
+        source = backend.new(agents[0])
+        assert source.fork().workspace == source.workspace == backend.workspace
 
-    def test_metrics_reset_by_default(self):
+    def test_metrics_reset_by_default(self, backend, agents):
         """Stats start at zero unless reset_metrics=False."""
-        source = new_conversation()
-        spend(source, "default", 1.5, 10)
-        assert source.fork().state.stats.accumulated_cost == 0
-        kept = source.fork(reset_metrics=False).state.stats
-        assert kept.accumulated_cost == 1.5 and kept.by_usage_id["default"].prompt_tokens == 10
+        source = backend.new(agents[0])
+        source.send_message("hi")
+        source.run()
+        spent = source.state.stats
+        assert spent.prompt_tokens > 0
+        assert source.fork().state.stats.prompt_tokens == 0
+        assert source.fork(reset_metrics=False).state.stats == spent
 
-    def test_skills_and_agent_state_carried(self):
+    def test_skills_and_agent_state_carried(self, backend, agents):
         """Activated skills and agent state come along."""
-        source = new_conversation()
+        source = backend.new(agents[0])
         source.activate_skill("git")
         source.update_agent_state({"step": 3})
         fork = source.fork()
         assert fork.state.activated_knowledge_skills == ("git",)
         assert fork.state.agent_state["step"] == 3
 
-    def test_status_always_idle(self):
+    def test_status_always_idle(self, backend, agents):
         """The fork starts idle whatever the source's status."""
-        source = new_conversation()
-        source._commit(lambda s: s._replace(execution_status=ExecutionStatus.FINISHED))
+        source = backend.new(agents[0])
+        source.run()
+        assert source.state.execution_status is ExecutionStatus.FINISHED
         assert source.fork().state.execution_status is ExecutionStatus.IDLE
 
-    def test_lineage(self):
+    def test_lineage(self, backend, agents):
         """The fork records its source and the event it was forked at."""
-        source = new_conversation()
+        source = backend.new(agents[0])
         first = source.send_message("one")
         last = source.send_message("two")
         tip = source.fork()
@@ -315,11 +400,11 @@ class TestFork:
         assert tip.state.forked_from_conversation_id == source.id
         assert tip.state.forked_from_event_id == last.id
         assert early.state.forked_from_event_id == first.id
-        assert new_conversation().fork().state.forked_from_event_id is None
+        assert backend.new(agents[0]).fork().state.forked_from_event_id is None
 
-    def test_from_event_id(self):
+    def test_from_event_id(self, backend, agents):
         """from_event_id keeps the history up to and including that event."""
-        source = new_conversation()
+        source = backend.new(agents[0])
         first = source.send_message("one")
         source.send_message("two")
         early = source.fork(from_event_id=first.id)
@@ -327,23 +412,24 @@ class TestFork:
         early.send_message("other two")
         assert [e.text for e in source.state.events] == ["one", "two"]
 
-    def test_unknown_from_event_id(self):
-        """An unknown from_event_id is a ValueError naming it."""
-        with pytest.raises(ValueError, match="no-such-event"):
-            new_conversation().fork(from_event_id="no-such-event")
+    def test_unknown_from_event_id(self, backend, agents):
+        """An unknown from_event_id is the same EventNotFoundError (a KeyError) everywhere."""
+        with pytest.raises(EventNotFoundError, match="no-such-event") as raised:
+            backend.new(agents[0]).fork(from_event_id="no-such-event")
+        assert isinstance(raised.value, KeyError)
 
-    def test_callbacks_are_the_forks_own(self):
+    def test_callbacks_are_the_forks_own(self, backend, agents):
         """fork(callbacks=...) gives the fork its callbacks; the source's stay with the source."""
         seen_by_source, seen_by_fork = [], []
-        source = new_conversation(callbacks=[seen_by_source.append])
+        source = backend.new(agents[0], callbacks=[seen_by_source.append])
         fork = source.fork(callbacks=[seen_by_fork.append])
         on_fork = fork.send_message("fork only")
         on_source = source.send_message("source only")
         assert seen_by_fork == [on_fork] and seen_by_source == [on_source]
 
-    def test_fork_of_fork(self):
+    def test_fork_of_fork(self, backend, agents):
         """Forks of forks stay independent of every ancestor."""
-        a = new_conversation()
+        a = backend.new(agents[0])
         a.send_message("a")
         b = a.fork()
         b.send_message("b")
@@ -357,35 +443,54 @@ class TestConversation:
         """A path string becomes a Workspace."""
         assert new_conversation().workspace == Workspace(working_dir="/tmp")
 
-    def test_rejects_non_agent(self):
+    def test_rejects_non_agent(self, backend):
         """agent must be an Agent."""
         with pytest.raises(TypeError):
-            Conversation(agent="gpt", workspace="/tmp")  # type: ignore[arg-type]
+            backend.new("gpt")  # type: ignore[arg-type]
 
-    def test_send_message_rejects_non_str(self):
+    def test_send_message_rejects_non_str(self, backend, agents):
         """send_message takes text."""
         with pytest.raises(TypeError):
-            new_conversation().send_message(42)  # type: ignore[arg-type]
+            backend.new(agents[0]).send_message(42)  # type: ignore[arg-type]
 
-    def test_state_snapshots_never_change(self):
+    def test_state_snapshots_never_change(self, backend, agents):
         """A snapshot read earlier stays as it was."""
-        conversation = new_conversation()
+        conversation = backend.new(agents[0])
         before = conversation.state
         conversation.send_message("hi")
         assert len(before.events) == 0 and len(conversation.state.events) == 1
         assert isinstance(before, ConversationState)
 
-    def test_callbacks_see_every_event_in_order(self):
+    def test_every_method_changes_the_state(self, backend, agents):
+        """append_event, set_tag, update_agent_state, activate_skill, run: each is seen."""
+        conversation = backend.new(agents[0], tags={"a": "1"})
+        event = conversation.append_event(MessageEvent(source="user", role="user", content="hi"))
+        conversation.set_tag("b", "2")
+        conversation.set_tag("a", None)
+        conversation.update_agent_state({"plan": [1, 2]})
+        conversation.activate_skill("sql")
+        conversation.activate_skill("sql")
+        conversation.run()
+        state = conversation.state
+        assert state.events[0] == event and state.events[-1].source == "agent"
+        assert dict(state.tags) == {"b": "2"}
+        assert thaw(state.agent_state) == {"plan": [1, 2]}
+        assert state.activated_knowledge_skills == ("sql",)
+        assert state.execution_status is ExecutionStatus.FINISHED
+        assert backend.reload(conversation).events == state.events
+
+    def test_callbacks_see_every_event_in_order(self, backend, agents):
         """Callbacks get each new event once, in order; a failing one does not stop the others."""
         seen = []
 
         def broken(event):
             raise RuntimeError("visualiser crashed")
 
-        conversation = new_conversation(callbacks=[broken, seen.append])
+        conversation = backend.new(agents[0], callbacks=[broken, seen.append])
         a = conversation.send_message("a")
         b = conversation.send_message("b")
-        assert seen == [a, b]
+        conversation.run()
+        assert seen[:2] == [a, b] and seen == list(conversation.state.events)
 
     def test_failed_save_keeps_previous_state(self):
         """If the sink refuses a change, the conversation keeps its previous state."""
@@ -395,7 +500,7 @@ class TestConversation:
                 if previous is not None:
                     raise OSError("disk full")
 
-        conversation = Conversation._from_state(new_conversation().state, sink=RefusingSink())
+        conversation = Conversation.from_state(new_conversation().state, store=RefusingSink())
         with pytest.raises(OSError):
             conversation.send_message("lost?")
         assert len(conversation.state.events) == 0

@@ -98,4 +98,4 @@ class TestAgentServerExample:
         # reaching the model proves it ran.
         assert {r.headers.get("authorization") for r in run.requests} == {"Bearer stub-key"}
         assert '{"command": "echo hello-from-fork"}' in run.commands
-        assert (run.directory / "data" / "conversations.db").exists()
+        assert (run.directory / "data" / "cowconv.db").exists()

@@ -13,7 +13,9 @@ import cowconv
 from cowconv import (
     Agent,
     Conversation,
+    ConversationExistsError,
     Event,
+    EventNotFoundError,
     ExecutionStatus,
     MessageEvent,
     RemoteConversation,
@@ -226,13 +228,16 @@ class TestFork:
             remote.fork(agent=stub_agent)
 
     def test_errors(self, remote: RemoteConversation):
-        """Taken ids and unknown events are RemoteError 409 and 404."""
-        with pytest.raises(RemoteError) as taken:
-            remote.fork(conversation_id=remote.id)
-        with pytest.raises(RemoteError) as unknown:
+        """Taken ids and unknown events are RemoteErrors 409 and 404, and the local errors."""
+        other = remote.fork()
+        with pytest.raises(ConversationExistsError) as taken:
+            remote.fork(conversation_id=other.id)
+        with pytest.raises(EventNotFoundError) as unknown:
             remote.fork(from_event_id="nope")
+        assert isinstance(taken.value, RemoteError) and isinstance(unknown.value, RemoteError)
         assert (taken.value.status_code, unknown.value.status_code) == (409, 404)
         assert "nope" in unknown.value.message
+        other.close()
 
 
 class TestSessionKey:

@@ -148,10 +148,14 @@ class TestToolLoop:
         assert len(stub.requests) == 1
         assert conversation.state.execution_status is ExecutionStatus.FINISHED
 
-    def test_status_is_running_while_running(self, conversation):
+    def test_status_is_running_while_running(self, stub_agent, tmp_path):
         """Callbacks during a run see status running."""
         seen = []
-        conversation._callbacks = (lambda event: seen.append(conversation.state.execution_status),)
+        conversation = Conversation(
+            agent=stub_agent,
+            workspace=tmp_path,
+            callbacks=[lambda event: seen.append(conversation.state.execution_status)],
+        )
         conversation.send_message("Run `true`.")
         conversation.run()
         assert ExecutionStatus.RUNNING in seen
@@ -166,8 +170,8 @@ class TestToolLoop:
                 before = 0 if previous is None else len(previous.events)
                 saves.append([e.kind for e in list(current.events)[before:]])
 
-        conversation = Conversation._from_state(
-            Conversation(agent=stub_agent, workspace=tmp_path).state, sink=RecordingSink()
+        conversation = Conversation.from_state(
+            Conversation(agent=stub_agent, workspace=tmp_path).state, store=RecordingSink()
         )
         conversation.send_message("Run `echo a` and `echo b`.")
         conversation.run()
@@ -382,7 +386,7 @@ class TestPause:
         conversation.send_message("Start")
         thread = start_run(conversation)
         wait_until(
-            lambda: any(t._running for t in conversation._runner._tools.values()),
+            lambda: any(t._running for t in conversation.backend.runner._tools.values()),
             "the command runs",
         )
         conversation.close()

@@ -154,10 +154,10 @@ class TestSaveLoad:
             store.info("missing")
 
     def test_saving_a_taken_id_is_refused(self, store: SQLiteStore):
-        """save(None, ...) for an id already stored is a ValueError and changes nothing."""
+        """save(None, ...) for an id already exists is a ValueError and changes nothing."""
         first = persisted(store, conversation_id="c1")
         fill(first, 2)
-        with pytest.raises(ValueError, match="already stored"):
+        with pytest.raises(ValueError, match="already exists"):
             store.save(None, first.state._replace(events=EventLog()))
         assert len(store.load("c1").events) == 2
 
@@ -539,7 +539,7 @@ class TestExportImport:
         data = store.export_conversation("root", with_forks=True)
         with SQLiteStore(tmp_path / "other.db") as other:
             persisted(other, conversation_id="fork")
-            with pytest.raises(ValueError, match="already stored"):
+            with pytest.raises(ValueError, match="already exists"):
                 other.import_conversations(data)
             assert [i.id for i in other.list()] == ["fork"]
 
@@ -584,6 +584,36 @@ class TestConversationPersistence:
         assert stored.agent.llm.api_key is not None
         assert stored.agent.llm.api_key.get_secret_value() == "sk-brought-later"
         assert stored.workspace.working_dir == "/new"
+
+    def test_one_file_name_everywhere(self, tmp_path: Path):
+        """persistence_dir, SQLiteStore(dir), resume(dir) and the server open one file."""
+        from cowconv.agent_server import ConversationRegistry
+
+        first = Conversation(agent=AGENT, workspace="/tmp", persistence_dir=tmp_path)
+        first.send_message("hello")
+        resumed = Conversation.resume(tmp_path, first.id)
+        assert resumed.state == first.state
+        with SQLiteStore(tmp_path) as store:
+            assert store.path == tmp_path / "cowconv.db"
+            registry = ConversationRegistry(store)
+            assert [len(registry.get(first.id).state.events)] == [1]
+            registry.close()
+
+    def test_old_server_file_is_renamed(self, tmp_path: Path):
+        """The conversations.db of cowconv 0.1's server becomes cowconv.db, data kept."""
+        with SQLiteStore(tmp_path / "conversations.db") as old:
+            kept = persisted(old, conversation_id="c1")
+            kept.send_message("from the old server")
+        with SQLiteStore(tmp_path) as store:
+            assert [e.text for e in store.load("c1").events] == ["from the old server"]
+        assert not (tmp_path / "conversations.db").exists()
+
+    def test_two_files_are_reported(self, tmp_path: Path):
+        """A directory holding both names is refused with a StoreError naming both."""
+        SQLiteStore(tmp_path / "conversations.db").close()
+        SQLiteStore(tmp_path / "cowconv.db").close()
+        with pytest.raises(StoreError, match=r"cowconv\.db and conversations\.db"):
+            SQLiteStore(tmp_path)
 
     def test_resume_classmethod(self, store: SQLiteStore):
         """Conversation.resume reopens with the stored agent, credentials included."""

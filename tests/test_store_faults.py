@@ -220,7 +220,8 @@ class TestBadFiles:
         assert issubclass(CorruptStoreError, StoreError)
         assert issubclass(SchemaVersionError, StoreError)
 
-    def test_directory_is_a_store_error(self, tmp_path: Path):
-        """A directory where the file should be is a StoreError, not a crash."""
+    def test_directory_without_access_is_a_store_error(self, tmp_path: Path):
+        """A directory whose cowconv.db cannot be created is a StoreError, not a crash."""
+        (tmp_path / "cowconv.db").mkdir()  # a directory where the file should be
         with pytest.raises(StoreError):
             SQLiteStore(tmp_path)

@@ -57,7 +57,7 @@ class FanOut(Scenario):
         with StubLLMServer() as stub:
             agent = Agent(llm=LLM(**stub.llm_settings()))
             base = Conversation(agent=agent, workspace=ctx.scratch)
-            source = Conversation._from_state(base.state._replace(events=ctx.workload.log(history)))
+            source = Conversation.from_state(base.state._replace(events=ctx.workload.log(history)))
             ctx.tick("warm-up (imports litellm, first HTTP connection)")
             warm_up = time_once(lambda: run_branches(source, ["Warm up."]))
             settle()  # litellm's many objects would slow every later collection

@@ -104,7 +104,7 @@ class PersistedFork(Scenario):
                 base = Conversation(agent=ctx.workload.agent, workspace=str(ctx.scratch))
                 state = base.state._replace(events=ctx.workload.log(size))
                 started = time.perf_counter()
-                source = Conversation._from_state(state, sink=store)
+                source = Conversation.from_state(state, store=store)
                 save = time.perf_counter() - started
                 per_event_save = save / size
                 saves.append(point(size, Sample.of([save])))

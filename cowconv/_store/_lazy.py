@@ -8,7 +8,7 @@ segment; an event is validated when it is first read and kept, and its JSON is d
 >>> from cowconv import EventLog, MessageEvent
 >>> stored = [MessageEvent(source="user", role="user", content=t) for t in "ab"]
 >>> chunk = LazyEvents([event.model_dump_json() for event in stored])
->>> log = EventLog()._with_chunk(chunk, [event.id for event in stored])
+>>> log = EventLog().extend_sealed(chunk, [event.id for event in stored])
 >>> chunk.validated, log[1] == stored[1], chunk.validated
 (0, True, 1)
 """

@@ -21,6 +21,7 @@ row naming its parent and how many of the parent's events it inherits. See
 from __future__ import annotations
 
 import builtins
+import logging
 import os
 import sqlite3
 import threading
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Literal
 
 from cowconv._exceptions import (
+    ConversationExistsError,
     ConversationNotFoundError,
     CorruptStoreError,
     SchemaVersionError,
@@ -49,7 +51,13 @@ from cowconv._store._base import (
 )
 from cowconv._store._lazy import LazyEvents
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
+__all__ = ["SCHEMA_VERSION", "STORE_FILE_NAME", "SQLiteStore", "store_file"]
+
+STORE_FILE_NAME = "cowconv.db"
+"""The store's file in a directory (``persistence_dir``, ``cowconv serve --data-dir``)."""
+
+# What the agent server of cowconv 0.1.0 called its store in --data-dir.
+_OLD_SERVER_FILE_NAME = "conversations.db"
 
 SCHEMA_VERSION = 1
 """The layout this cowconv writes; recorded in ``PRAGMA user_version``."""
@@ -57,6 +65,8 @@ SCHEMA_VERSION = 1
 # "cowv": marks the file as a cowconv store (PRAGMA application_id, header offset 68).
 _APPLICATION_ID = 0x636F7776
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+
+logger = logging.getLogger("cowconv")
 
 _SCHEMA = """
 CREATE TABLE conversations (
@@ -96,6 +106,39 @@ class _Row:
     fork_len: int
     event_count: int
     state: str | None
+
+
+def store_file(path: str | os.PathLike[str]) -> Path:
+    """The database file of ``path``: ``path`` itself, or a directory's ``cowconv.db``.
+
+    A directory that holds only the ``conversations.db`` of cowconv 0.1.0's
+    agent server has it renamed to ``cowconv.db`` (with its WAL files), so
+    ``persistence_dir``, ``cowconv serve --data-dir`` and ``cowconv tree``
+    open one store. A directory holding both is refused with a
+    :class:`~cowconv.StoreError` saying what to do.
+
+    >>> import tempfile
+    >>> directory = tempfile.mkdtemp()
+    >>> store_file(directory).name
+    'cowconv.db'
+    """
+    given = Path(path).expanduser()
+    if str(path) == ":memory:" or not given.is_dir():
+        return given
+    current, old = given / STORE_FILE_NAME, given / _OLD_SERVER_FILE_NAME
+    if old.exists():
+        if current.exists():
+            raise StoreError(
+                f"{given} holds two stores, {STORE_FILE_NAME} and {_OLD_SERVER_FILE_NAME} (the "
+                f"agent server's name before cowconv 0.2); move their conversations into one "
+                f"(store.import_conversations(old.export_conversation(...))) and remove the other"
+            )
+        for suffix in ("-wal", "-shm", ""):
+            moved = Path(f"{old}{suffix}")
+            if moved.exists():
+                moved.rename(f"{current}{suffix}")
+        logger.warning("renamed the store %s to %s", old, current)
+    return current
 
 
 def _file_is_empty(path: Path) -> bool:
@@ -169,7 +212,9 @@ def _check_existing(path: Path, lock_timeout: float) -> int:
 class SQLiteStore:
     """Conversations in one SQLite file (created 0600 if missing), safe across threads.
 
-    ``SQLiteStore(path)`` opens or creates the store. An existing file is
+    ``SQLiteStore(path)`` opens or creates the store at ``path``, or in the
+    directory ``path`` as its ``cowconv.db`` (the file ``persistence_dir``
+    uses). An existing file is
     validated read-only before anything is written: a file that is not a
     cowconv store raises :class:`~cowconv.CorruptStoreError`, one from a
     newer cowconv :class:`~cowconv.SchemaVersionError`, and the file is left
@@ -198,7 +243,7 @@ class SQLiteStore:
             raise ValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         if lock_timeout < 0:
             raise ValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
-        self._path = Path(path).expanduser()
+        self._path = store_file(path)
         self._lock = threading.RLock()
         self._cache: OrderedDict[int, EventLog] = OrderedDict()
         self._cache_data_version: int | None = None
@@ -347,7 +392,9 @@ class SQLiteStore:
                     raise CorruptStoreError(
                         f"the store {self._path} is missing events of conversation row {key}"
                     )
-                base = base._with_chunk(LazyEvents([row[1] for row in rows]), [r[0] for r in rows])
+                base = base.extend_sealed(
+                    LazyEvents([row[1] for row in rows]), [r[0] for r in rows]
+                )
             self._remember(key, base)
         return base
 
@@ -463,7 +510,7 @@ class SQLiteStore:
         found = db.execute(
             "SELECT key, event_count FROM conversations WHERE id = ?", (parent_id,)
         ).fetchone()
-        position = state.events._position(event_id)
+        position = state.events.position_of(event_id)
         if found is None or position is None or position >= found[1]:
             return None, 0
         if self._event_id_at(db, found[0], position) != event_id:
@@ -485,7 +532,7 @@ class SQLiteStore:
         self, db: sqlite3.Connection, state: ConversationState, parent: int | None, fork_len: int
     ) -> int:
         if db.execute("SELECT 1 FROM conversations WHERE id = ?", (state.id,)).fetchone():
-            raise ValueError(f"a conversation with id {state.id!r} is already stored")
+            raise ConversationExistsError(state.id)
         if fork_len == 0:
             parent = None
         cursor = db.execute(

@@ -2,9 +2,9 @@
 
 Start it with ``python -m cowconv.agent_server --port 8000`` (needs the
 ``cowconv[server]`` extra), or mount :func:`create_app` in any ASGI server.
-A client is :class:`cowconv.RemoteConversation`, which
-``Conversation(agent=..., workspace=Workspace(host=url, working_dir=...))``
-returns. See ``docs/server.md`` for every endpoint.
+A client is ``Conversation(agent=..., workspace=Workspace(host=url,
+working_dir=...))`` (a :class:`cowconv.RemoteConversation`). See
+``docs/server.md`` for every endpoint.
 
 >>> from fastapi.testclient import TestClient
 >>> client = TestClient(create_app())
@@ -25,9 +25,13 @@ except ImportError as error:  # pragma: no cover - depends on the install
         "the agent server needs FastAPI and uvicorn: pip install 'cowconv[server]'"
     ) from error
 
-from cowconv.agent_server._app import SESSION_API_KEY_HEADER, STORE_FILE_NAME, create_app
+from cowconv._exceptions import ConversationConflictError, EventNotFoundError
+from cowconv._store import STORE_FILE_NAME
+from cowconv.agent_server._app import SESSION_API_KEY_HEADER, create_app
 from cowconv.agent_server._background import BackgroundServer
 from cowconv.agent_server._models import (
+    ActivateSkillRequest,
+    AppendEventRequest,
     ConversationPage,
     CreateConversationRequest,
     ErrorResponse,
@@ -35,17 +39,16 @@ from cowconv.agent_server._models import (
     ForkRequest,
     HealthResponse,
     SendMessageRequest,
+    StateResponse,
     StreamStatus,
 )
-from cowconv.agent_server._registry import (
-    ConversationConflictError,
-    ConversationRegistry,
-    EventNotFoundError,
-)
+from cowconv.agent_server._registry import ConversationRegistry
 
 __all__ = [
     "SESSION_API_KEY_HEADER",
     "STORE_FILE_NAME",
+    "ActivateSkillRequest",
+    "AppendEventRequest",
     "BackgroundServer",
     "ConversationConflictError",
     "ConversationPage",
@@ -57,6 +60,7 @@ __all__ = [
     "ForkRequest",
     "HealthResponse",
     "SendMessageRequest",
+    "StateResponse",
     "StreamStatus",
     "create_app",
 ]

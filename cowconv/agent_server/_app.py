@@ -7,27 +7,44 @@ import hmac
 import logging
 import os
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Header, Query, Request, Security
+from fastapi import (
+    APIRouter,
+    Body,
+    Depends,
+    FastAPI,
+    Header,
+    HTTPException,
+    Query,
+    Request,
+    Security,
+)
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic.json_schema import PydanticJsonSchemaWarning
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cowconv._agent import Agent
 from cowconv._events import AnyEvent, Event
-from cowconv._exceptions import ConversationNotFoundError
+from cowconv._exceptions import (
+    ConversationConflictError,
+    ConversationNotFoundError,
+    EventNotFoundError,
+)
 from cowconv._history import EventLog
 from cowconv._state import ConversationInfo
-from cowconv._store import SQLiteStore, Store
+from cowconv._store import STORE_FILE_NAME, SQLiteStore, Store
 from cowconv._workspace import SESSION_API_KEY_HEADER
 from cowconv.agent_server._models import (
+    ActivateSkillRequest,
+    AppendEventRequest,
     ConversationPage,
     CreateConversationRequest,
     ErrorResponse,
@@ -35,27 +52,25 @@ from cowconv.agent_server._models import (
     ForkRequest,
     HealthResponse,
     SendMessageRequest,
+    StateResponse,
     StreamStatus,
 )
-from cowconv.agent_server._registry import (
-    ConversationConflictError,
-    ConversationRegistry,
-    EventNotFoundError,
-)
+from cowconv.agent_server._registry import ConversationRegistry
 
 __all__ = ["SESSION_API_KEY_HEADER", "STORE_FILE_NAME", "create_app"]
 
 logger = logging.getLogger("cowconv.agent_server")
 
-STORE_FILE_NAME = "conversations.db"
-_KEEPALIVE_SECONDS = 15.0
 _MAX_PAGE = 1000
 # Past any real history, and inside SQLite's 64-bit integers even with a page added.
 _MAX_OFFSET = 2**53
 
 
-def _error(status_code: int, detail: str) -> JSONResponse:
-    return JSONResponse(status_code=status_code, content={"detail": detail})
+def _error(status_code: int, detail: str, error: type[Exception] | None = None) -> JSONResponse:
+    content: dict[str, Any] = {"detail": detail}
+    if error is not None:  # the client raises the same class again
+        content["error"] = error.__name__
+    return JSONResponse(status_code=status_code, content=content)
 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
@@ -65,7 +80,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 def _open_store(data_dir: str | os.PathLike[str]) -> Store:
     directory = Path(data_dir).expanduser()
     directory.mkdir(parents=True, exist_ok=True)
-    store: Store = SQLiteStore(directory / STORE_FILE_NAME)
+    store: Store = SQLiteStore(directory)
     return store
 
 
@@ -94,11 +109,6 @@ def _start(events: EventLog, conversation_id: str, offset: int | None, after: st
         return events.index_of(after) + 1
     except KeyError:
         raise EventNotFoundError(conversation_id, after) from None
-
-
-def _sse(kind: str, data: str, event_id: str | None = None) -> str:
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {kind}\ndata: {data}\n\n"
 
 
 def create_app(
@@ -192,62 +202,64 @@ def _add_error_handlers(app: FastAPI) -> None:
             return _error(422, f"malformed request body: {error.detail}")
         return await http_exception_handler(request, error)
 
-    @app.exception_handler(ConversationNotFoundError)
-    async def not_found(_request: Request, error: ConversationNotFoundError) -> JSONResponse:
-        return _error(404, str(error))
+    statuses: dict[type[Exception], int] = {
+        ConversationNotFoundError: 404,
+        EventNotFoundError: 404,
+        ConversationConflictError: 409,
+    }
 
-    @app.exception_handler(EventNotFoundError)
-    async def event_not_found(_request: Request, error: EventNotFoundError) -> JSONResponse:
-        return _error(404, str(error))
+    async def known_error(_request: Request, error: Exception) -> JSONResponse:
+        status = next(code for kind, code in statuses.items() if isinstance(error, kind))
+        return _error(status, str(error), type(error))
 
-    @app.exception_handler(ConversationConflictError)
-    async def conflict(_request: Request, error: ConversationConflictError) -> JSONResponse:
-        return _error(409, str(error))
+    for kind in statuses:
+        app.add_exception_handler(kind, known_error)
+
+
+def _session_dependencies(session_api_key: str | None) -> list[Any]:
+    """The dependency that checks ``X-Session-API-Key`` (none without a key)."""
+    if session_api_key is None:
+        return []
+    expected = session_api_key.encode()
+    header = APIKeyHeader(name=SESSION_API_KEY_HEADER, auto_error=False)
+
+    # A default, not Annotated[...]: postponed annotations cannot name this local.
+    def check_session_key(given: str | None = Security(header)) -> None:  # noqa: B008
+        if given is None or not hmac.compare_digest(given.encode(), expected):
+            raise HTTPException(
+                status_code=401, detail=f"missing or wrong {SESSION_API_KEY_HEADER} header"
+            )
+
+    return [Depends(check_session_key)]
 
 
 def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> APIRouter:
-    dependencies = []
-    if session_api_key is not None:
-        expected = session_api_key.encode()
-        header = APIKeyHeader(name=SESSION_API_KEY_HEADER, auto_error=False)
-
-        # A default, not Annotated[...]: postponed annotations cannot name this local.
-        def check_session_key(given: str | None = Security(header)) -> None:  # noqa: B008
-            if given is None or not hmac.compare_digest(given.encode(), expected):
-                from fastapi import HTTPException
-
-                raise HTTPException(
-                    status_code=401,
-                    detail=f"missing or wrong {SESSION_API_KEY_HEADER} header",
-                )
-
-        dependencies.append(Depends(check_session_key))
     unauthorized = (401,) if session_api_key is not None else ()
-
     api = APIRouter(
         prefix="/api/conversations",
         tags=["conversations"],
-        dependencies=dependencies,
+        dependencies=_session_dependencies(session_api_key),
         responses=_errors(*unauthorized, 422),
     )
+    _add_conversation_routes(api, registry)
+    _add_change_routes(api, registry)
+    _add_event_routes(api, registry)
+    _add_run_routes(api, registry)
+    return api
 
-    @api.post(
-        "",
-        status_code=201,
-        response_model=ConversationInfo,
-        responses=_errors(409),
-    )
+
+def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> None:
+    """Create, list, read and delete conversations."""
+
+    @api.post("", status_code=201, response_model=ConversationInfo, responses=_errors(409))
     def create_conversation(request: CreateConversationRequest) -> ConversationInfo:
         """Create a conversation (409 if the id is taken)."""
-        options: dict[str, Any] = {}
-        if request.max_iteration_per_run is not None:
-            options["max_iteration_per_run"] = request.max_iteration_per_run
         conversation = registry.create(
             request.agent,
             request.workspace,
             conversation_id=request.id,
             tags=request.tags,
-            options=options,
+            max_iteration_per_run=request.max_iteration_per_run,
         )
         return ConversationInfo.of(conversation.state)
 
@@ -269,11 +281,31 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
         """The summary of one conversation."""
         return ConversationInfo.of(registry.get(conversation_id).state)
 
+    @api.get("/{conversation_id}/state", response_model=StateResponse, responses=_errors(404))
+    def get_state(
+        conversation_id: str,
+        known: Annotated[int, Query(ge=0, le=_MAX_OFFSET)] = 0,
+        last: Annotated[str | None, Query(description="id of the last event known")] = None,
+    ) -> StateResponse:
+        """The whole snapshot but its events (api keys redacted), and the ids of new events.
+
+        ``known`` is how many events the client already has, ``last`` the id
+        of the last of them; if that is not this history's event there, all
+        ids are sent (``ids_from`` 0).
+        """
+        state = registry.get(conversation_id).state
+        events = state.events
+        start = known if known <= len(events) else 0
+        if start and (last is None or events[start - 1].id != last):
+            start = 0
+        return StateResponse(
+            state=state.model_dump(mode="json", exclude={"events"}),
+            ids_from=start,
+            event_ids=[events[position].id for position in range(start, len(events))],
+        )
+
     @api.delete(
-        "/{conversation_id}",
-        status_code=204,
-        response_class=Response,
-        responses=_errors(404, 409),
+        "/{conversation_id}", status_code=204, response_class=Response, responses=_errors(404, 409)
     )
     def delete_conversation(conversation_id: str) -> Response:
         """Delete a conversation (409 while it runs). Its forks stay."""
@@ -285,69 +317,25 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
         """The conversation's agent; the LLM api key is shown redacted."""
         return registry.get(conversation_id).agent
 
-    @api.get("/{conversation_id}/events", response_model=EventPage, responses=_errors(404))
-    def list_events(
-        conversation_id: str,
-        offset: Annotated[int | None, Query(ge=0, le=_MAX_OFFSET)] = None,
-        after: Annotated[
-            str | None, Query(description="start after this event id (instead of offset)")
-        ] = None,
-        limit: Annotated[int, Query(ge=0, le=_MAX_PAGE)] = 100,
-    ) -> EventPage:
-        """A page of events, oldest first, from ``offset`` or after the event ``after``."""
-        if offset is not None and after is not None:
-            raise RequestValidationError(
-                [{"type": "value_error", "loc": ("query", "after"), "msg": "give offset or after"}]
-            )
-        events = registry.get(conversation_id).state.events
-        start = _start(events, conversation_id, offset, after)
-        end = min(start + limit, len(events))
-        return EventPage(
-            items=list(events[start:end]),
-            offset=start,
-            total=len(events),
-            next_offset=end if end < len(events) else None,
-        )
 
-    @api.get(
-        "/{conversation_id}/events/stream",
-        response_class=StreamingResponse,
-        responses={
-            **_errors(404),
-            200: {
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
-                "description": "Server-sent events: `event` messages (id = event id, data = "
-                "the event) and `status` messages (data = StreamStatus).",
-            },
-        },
+def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
+    """Append events, send messages, set tags, agent state and skills."""
+
+    @api.post(
+        "/{conversation_id}/events",
+        status_code=201,
+        response_model=AnyEvent,
+        responses=_errors(404, 409),
     )
-    def stream_events(
-        conversation_id: str,
-        offset: Annotated[int | None, Query(ge=0, le=_MAX_OFFSET)] = None,
-        after: Annotated[str | None, Query()] = None,
-        until_idle: Annotated[bool, Query()] = False,
-        last_event_id: Annotated[str | None, Header()] = None,
-    ) -> StreamingResponse:
-        """Server-sent events of the conversation from a position, then live.
-
-        Starts after ``after`` (or the ``Last-Event-ID`` header a reconnecting
-        client sends), at ``offset``, or, given neither, at the end (new events
-        only). With ``until_idle`` the stream ends once no run is going.
-        """
-        if offset is not None and after is not None:
-            raise RequestValidationError(
-                [{"type": "value_error", "loc": ("query", "after"), "msg": "give offset or after"}]
+    def append_event(conversation_id: str, request: AppendEventRequest) -> Event:
+        """Append an event as given (409 if its id is already in the history)."""
+        event = request.root
+        conversation = registry.get(conversation_id)
+        if conversation.state.events.position_of(event.id) is not None:
+            raise ConversationConflictError(
+                f"conversation {conversation_id!r} already has an event with id {event.id!r}"
             )
-        events = registry.get(conversation_id).state.events
-        after = last_event_id or after
-        start = len(events) if offset is None and after is None else None
-        if start is None:
-            start = _start(events, conversation_id, offset, after)
-        return StreamingResponse(
-            _stream(registry, conversation_id, start, until_idle),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return conversation.append_event(event)
 
     @api.post(
         "/{conversation_id}/messages",
@@ -358,6 +346,100 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
     def send_message(conversation_id: str, request: SendMessageRequest) -> Event:
         """Add a user message; answers with its event."""
         return registry.get(conversation_id).send_message(request.text)
+
+    @api.patch("/{conversation_id}/tags", response_model=ConversationInfo, responses=_errors(404))
+    def set_tags(conversation_id: str, tags: dict[str, str | None]) -> ConversationInfo:
+        """Set tags; a ``null`` value removes the tag (JSON merge patch)."""
+        conversation = registry.get(conversation_id)
+        for key, value in tags.items():
+            conversation.set_tag(key, value)
+        return ConversationInfo.of(conversation.state)
+
+    @api.patch(
+        "/{conversation_id}/agent_state", response_model=ConversationInfo, responses=_errors(404)
+    )
+    def update_agent_state(conversation_id: str, changes: dict[str, Any]) -> ConversationInfo:
+        """Merge the given keys into the agent state."""
+        conversation = registry.get(conversation_id)
+        conversation.update_agent_state(changes)
+        return ConversationInfo.of(conversation.state)
+
+    @api.post("/{conversation_id}/skills", response_model=ConversationInfo, responses=_errors(404))
+    def activate_skill(conversation_id: str, request: ActivateSkillRequest) -> ConversationInfo:
+        """Activate a knowledge skill (once)."""
+        conversation = registry.get(conversation_id)
+        conversation.activate_skill(request.name)
+        return ConversationInfo.of(conversation.state)
+
+
+def _add_event_routes(api: APIRouter, registry: ConversationRegistry) -> None:
+    """Read events: pages and the live stream."""
+
+    @api.get("/{conversation_id}/events", response_model=EventPage, responses=_errors(404))
+    def list_events(
+        conversation_id: str,
+        offset: Annotated[int | None, Query(ge=0, le=_MAX_OFFSET)] = None,
+        after: Annotated[
+            str | None, Query(description="start after this event id (instead of offset)")
+        ] = None,
+        limit: Annotated[int, Query(ge=0, le=_MAX_PAGE)] = 100,
+    ) -> EventPage:
+        """A page of events, oldest first, from ``offset`` or after the event ``after``."""
+        _one_position(offset, after)
+        events = registry.get(conversation_id).state.events
+        start = _start(events, conversation_id, offset, after)
+        end = min(start + limit, len(events))
+        return EventPage(
+            items=list(events[start:end]),
+            offset=start,
+            total=len(events),
+            next_offset=end if end < len(events) else None,
+        )
+
+    def stream_start(
+        conversation_id: str,
+        offset: Annotated[int | None, Query(ge=0, le=_MAX_OFFSET)] = None,
+        after: Annotated[str | None, Query()] = None,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> int:
+        # A dependency, so an unknown conversation or event is a 404 before the stream opens.
+        _one_position(offset, after)
+        events = registry.get(conversation_id).state.events
+        after = last_event_id or after
+        if offset is None and after is None:
+            return len(events)
+        return _start(events, conversation_id, offset, after)
+
+    @api.get(
+        "/{conversation_id}/events/stream",
+        response_class=EventSourceResponse,
+        responses={
+            **_errors(404),
+            200: {
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                "description": "Server-sent events: `event` messages (id = event id, data = "
+                "the event) and `status` messages (data = StreamStatus).",
+            },
+        },
+    )
+    # A default, not Annotated[...]: postponed annotations cannot name the local stream_start.
+    async def stream_events(
+        conversation_id: str,
+        until_idle: Annotated[bool, Query()] = False,
+        start: int = Depends(stream_start),  # noqa: B008
+    ) -> AsyncIterator[ServerSentEvent]:
+        """Server-sent events of the conversation from a position, then live.
+
+        Starts after ``after`` (or the ``Last-Event-ID`` header a reconnecting
+        client sends), at ``offset``, or, given neither, at the end (new events
+        only). With ``until_idle`` the stream ends once no run is going.
+        """
+        async for message in _stream(registry, conversation_id, start, until_idle):
+            yield message
+
+
+def _add_run_routes(api: APIRouter, registry: ConversationRegistry) -> None:
+    """Run, pause and fork."""
 
     @api.post(
         "/{conversation_id}/run",
@@ -373,11 +455,7 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
         """
         return ConversationInfo.of(registry.run(conversation_id))
 
-    @api.post(
-        "/{conversation_id}/pause",
-        response_model=ConversationInfo,
-        responses=_errors(404),
-    )
+    @api.post("/{conversation_id}/pause", response_model=ConversationInfo, responses=_errors(404))
     def pause(conversation_id: str) -> ConversationInfo:
         """Ask a running conversation to pause after its current step."""
         return ConversationInfo.of(registry.pause(conversation_id))
@@ -406,12 +484,17 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
         )
         return ConversationInfo.of(forked.state)
 
-    return api
+
+def _one_position(offset: int | None, after: str | None) -> None:
+    if offset is not None and after is not None:
+        raise RequestValidationError(
+            [{"type": "value_error", "loc": ("query", "after"), "msg": "give offset or after"}]
+        )
 
 
 async def _stream(
     registry: ConversationRegistry, conversation_id: str, start: int, until_idle: bool
-) -> AsyncIterator[str]:
+) -> AsyncIterator[ServerSentEvent]:
     loop = asyncio.get_running_loop()
     woken = asyncio.Event()
 
@@ -434,26 +517,19 @@ async def _stream(
             # event it recorded is already in the snapshot read after it.
             running = registry.is_running(conversation_id)
             state = conversation.state
-            for text in _event_messages(state.events, cursor):
-                yield text
+            for position in range(cursor, len(state.events)):
+                event = state.events[position]
+                yield ServerSentEvent(raw_data=event.model_dump_json(), event="event", id=event.id)
             cursor = max(cursor, len(state.events))
             status = StreamStatus(
                 execution_status=state.execution_status, running=running, event_count=cursor
             )
             if status != last_status:
-                yield _sse("status", status.model_dump_json())
+                yield ServerSentEvent(raw_data=status.model_dump_json(), event="status")
                 last_status = status
             if until_idle and not running:
                 return
-            try:
-                await asyncio.wait_for(woken.wait(), _KEEPALIVE_SECONDS)
-            except TimeoutError:
-                yield ": keepalive\n\n"
+            # FastAPI sends the keepalive comments while this waits.
+            await woken.wait()
     finally:
         unsubscribe()
-
-
-def _event_messages(events: EventLog, cursor: int) -> Iterator[str]:
-    for position in range(cursor, len(events)):
-        event = events[position]
-        yield _sse("event", event.model_dump_json(), event.id)

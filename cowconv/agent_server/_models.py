@@ -10,7 +10,9 @@ True
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
 
 from cowconv._agent import Agent
 from cowconv._events import AnyEvent
@@ -18,6 +20,8 @@ from cowconv._state import ConversationInfo, ExecutionStatus
 from cowconv._workspace import Workspace
 
 __all__ = [
+    "ActivateSkillRequest",
+    "AppendEventRequest",
     "ConversationPage",
     "CreateConversationRequest",
     "ErrorResponse",
@@ -25,6 +29,7 @@ __all__ = [
     "ForkRequest",
     "HealthResponse",
     "SendMessageRequest",
+    "StateResponse",
     "StreamStatus",
 ]
 
@@ -95,6 +100,42 @@ class SendMessageRequest(_Request):
     text: str
 
 
+class AppendEventRequest(RootModel[AnyEvent]):
+    """An event to append as it is (any event kind; its ``kind`` says which).
+
+    >>> AppendEventRequest.model_validate({"kind": "pause"}).root.kind
+    'pause'
+    """
+
+
+class ActivateSkillRequest(_Request):
+    """A knowledge skill to activate.
+
+    >>> ActivateSkillRequest(name="sql").name
+    'sql'
+    """
+
+    name: str = Field(min_length=1)
+
+
+class StateResponse(BaseModel):
+    """A conversation's snapshot without its events, and the ids of the events a client lacks.
+
+    ``state`` is the :class:`~cowconv.ConversationState` as JSON (api keys
+    redacted, no ``events``); ``event_ids`` are the ids of the events from
+    position ``ids_from`` on. A client reads the events themselves page by page.
+
+    >>> StateResponse(state={}, ids_from=0, event_ids=[]).ids_from
+    0
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state: dict[str, Any]
+    ids_from: int = Field(ge=0)
+    event_ids: list[str]
+
+
 class EventPage(BaseModel):
     """A page of a conversation's events, oldest first.
 
@@ -152,6 +193,9 @@ class ErrorResponse(BaseModel):
     """
 
     detail: str | list[dict[str, object]]
+    error: str | None = Field(
+        default=None, description="the cowconv exception's class name, when one was raised"
+    )
 
 
 class HealthResponse(BaseModel):

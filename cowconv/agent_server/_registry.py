@@ -20,53 +20,22 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from cowconv._agent import Agent
-from cowconv._conversation import Conversation
+from cowconv._conversation import Conversation, check_conversation_id
 from cowconv._events import Event
-from cowconv._exceptions import ConversationNotFoundError, CowconvError
-from cowconv._state import ConversationInfo, ConversationState
-from cowconv._store import Store
+from cowconv._exceptions import ConversationConflictError, ConversationNotFoundError
+from cowconv._local import LocalBackend
+from cowconv._state import ConversationInfo, ConversationState, check_tags
+from cowconv._store import MemoryStore, Store
 from cowconv._workspace import Workspace
 
-__all__ = ["ConversationConflictError", "ConversationRegistry", "EventNotFoundError"]
+__all__ = ["ConversationRegistry"]
 
 logger = logging.getLogger("cowconv.agent_server")
 
 Waker = Callable[[], None]
-
-
-class ConversationConflictError(CowconvError):
-    """The request clashes with the conversation's current state (id taken, already running).
-
-    The agent server answers it with 409.
-
-    >>> from cowconv import LLM, Agent, Workspace
-    >>> registry = ConversationRegistry()
-    >>> agent, workspace = Agent(llm=LLM(model="openai/gpt-4o")), Workspace(working_dir=".")
-    >>> _ = registry.create(agent, workspace, conversation_id="c1")
-    >>> registry.create(agent, workspace, conversation_id="c1")
-    Traceback (most recent call last):
-    ...
-    cowconv.agent_server._registry.ConversationConflictError: ...
-    """
-
-
-class EventNotFoundError(CowconvError, KeyError):
-    """No event of the conversation has the given id (404 on the agent server).
-
-    >>> str(EventNotFoundError("c1", "e9"))
-    "conversation 'c1' has no event with id 'e9'"
-    """
-
-    def __init__(self, conversation_id: str, event_id: str) -> None:
-        super().__init__(f"conversation {conversation_id!r} has no event with id {event_id!r}")
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class _Hub:
@@ -97,9 +66,11 @@ class _Hub:
 class ConversationRegistry:
     """The conversations an agent server serves, by id.
 
-    Without a ``store`` the conversations live in memory only. Methods raise
-    :class:`~cowconv.ConversationNotFoundError`, :class:`ConversationConflictError`
-    and :class:`EventNotFoundError`; the app maps them to 404, 409 and 404.
+    Conversations are kept in ``store`` (a :class:`~cowconv.MemoryStore`
+    when none is given). Methods raise
+    :class:`~cowconv.ConversationNotFoundError`,
+    :class:`~cowconv.ConversationConflictError` and
+    :class:`~cowconv.EventNotFoundError`; the app maps them to 404, 409 and 404.
 
     >>> from cowconv import LLM, Agent, Workspace
     >>> registry = ConversationRegistry()
@@ -111,11 +82,10 @@ class ConversationRegistry:
     """
 
     def __init__(self, store: Store | None = None) -> None:
-        self._store = store
+        self._store: Store = MemoryStore() if store is None else store
         self._lock = threading.RLock()
         self._live: dict[str, Conversation] = {}
         self._hubs: dict[str, _Hub] = {}
-        self._reserved: set[str] = set()
         self._runs: dict[str, threading.Thread] = {}
         self._closed = False
 
@@ -128,32 +98,16 @@ class ConversationRegistry:
                 hub = self._hubs[conversation_id] = _Hub()
             return hub
 
-    def _taken(self, conversation_id: str) -> bool:
-        return (
-            conversation_id in self._live
-            or conversation_id in self._reserved
-            or (self._store is not None and self._store.exists(conversation_id))
-        )
-
     def get(self, conversation_id: str) -> Conversation:
         """The live conversation ``conversation_id``, reopened from the store if needed."""
         with self._lock:
             conversation = self._live.get(conversation_id)
-            if conversation is not None:
-                return conversation
-            if self._store is None or conversation_id in self._reserved:
-                raise ConversationNotFoundError(conversation_id)
-            if not self._store.exists(conversation_id):
-                raise ConversationNotFoundError(conversation_id)
-            conversation = self._reopen(conversation_id)
-            self._live[conversation_id] = conversation
+            if conversation is None:
+                conversation = Conversation.resume(
+                    self._store, conversation_id, callbacks=[self._hub(conversation_id).notify]
+                )
+                self._live[conversation_id] = conversation
             return conversation
-
-    def _reopen(self, conversation_id: str) -> Conversation:
-        assert self._store is not None
-        return Conversation.resume(
-            self._store, conversation_id, callbacks=[self._hub(conversation_id).notify]
-        )
 
     def find(self, conversation_id: str) -> Conversation | None:
         """The conversation if it exists, else ``None``."""
@@ -166,18 +120,7 @@ class ConversationRegistry:
         self, *, tags: Mapping[str, str] | None = None, limit: int = 100, offset: int = 0
     ) -> list[ConversationInfo]:
         """Summaries, oldest first, of the conversations carrying all ``tags``."""
-        if self._store is not None:
-            return self._store.list(tags=tags, limit=limit, offset=offset)
-        wanted = dict(tags or {})
-        with self._lock:
-            states = [conversation.state for conversation in self._live.values()]
-        chosen = [
-            state
-            for state in states
-            if all(state.tags.get(key) == value for key, value in wanted.items())
-        ]
-        chosen.sort(key=lambda state: (state.created_at, state.id))
-        return [ConversationInfo.of(state) for state in chosen[offset : offset + limit]]
+        return self._store.list(tags=tags, limit=limit, offset=offset)
 
     def is_running(self, conversation_id: str) -> bool:
         """Whether a run started through :meth:`run` is still going."""
@@ -186,50 +129,45 @@ class ConversationRegistry:
 
     # -- creating --------------------------------------------------------------
 
-    def _reserve(self, conversation_id: str | None) -> str:
-        chosen = conversation_id or str(uuid.uuid4())
+    def _adopt(
+        self, make: Callable[[str], Conversation], conversation_id: str | None
+    ) -> Conversation:
+        # The store's save refuses a taken id (ConversationExistsError, a 409): the one check.
+        chosen = check_conversation_id(conversation_id)
         with self._lock:
             if self._closed:
                 raise ConversationConflictError("the server is shutting down")
-            if self._taken(chosen):
-                raise ConversationConflictError(f"a conversation with id {chosen!r} already exists")
-            self._reserved.add(chosen)
-        return chosen
-
-    def _adopt(self, conversation: Conversation) -> Conversation:
-        with self._lock:
-            self._reserved.discard(conversation.id)
-            self._live[conversation.id] = conversation
+            conversation = make(chosen)
+            self._live[chosen] = conversation
         return conversation
 
     def create(
         self,
         agent: Agent,
-        workspace: Workspace,
+        workspace: Workspace | str,
         *,
         conversation_id: str | None = None,
         tags: Mapping[str, str] | None = None,
-        options: Mapping[str, Any] | None = None,
+        max_iteration_per_run: int | None = None,
     ) -> Conversation:
-        """A new conversation; :class:`ConversationConflictError` if the id is taken."""
-        chosen = self._reserve(conversation_id)
-        try:
-            extra: dict[str, Any] = dict(options or {})
-            if self._store is not None:
-                extra["store"] = self._store
-            conversation = Conversation(
-                agent,
-                workspace,
-                conversation_id=chosen,
-                tags=tags,
-                callbacks=[self._hub(chosen).notify],
-                **extra,
+        """A new conversation; :class:`~cowconv.ConversationExistsError` if the id is taken."""
+        state_tags = check_tags(tags)
+        options = (
+            {}
+            if max_iteration_per_run is None
+            else {"max_iteration_per_run": max_iteration_per_run}
+        )
+
+        def make(chosen: str) -> Conversation:
+            state = ConversationState(
+                id=chosen, agent=agent, workspace=Workspace.coerce(workspace), tags=state_tags
             )
-        except BaseException:
-            with self._lock:
-                self._reserved.discard(chosen)
-            raise
-        return self._adopt(conversation)
+            backend = LocalBackend.create(
+                state, sink=self._store, callbacks=[self._hub(chosen).notify], **options
+            )
+            return Conversation.from_backend(backend)
+
+        return self._adopt(make, conversation_id)
 
     def fork(
         self,
@@ -243,12 +181,9 @@ class ConversationRegistry:
     ) -> Conversation:
         """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials."""
         source = self.get(conversation_id)
-        if from_event_id is not None and source.state.events.get(from_event_id) is None:
-            # Histories only grow, so an event missing now is missing at the fork too.
-            raise EventNotFoundError(conversation_id, from_event_id)
-        chosen = self._reserve(fork_id)
-        try:
-            fork = source.fork(
+
+        def make(chosen: str) -> Conversation:
+            return source.fork(
                 conversation_id=chosen,
                 title=title,
                 tags=tags,
@@ -256,11 +191,8 @@ class ConversationRegistry:
                 from_event_id=from_event_id,
                 callbacks=[self._hub(chosen).notify],
             )
-        except BaseException:
-            with self._lock:
-                self._reserved.discard(chosen)
-            raise
-        return self._adopt(fork)
+
+        return self._adopt(make, fork_id)
 
     # -- running ---------------------------------------------------------------
 
@@ -324,8 +256,7 @@ class ConversationRegistry:
                     f"conversation {conversation_id!r} is running; pause it before deleting it"
                 )
             del self._live[conversation_id]
-            if self._store is not None:
-                self._store.delete(conversation_id)
+            self._store.delete(conversation_id)
             hub = self._hubs.pop(conversation_id, None)
         conversation.close()
         if hub is not None:

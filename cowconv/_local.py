@@ -1,0 +1,198 @@
+"""``LocalBackend``: a conversation's snapshot in this process, swapped atomically.
+
+Every change builds a new :class:`~cowconv.ConversationState` and swaps it in
+under a lock that only writers take; readers and :meth:`LocalBackend.fork`
+read the current snapshot without locking, so a fork never waits for a
+writer and never holds a lock. With a ``sink`` (a :class:`~cowconv.Store`)
+every change is durable before it is seen, and forks go to the same store.
+
+>>> from cowconv import LLM, Agent, ConversationState, MessageEvent, Workspace
+>>> from cowconv._backend import AppendEvent, ForkSpec
+>>> state = ConversationState(
+...     id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=Workspace(working_dir=".")
+... )
+>>> backend = LocalBackend(state)
+>>> _ = backend.commit(AppendEvent(MessageEvent(source="user", role="user", content="hi")))
+>>> fork = backend.fork(ForkSpec(conversation_id="f1"), callbacks=())
+>>> len(fork.snapshot().events), fork.snapshot().forked_from_conversation_id
+(1, 'c1')
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from pyrsistent import pmap
+
+from cowconv._backend import (
+    DEFAULT_MAX_ITERATION_PER_RUN,
+    Change,
+    EventCallback,
+    ForkSpec,
+    check_max_iteration_per_run,
+    notify,
+)
+from cowconv._events import utc_now
+from cowconv._exceptions import EventNotFoundError
+from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
+
+if TYPE_CHECKING:
+    from cowconv._runtime import Runner
+
+__all__ = ["LocalBackend", "StateSink"]
+
+_NO_STATS = ConversationStats()
+
+
+class StateSink(Protocol):
+    """Where a conversation writes its snapshots (a persistent store).
+
+    ``save(previous, current)`` must make ``current`` durable before it
+    returns; ``previous`` is ``None`` for a new conversation or a fork. A
+    raised exception aborts the change: the conversation keeps ``previous``.
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> class Printer:
+    ...     def save(self, previous, current):
+    ...         print(len(current.events), "events")
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> printed = Conversation.from_state(conversation.state, store=Printer())
+    0 events
+    >>> _ = printed.send_message("hi")
+    1 events
+    """
+
+    def save(self, previous: ConversationState | None, current: ConversationState) -> None: ...
+
+
+class LocalBackend:
+    """A conversation held in this process, in memory or written through a store.
+
+    ``sink.save(None, state)`` is the caller's to do for a new conversation
+    (:meth:`create` does it); a fork saves itself.
+
+    >>> from cowconv import LLM, Agent, ConversationState, Workspace
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+    >>> state = ConversationState(id="c1", agent=agent, workspace=Workspace(working_dir="."))
+    >>> LocalBackend(state).snapshot() is state
+    True
+    """
+
+    def __init__(
+        self,
+        state: ConversationState,
+        *,
+        sink: StateSink | None = None,
+        callbacks: Iterable[EventCallback] = (),
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    ) -> None:
+        self._state = state
+        self.sink = sink
+        self._callbacks = tuple(callbacks)
+        check_max_iteration_per_run(max_iteration_per_run)
+        self.max_iteration_per_run = max_iteration_per_run
+        self._lock = threading.RLock()
+        # The runner (a lock, tool processes) is made on first use: forks that never run
+        # stay under a kilobyte.
+        self._runner: Runner | None = None
+
+    @classmethod
+    def create(
+        cls,
+        state: ConversationState,
+        *,
+        sink: StateSink | None = None,
+        callbacks: Iterable[EventCallback] = (),
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    ) -> LocalBackend:
+        """A backend for a new conversation, saved first (``sink.save(None, state)``)."""
+        check_max_iteration_per_run(max_iteration_per_run)
+        if sink is not None:
+            sink.save(None, state)
+        return cls(
+            state, sink=sink, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
+        )
+
+    @property
+    def id(self) -> str:
+        """The conversation id."""
+        return self._state.id
+
+    def snapshot(self) -> ConversationState:
+        """The current snapshot; no lock (a swap is atomic)."""
+        return self._state
+
+    def commit(self, change: Change) -> None:
+        """Apply ``change`` to the current snapshot, persist it, swap it in, notify."""
+        with self._lock:
+            previous = self._state
+            current = change(previous)
+            if current is previous:
+                return
+            current = current._replace(updated_at=utc_now())
+            if self.sink is not None:
+                self.sink.save(previous, current)
+            self._state = current
+            if self._callbacks:
+                for position in range(len(previous.events), len(current.events)):
+                    notify(self._callbacks, current.events[position])
+
+    def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> LocalBackend:
+        """A new backend with an O(1) fork of the current snapshot (same sink)."""
+        state = self._state  # one consistent snapshot; no lock needed
+        events = state.events
+        if spec.from_event_id is not None:
+            try:
+                events = events.up_to(spec.from_event_id)
+            except KeyError:
+                raise EventNotFoundError(state.id, spec.from_event_id) from None
+        assert spec.conversation_id is not None
+        last = events.last
+        now = utc_now()
+        forked = state._replace(
+            id=spec.conversation_id,
+            agent=state.agent if spec.agent is None else spec.agent,
+            events=events,
+            tags=pmap(spec.tags),
+            stats=_NO_STATS if spec.reset_metrics else state.stats,
+            execution_status=ExecutionStatus.IDLE,
+            forked_from_conversation_id=state.id,
+            forked_from_event_id=None if last is None else last.id,
+            created_at=now,
+            updated_at=now,
+        )
+        return LocalBackend.create(
+            forked,
+            sink=self.sink,
+            callbacks=callbacks,
+            max_iteration_per_run=self.max_iteration_per_run,
+        )
+
+    def run(self) -> None:
+        """Run the agent in this thread (one run at a time)."""
+        runner = self._runner
+        if runner is None:
+            from cowconv._runtime import Runner  # the runtime (LLM, tools) loads on first run
+
+            with self._lock:
+                if self._runner is None:
+                    self._runner = Runner(self.snapshot, self.commit, self.max_iteration_per_run)
+                runner = self._runner
+        runner.run()
+
+    def pause(self) -> None:
+        """Ask a run to stop after its current step (no-op when idle)."""
+        if self._runner is not None:
+            self._runner.pause()
+
+    def close(self) -> None:
+        """Stop a run after its step and kill the tools' processes."""
+        if self._runner is not None:
+            self._runner.close()
+
+    @property
+    def runner(self) -> Runner | None:
+        """The runner, once ``run()`` made one."""
+        return self._runner
