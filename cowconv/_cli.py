@@ -133,6 +133,39 @@ def serve(
         LogLevel | None,
         typer.Option(help="Log level (else $COWCONV_LOG_LEVEL, else info).", show_default=False),
     ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A host name clients may use besides the bound address and loopback names;"
+            " repeatable (else $COWCONV_ALLOWED_HOSTS, comma separated).",
+            show_default=False,
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A browser origin allowed to change state, e.g. https://app.example;"
+            " repeatable (else $COWCONV_ALLOWED_ORIGINS).",
+            show_default=False,
+        ),
+    ] = None,
+    allow_unauthenticated: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-unauthenticated",
+            help="Serve a non-loopback address without a session key (refused otherwise;"
+            " else $COWCONV_ALLOW_UNAUTHENTICATED).",
+            show_default=False,
+        ),
+    ] = None,
+    max_body_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Largest request body in bytes, larger ones get 413"
+            " (else $COWCONV_MAX_BODY_SIZE, else 8 MiB).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve conversations over a JSON REST API (see docs/server.md)."""
     try:
@@ -147,6 +180,10 @@ def serve(
         "data_dir": data_dir,
         "session_api_key": session_api_key,
         "log_level": None if log_level is None else log_level.value,
+        "allowed_hosts": allowed_host,
+        "allowed_origins": allowed_origin,
+        "allow_unauthenticated": allow_unauthenticated or None,
+        "max_body_size": max_body_size,
     }
     try:
         settings = ServerSettings.from_options(**given)

@@ -196,6 +196,8 @@ class TestServe:
             ([], {"COWCONV_PORT": "-1"}, "error: $COWCONV_PORT: input should be greater than"),
             (["--session-api-key", ""], {}, "error: --session-api-key: string should have at"),
             ([], {"COWCONV_LOG_LEVEL": "loud"}, "error: $COWCONV_LOG_LEVEL: input should be"),
+            (["--host", "0.0.0.0"], {}, "error: refusing to serve '0.0.0.0' without a session"),
+            (["--max-body-size", "0"], {}, "error: --max-body-size: input should be greater"),
         ],
     )
     def test_invalid_settings_fail_in_one_line(self, tmp_path, args, env, message):

@@ -1,8 +1,8 @@
 """``python -m cowconv.agent_server`` (or ``cowconv serve``): serve conversations over HTTP.
 
-Each option falls back to an environment variable (``COWCONV_HOST``,
-``COWCONV_PORT``, ``COWCONV_DATA_DIR``, ``COWCONV_SESSION_API_KEY``,
-``COWCONV_LOG_LEVEL``), then to its default; :class:`ServerSettings` reads
+Each option falls back to an environment variable named for it
+(``--data-dir`` → ``COWCONV_DATA_DIR``, lists comma separated), then to its
+default; :class:`ServerSettings` reads
 them (pydantic-settings) and validates all of them before anything starts.
 
 >>> ServerSettings.from_options(port=8001).host
@@ -16,10 +16,12 @@ import shutil
 import socket
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from cowconv.agent_server._security import DEFAULT_MAX_BODY_SIZE
 
 __all__ = ["ServerSettings", "StartError", "main", "run_server"]
 
@@ -51,6 +53,21 @@ class ServerSettings(BaseSettings):
     data_dir: Path = DEFAULT_DATA_DIR
     session_api_key: str | None = Field(default=None, min_length=1)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    allowed_hosts: Annotated[list[str], NoDecode] = []
+    """Host names requests may use besides the bound address and loopback names."""
+    allowed_origins: Annotated[list[str], NoDecode] = []
+    """Browser origins (``https://app.example``) allowed to change state."""
+    allow_unauthenticated: bool = False
+    """Serve a non-loopback address without a session key (refused otherwise)."""
+    max_body_size: int = Field(default=DEFAULT_MAX_BODY_SIZE, ge=1)
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        # $COWCONV_ALLOWED_HOSTS="a.example,b.example"; options arrive as lists already.
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
 
     @classmethod
     def from_options(cls, **options: Any) -> ServerSettings:
@@ -61,7 +78,7 @@ class ServerSettings(BaseSettings):
         >>> ServerSettings.from_options(port=None, log_level="debug").log_level
         'debug'
         """
-        given = {name: value for name, value in options.items() if value is not None}
+        given = {name: value for name, value in options.items() if value not in (None, [], ())}
         try:
             return cls(**given)
         except ValidationError as error:
@@ -123,15 +140,33 @@ def run_server(settings: ServerSettings) -> None:
 
         from cowconv._exceptions import CowconvError
         from cowconv.agent_server import create_app
+        from cowconv.agent_server._security import UnsafeExposureError, check_exposure
     except ImportError as error:
         raise StartError(f"{error}: pip install 'cowconv[server]'") from None
     data_dir = settings.data_dir.expanduser()
     if data_dir.exists() and not data_dir.is_dir():
         raise StartError(f"data directory {data_dir} exists and is not a directory")
+    try:
+        check_exposure(
+            settings.host,
+            session_api_key=settings.session_api_key,
+            allowed_hosts=settings.allowed_hosts,
+            allow_unauthenticated=settings.allow_unauthenticated,
+        )
+    except UnsafeExposureError as error:
+        raise StartError(str(error)) from None
     listener = _bind(settings.host, settings.port)
     created = _missing_parents(data_dir)
     try:
-        app = create_app(data_dir=data_dir, session_api_key=settings.session_api_key)
+        app = create_app(
+            data_dir=data_dir,
+            session_api_key=settings.session_api_key,
+            host=settings.host,
+            allowed_hosts=settings.allowed_hosts,
+            allowed_origins=settings.allowed_origins,
+            allow_unauthenticated=settings.allow_unauthenticated,
+            max_body_size=settings.max_body_size,
+        )
     except (CowconvError, OSError) as error:
         listener.close()
         if created is not None:
