@@ -42,13 +42,14 @@ from cowconv._exceptions import (
     ConversationNotFoundError,
     CorruptStoreError,
     CowconvError,
+    InvalidValueError,
     LLMError,
     RemoteError,
     SchemaVersionError,
     StoreError,
     StoreLockedError,
 )
-from cowconv._frozen import freeze, thaw
+from cowconv._frozen import MAX_DEPTH, freeze, thaw
 from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
 from cowconv._state import (
@@ -101,11 +102,13 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "ImageContent",
+    "InvalidValueError",
     "LLM",
     "LLMError",
     "LLMMetrics",
     "LLMResponse",
     "LLMToolCall",
+    "MAX_DEPTH",
     "MessageEvent",
     "ObservationEvent",
     "PauseEvent",

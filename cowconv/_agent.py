@@ -10,10 +10,10 @@ True
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from pyrsistent import pmap
 
-from cowconv._frozen import FrozenJSONMap
+from cowconv._frozen import CheckedModel, FrozenJSONMap
 from cowconv._llm import LLM
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Agent", "Tool"]
@@ -24,7 +24,7 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-class Tool(BaseModel):
+class Tool(CheckedModel):
     """A serialisable reference to a registered tool, by name, with its settings.
 
     >>> Tool(name="terminal", params={"timeout": 30}).params["timeout"]
@@ -37,7 +37,7 @@ class Tool(BaseModel):
     params: FrozenJSONMap = pmap()
 
 
-class Agent(BaseModel):
+class Agent(CheckedModel):
     """An LLM, the tools it may call, and its system prompt.
 
     Frozen: a fork shares its source's agent; ``fork(agent=...)`` swaps it.

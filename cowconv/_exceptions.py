@@ -6,6 +6,7 @@ catches them all. Errors about bad arguments stay ``ValueError``/``TypeError``
 
     CowconvError
     ├── ConversationNotFoundError (also KeyError)
+    ├── InvalidValueError (also ValueError)
     ├── LLMError
     ├── StoreError
     │   ├── CorruptStoreError
@@ -33,6 +34,7 @@ __all__ = [
     "ConversationNotFoundError",
     "CorruptStoreError",
     "CowconvError",
+    "InvalidValueError",
     "LLMError",
     "RemoteError",
     "SchemaVersionError",
@@ -70,6 +72,22 @@ class ConversationNotFoundError(CowconvError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class InvalidValueError(CowconvError, ValueError):
+    """A value cowconv could not store and load back unchanged, refused before it is recorded.
+
+    NaN and infinity, JSON nested deeper than :data:`cowconv.MAX_DEPTH`, and
+    text that is not valid Unicode (a lone surrogate). Inside a pydantic
+    model it surfaces as that model's ``ValidationError`` (also a ``ValueError``).
+
+    >>> from cowconv import freeze
+    >>> try:
+    ...     freeze({"ratio": float("nan")})
+    ... except ValueError as error:
+    ...     print(type(error).__name__)
+    InvalidValueError
+    """
 
 
 class LLMError(CowconvError):
