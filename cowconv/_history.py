@@ -401,4 +401,7 @@ def _restore(chunks: tuple[tuple[Event, ...], ...]) -> EventLog:
                 mutable[event.id] = length
                 length += 1
         ids = mutable.finish()
-    return EventLog._make(vectors, tuple(starts), length, ids) if vectors else _EMPTY
+    if not vectors:
+        return _EMPTY
+    # A line of its own: in this process nothing else is known to hold these events.
+    return EventLog._make(vectors, tuple(starts), length, ids, _Line(None, 0, length))

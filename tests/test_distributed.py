@@ -64,10 +64,7 @@ def _own_events(fork: Conversation) -> list[tuple[str, str]]:
     state = fork.state
     start = state.events.index_of(state.forked_from_event_id) + 1
     own = (state.events[i] for i in range(start, len(state.events)))
-    return [
-        (type(event).__name__, event.model_dump_json(exclude=_RANDOM_FIELDS))
-        for event in own
-    ]
+    return [(type(event).__name__, event.model_dump_json(exclude=_RANDOM_FIELDS)) for event in own]
 
 
 @pytest.fixture(scope="module")

@@ -44,9 +44,13 @@ class DaskExecutor:
     (a warning says so); set it to 0 so the branch fails instead of paying
     for its LLM calls twice.
 
-    >>> from distributed import Client, LocalCluster  # doctest: +SKIP
-    >>> client = Client(LocalCluster(n_workers=2, threads_per_worker=1))  # doctest: +SKIP
-    >>> forks = run_branches(source, messages, executor=DaskExecutor(client))  # doctest: +SKIP
+    Use: ``run_branches(source, branches, executor=DaskExecutor(client))``
+    with ``client = distributed.Client(...)`` (see ``docs/distributed.md``).
+
+    >>> DaskExecutor("tcp://scheduler:8786")
+    Traceback (most recent call last):
+    ...
+    TypeError: DaskExecutor takes a distributed.Client, got str
     """
 
     def __init__(

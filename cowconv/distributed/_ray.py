@@ -39,9 +39,13 @@ class RayExecutor:
     most ``max_in_flight`` tasks are submitted at a time (default: twice the
     cluster's CPUs).
 
-    >>> import ray  # doctest: +SKIP
-    >>> ray.init()  # doctest: +SKIP
-    >>> forks = run_branches(source, messages, executor=RayExecutor(num_cpus=1))  # doctest: +SKIP
+    Use: ``ray.init(...)``, then ``run_branches(source, branches,
+    executor=RayExecutor(num_cpus=1))`` (see ``docs/distributed.md``).
+
+    >>> RayExecutor(num_cpus=0.5, max_retries=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: RayExecutor never retries a branch (a retry would repeat its LLM calls): ...
     """
 
     def __init__(
