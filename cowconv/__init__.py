@@ -17,7 +17,9 @@ True
 from typing import TYPE_CHECKING, Any
 
 from cowconv._agent import Agent, Tool
-from cowconv._branches import Branch, run_branches
+from cowconv._branch_report import BranchRow, SuiteReport
+from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
+from cowconv._branches import Branch, BranchRuns, run_branches
 from cowconv._conversation import Conversation, EventCallback, StateSink
 from cowconv._events import (
     ActionEvent,
@@ -35,6 +37,8 @@ from cowconv._events import (
     TextContent,
 )
 from cowconv._exceptions import (
+    BranchError,
+    BranchesError,
     ConversationNotFoundError,
     CorruptStoreError,
     CowconvError,
@@ -77,6 +81,13 @@ __all__ = [
     "AgentErrorEvent",
     "AnyEvent",
     "Branch",
+    "BranchError",
+    "BranchExecutor",
+    "BranchJob",
+    "BranchOutcome",
+    "BranchRow",
+    "BranchRuns",
+    "BranchesError",
     "Content",
     "Conversation",
     "ConversationInfo",
@@ -106,10 +117,12 @@ __all__ = [
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
+    "SharedPrefix",
     "StateSink",
     "Store",
     "StoreError",
     "StoreLockedError",
+    "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
     "Tool",
