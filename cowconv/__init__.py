@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from cowconv._agent import Agent, Tool
 from cowconv._branches import Branch, run_branches
+from cowconv._condenser import LLMSummarizingCondenser
 from cowconv._conversation import Conversation, EventCallback, StateSink
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
     AnyEvent,
+    CondensationEvent,
     Content,
     Event,
     EventSource,
@@ -76,6 +78,7 @@ __all__ = [
     "AgentErrorEvent",
     "AnyEvent",
     "Branch",
+    "CondensationEvent",
     "Content",
     "Conversation",
     "ConversationInfo",
@@ -94,6 +97,7 @@ __all__ = [
     "LLMError",
     "LLMMetrics",
     "LLMResponse",
+    "LLMSummarizingCondenser",
     "LLMToolCall",
     "MessageEvent",
     "ObservationEvent",
