@@ -24,16 +24,17 @@ from benchmarks._workload import Workload
 from benchmarks.scenarios import SCENARIOS
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = ROOT / "benchmarks" / "results"
+DEFAULT_OUTPUT = Path("benchmark-results")
+"""Relative to the directory the suite is run from."""
 DOCS = ROOT / "docs"
 FULL_SIZES = (10, 100, 1_000, 10_000, 100_000, 1_000_000)
 QUICK_SIZES = (10, 100, 1_000, 10_000)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     names = ", ".join(f"{s.number}={s.name}" for s in SCENARIOS)
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks",
+        prog=prog,
         description="cowconv benchmark suite: O(1) forks against copying forks.",
     )
     parser.add_argument(
@@ -52,10 +53,13 @@ def _parser() -> argparse.ArgumentParser:
         help="history lengths, e.g. 10,1k,100k,1M (default 10 to 1M; --quick: 10 to 10k)",
     )
     parser.add_argument(
+        "--out",
         "--output",
+        dest="output",
         type=Path,
         default=DEFAULT_OUTPUT,
-        help="directory for results.json, report.md and plots (default benchmarks/results/)",
+        help="directory for results.json, report.md and plots"
+        f" (default ./{DEFAULT_OUTPUT}/, in the directory you run from)",
     )
     parser.add_argument(
         "--docs",
@@ -83,9 +87,12 @@ def _select(requested: Sequence[str]) -> tuple[Scenario, ...]:
     return tuple(s for s in SCENARIOS if s.name in chosen)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the suite; returns the exit status (1 when a scenario failed)."""
-    args = _parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks") -> int:
+    """Run the suite; returns the exit status (1 when a scenario failed).
+
+    ``prog`` is the command's name in help and in the report (``cowconv bench``).
+    """
+    args = _parser(prog).parse_args(argv)
     scenarios = _select(args.scenario)
     if args.sizes:
         try:
@@ -104,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plots=not args.no_plots,
     )
     shown = list(argv if argv is not None else sys.argv[1:])
-    command = " ".join(["python -m benchmarks", *shown])
+    command = " ".join([prog, *shown])
     results = run(config, scenarios, command)
     written = write(results, scenarios, config, docs=args.docs)
     print_summary(results, scenarios, written)

@@ -17,7 +17,9 @@ True
 from typing import TYPE_CHECKING, Any
 
 from cowconv._agent import Agent, Tool
-from cowconv._branches import Branch, run_branches
+from cowconv._branch_report import BranchRow, SuiteReport
+from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
+from cowconv._branches import Branch, BranchRuns, run_branches
 from cowconv._condenser import LLMSummarizingCondenser
 from cowconv._conversation import Conversation, EventCallback, StateSink
 from cowconv._events import (
@@ -37,16 +39,19 @@ from cowconv._events import (
     TextContent,
 )
 from cowconv._exceptions import (
+    BranchError,
+    BranchesError,
     ConversationNotFoundError,
     CorruptStoreError,
     CowconvError,
+    InvalidValueError,
     LLMError,
     RemoteError,
     SchemaVersionError,
     StoreError,
     StoreLockedError,
 )
-from cowconv._frozen import freeze, thaw
+from cowconv._frozen import MAX_DEPTH, freeze, thaw
 from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
 from cowconv._state import (
@@ -78,6 +83,13 @@ __all__ = [
     "AgentErrorEvent",
     "AnyEvent",
     "Branch",
+    "BranchError",
+    "BranchExecutor",
+    "BranchJob",
+    "BranchOutcome",
+    "BranchRow",
+    "BranchRuns",
+    "BranchesError",
     "CondensationEvent",
     "Content",
     "Conversation",
@@ -93,12 +105,14 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "ImageContent",
+    "InvalidValueError",
     "LLM",
     "LLMError",
     "LLMMetrics",
     "LLMResponse",
     "LLMSummarizingCondenser",
     "LLMToolCall",
+    "MAX_DEPTH",
     "MessageEvent",
     "ObservationEvent",
     "PauseEvent",
@@ -107,10 +121,12 @@ __all__ = [
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
+    "SharedPrefix",
     "StateSink",
     "Store",
     "StoreError",
     "StoreLockedError",
+    "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
     "Tool",

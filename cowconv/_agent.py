@@ -10,11 +10,11 @@ True
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from pyrsistent import pmap
 
 from cowconv._condenser import LLMSummarizingCondenser
-from cowconv._frozen import FrozenJSONMap
+from cowconv._frozen import CheckedModel, FrozenJSONMap
 from cowconv._llm import LLM
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Agent", "Tool"]
@@ -25,7 +25,7 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-class Tool(BaseModel):
+class Tool(CheckedModel):
     """A serialisable reference to a registered tool, by name, with its settings.
 
     >>> Tool(name="terminal", params={"timeout": 30}).params["timeout"]
@@ -38,7 +38,7 @@ class Tool(BaseModel):
     params: FrozenJSONMap = pmap()
 
 
-class Agent(BaseModel):
+class Agent(CheckedModel):
     """An LLM, the tools it may call, its system prompt, and optionally a condenser.
 
     With ``condenser`` (an :class:`~cowconv.LLMSummarizingCondenser`), the

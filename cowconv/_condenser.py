@@ -33,9 +33,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from cowconv._events import CondensationEvent, Event, MessageEvent
+from cowconv._frozen import CheckedModel
 from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMResponse
 from cowconv._messages import build_messages, render
@@ -126,7 +127,7 @@ class CondensationPlan:
         )
 
 
-class LLMSummarizingCondenser(BaseModel):
+class LLMSummarizingCondenser(CheckedModel):
     """Replaces older events by an LLM-written summary once the view exceeds ``max_size``.
 
     The view keeps the first ``keep_first`` events (the system prompt and

@@ -28,7 +28,7 @@ from pyrsistent import PMap, pmap
 
 from cowconv._agent import Agent
 from cowconv._events import Event, MessageEvent, _now
-from cowconv._frozen import freeze
+from cowconv._frozen import check_text, freeze
 from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner, check_max_iteration_per_run
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
 from cowconv._store import SQLiteStore, Store
@@ -84,6 +84,8 @@ def _check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
     for key, value in tags.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"tags must map str to str, got {key!r}: {value!r}")
+        check_text(key, "a tag key")
+        check_text(value, "a tag value")
     return dict(tags)
 
 
@@ -92,7 +94,7 @@ def _check_id(conversation_id: str | None) -> str:
         return str(uuid.uuid4())
     if not isinstance(conversation_id, str) or not conversation_id.strip():
         raise ValueError(f"conversation_id must be a non-empty string, got {conversation_id!r}")
-    return conversation_id
+    return check_text(conversation_id, "conversation_id")
 
 
 def _store_for(persistence_dir: str | os.PathLike[str] | None, store: Store | None) -> Store | None:
@@ -298,6 +300,7 @@ class Conversation:
         """Record a user message and return its event."""
         if not isinstance(text, str):
             raise TypeError(f"send_message() takes a str, got {type(text).__name__}")
+        check_text(text, "the message")
         event = MessageEvent(source="user", role="user", content=text)
         self.append_event(event)
         return event

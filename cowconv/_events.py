@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PlainSerializer,
@@ -37,7 +36,7 @@ from pydantic import (
     field_validator,
 )
 
-from cowconv._frozen import FrozenJSON, FrozenJSONMap
+from cowconv._frozen import CheckedModel, FrozenJSON, FrozenJSONMap
 
 __all__ = [
     "ActionEvent",
@@ -68,7 +67,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class _Frozen(BaseModel):
+class _Frozen(CheckedModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 

@@ -19,12 +19,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pyrsistent import pmap
 
 from cowconv._agent import Agent
 from cowconv._events import _now
-from cowconv._frozen import FrozenJSONMap, FrozenMap, FrozenStrMap
+from cowconv._frozen import CheckedModel, FrozenJSONMap, FrozenMap, FrozenStrMap
 from cowconv._history import EventLog
 from cowconv._workspace import Workspace
 
@@ -46,7 +46,7 @@ class ExecutionStatus(StrEnum):
     STUCK = "stuck"
 
 
-class Usage(BaseModel):
+class Usage(CheckedModel):
     """Cost and tokens spent.
 
     >>> Usage(accumulated_cost=0.5, prompt_tokens=10) + Usage(completion_tokens=3)
@@ -95,7 +95,7 @@ class ConversationStats(Usage):
 _NO_STATS = ConversationStats()
 
 
-class ConversationState(BaseModel):
+class ConversationState(CheckedModel):
     """An immutable snapshot of a conversation.
 
     ``evolve(**changes)`` returns a new, validated snapshot; nothing changes
@@ -152,7 +152,7 @@ class ConversationState(BaseModel):
         return new
 
 
-class ConversationInfo(BaseModel):
+class ConversationInfo(CheckedModel):
     """A summary of a conversation without its events (listings, the REST API).
 
     >>> from cowconv import LLM, Agent, Conversation

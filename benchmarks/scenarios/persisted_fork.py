@@ -11,6 +11,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from benchmarks._measure import Sample, human_bytes, human_seconds, human_size, time_op
 from benchmarks._scenario import (
     Config,
@@ -35,15 +37,13 @@ TARGET_SIZE = 10_000
 
 
 def written_bytes() -> int | None:
-    """Bytes this process has passed to write() so far (Linux ``/proc/self/io`` wchar)."""
+    """Bytes this process has passed to write() so far (psutil; Linux only), else None."""
     try:
-        with open("/proc/self/io") as io:
-            for line in io:
-                if line.startswith("wchar:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
+        counters = psutil.Process().io_counters()  # type: ignore[attr-defined,unused-ignore]
+    except (AttributeError, psutil.Error):
+        return None
+    chars = getattr(counters, "write_chars", None)
+    return None if chars is None else int(chars)
 
 
 def stored_bytes(path: Path) -> int:
