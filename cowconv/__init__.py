@@ -17,12 +17,16 @@ True
 from typing import TYPE_CHECKING, Any
 
 from cowconv._agent import Agent, Tool
-from cowconv._branches import Branch, run_branches
+from cowconv._branch_report import BranchRow, SuiteReport
+from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
+from cowconv._branches import Branch, BranchRuns, run_branches
+from cowconv._condenser import LLMSummarizingCondenser
 from cowconv._conversation import Conversation, EventCallback, StateSink
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
     AnyEvent,
+    CondensationEvent,
     Content,
     Event,
     EventSource,
@@ -35,6 +39,8 @@ from cowconv._events import (
     TextContent,
 )
 from cowconv._exceptions import (
+    BranchError,
+    BranchesError,
     ConversationNotFoundError,
     CorruptStoreError,
     CowconvError,
@@ -77,6 +83,14 @@ __all__ = [
     "AgentErrorEvent",
     "AnyEvent",
     "Branch",
+    "BranchError",
+    "BranchExecutor",
+    "BranchJob",
+    "BranchOutcome",
+    "BranchRow",
+    "BranchRuns",
+    "BranchesError",
+    "CondensationEvent",
     "Content",
     "Conversation",
     "ConversationInfo",
@@ -96,6 +110,7 @@ __all__ = [
     "LLMError",
     "LLMMetrics",
     "LLMResponse",
+    "LLMSummarizingCondenser",
     "LLMToolCall",
     "MAX_DEPTH",
     "MessageEvent",
@@ -106,10 +121,12 @@ __all__ = [
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
+    "SharedPrefix",
     "StateSink",
     "Store",
     "StoreError",
     "StoreLockedError",
+    "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
     "Tool",
