@@ -42,6 +42,7 @@ __all__ = [
     "ActionEvent",
     "AgentErrorEvent",
     "AnyEvent",
+    "CondensationEvent",
     "Content",
     "Event",
     "EventSource",
@@ -307,3 +308,25 @@ class PauseEvent(Event):
 
     kind: Literal["pause"] = "pause"
     source: EventSource = "user"
+
+
+class CondensationEvent(Event):
+    """Older events replaced, in what the model sees, by a summary (nothing is deleted).
+
+    The view sent to the LLM after it is: the first ``summary_offset``
+    events of the history, then ``summary``, then the events after the last
+    of ``forgotten_event_ids`` (see :class:`~cowconv.LLMSummarizingCondenser`).
+    The forgotten events stay in the history, and forks share the
+    condensation like any other event.
+
+    >>> CondensationEvent(forgotten_event_ids=["e1", "e2"], summary="Listed files.",
+    ...                   summary_offset=1).forgotten_event_ids
+    ('e1', 'e2')
+    """
+
+    kind: Literal["condensation"] = "condensation"
+    source: EventSource = "environment"
+    forgotten_event_ids: tuple[str, ...] = ()
+    summary: str | None = None
+    summary_offset: int | None = Field(default=None, ge=0)
+    llm_response_id: str | None = None
