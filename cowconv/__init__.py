@@ -20,11 +20,13 @@ from cowconv._agent import Agent, Tool
 from cowconv._branch_report import BranchRow, SuiteReport
 from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
 from cowconv._branches import Branch, BranchRuns, run_branches
+from cowconv._condenser import LLMSummarizingCondenser
 from cowconv._conversation import Conversation, EventCallback, StateSink
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
     AnyEvent,
+    CondensationEvent,
     Content,
     Event,
     EventSource,
@@ -88,6 +90,7 @@ __all__ = [
     "BranchRow",
     "BranchRuns",
     "BranchesError",
+    "CondensationEvent",
     "Content",
     "Conversation",
     "ConversationInfo",
@@ -107,6 +110,7 @@ __all__ = [
     "LLMError",
     "LLMMetrics",
     "LLMResponse",
+    "LLMSummarizingCondenser",
     "LLMToolCall",
     "MAX_DEPTH",
     "MessageEvent",

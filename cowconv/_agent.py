@@ -13,6 +13,7 @@ from __future__ import annotations
 from pydantic import ConfigDict
 from pyrsistent import pmap
 
+from cowconv._condenser import LLMSummarizingCondenser
 from cowconv._frozen import CheckedModel, FrozenJSONMap
 from cowconv._llm import LLM
 
@@ -38,7 +39,10 @@ class Tool(CheckedModel):
 
 
 class Agent(CheckedModel):
-    """An LLM, the tools it may call, and its system prompt.
+    """An LLM, the tools it may call, its system prompt, and optionally a condenser.
+
+    With ``condenser`` (an :class:`~cowconv.LLMSummarizingCondenser`), the
+    model sees a condensed view of long histories instead of all of it.
 
     Frozen: a fork shares its source's agent; ``fork(agent=...)`` swaps it.
 
@@ -53,3 +57,4 @@ class Agent(CheckedModel):
     llm: LLM
     tools: tuple[Tool, ...] = ()
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    condenser: LLMSummarizingCondenser | None = None
