@@ -62,7 +62,10 @@ class BranchRuns(list[Conversation]):
 
     A plain list of :class:`Conversation` (so existing code keeps working)
     plus ``wall_seconds`` (``None`` for a branch that never ran) and
-    :meth:`report`, a readable summary.
+    :meth:`report`, a readable summary. With an executor, ``workers`` names
+    the process each branch ran in (``host:pid``) and ``prefix_loads`` how
+    many times that process had deserialised the shared history by then
+    (1: once; empty for the thread pool).
 
     >>> runs = BranchRuns([], [])
     >>> runs == [], runs.wall_seconds
@@ -70,10 +73,17 @@ class BranchRuns(list[Conversation]):
     """
 
     def __init__(
-        self, forks: Iterable[Conversation] = (), wall_seconds: Iterable[float | None] = ()
+        self,
+        forks: Iterable[Conversation] = (),
+        wall_seconds: Iterable[float | None] = (),
+        *,
+        workers: Iterable[str | None] = (),
+        prefix_loads: Iterable[int] = (),
     ) -> None:
         super().__init__(forks)
         self.wall_seconds: tuple[float | None, ...] = tuple(wall_seconds)
+        self.workers: tuple[str | None, ...] = tuple(workers)
+        self.prefix_loads: tuple[int, ...] = tuple(prefix_loads)
 
     def report(self) -> SuiteReport:
         """One row per branch: status, steps, cost, tokens, wall time, final answer.
@@ -163,9 +173,15 @@ def run_branches(
     if executor is None:
         workers = max_workers or min(32, len(forks))
         walls, errors = _run_in_threads(forks, workers)
+        runs = BranchRuns(forks, walls)
     else:
-        walls, errors = _run_on(executor, forks, SharedPrefix.of(inherited[0]))
-    runs = BranchRuns(forks, walls)
+        outcomes, errors = _run_on(executor, forks, SharedPrefix.of(inherited[0]))
+        runs = BranchRuns(
+            forks,
+            [None if o is None else o.wall_seconds for o in outcomes],
+            workers=[None if o is None else o.worker for o in outcomes],
+            prefix_loads=[0 if o is None else o.prefix_loads for o in outcomes],
+        )
     if errors:
         message = f"{len(errors)} of {len(forks)} branch runs raised"
         if all(isinstance(error, Exception) for error in errors):
@@ -226,9 +242,9 @@ def _add_usage(fork: Conversation, outcome: BranchOutcome) -> None:
 
 def _run_on(
     executor: BranchExecutor, forks: Sequence[Conversation], prefix: SharedPrefix
-) -> tuple[list[float | None], list[BaseException]]:
+) -> tuple[list[BranchOutcome | None], list[BaseException]]:
     ship_api_keys = bool(getattr(executor, "ship_api_keys", True))
-    walls: list[float | None] = [None] * len(forks)
+    outcomes: list[BranchOutcome | None] = [None] * len(forks)
     errors: list[BaseException] = []
     pending = set()
     jobs = []
@@ -273,11 +289,11 @@ def _run_on(
                 errors.append(error)
                 continue
             _add_usage(fork, outcome)
-            walls[index] = outcome.wall_seconds
+            outcomes[index] = outcome
     except Exception as error:
         for index in sorted(pending):
             failed(index, f"the executor stopped: {type(error).__name__}: {error}")
         pending.clear()
     for index in sorted(pending):
         failed(index, "the executor returned no result for it")
-    return walls, errors
+    return outcomes, errors

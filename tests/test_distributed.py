@@ -287,3 +287,63 @@ class TestProcessExecutor:
         forks = raised.value.forks
         assert [_own_events(forks[0]), _own_events(forks[2])] == [_own_events(f) for f in threaded]
         assert forks[1].state.execution_status is ExecutionStatus.ERROR
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[object]:
+    """A real local Ray instance: 2 CPUs, no dashboard, on 127.0.0.1 (``cowconv[ray]``)."""
+    ray = pytest.importorskip("ray")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+class TestRayExecutor:
+    def test_ray_runs_the_suite_like_the_thread_pool(self, source, ray_session):
+        """Same forks as the thread pool; each Ray worker loads the shared history once."""
+        from cowconv.distributed import RayExecutor
+
+        threaded = run_branches(source, BRANCHES)
+        remote = run_branches(source, BRANCHES, executor=RayExecutor(progress=False))
+        assert [_own_events(f) for f in remote] == [_own_events(f) for f in threaded]
+        assert [f.state.stats for f in remote] == [f.state.stats for f in threaded]
+        more = run_branches(
+            source, [f"Say hi {n}." for n in range(6)], executor=RayExecutor(progress=False)
+        )
+        assert all(f.state.execution_status is ExecutionStatus.FINISHED for f in more)
+        assert set(more.prefix_loads) == {1}  # every worker that ran one loaded it once
+        assert len(set(more.workers)) <= 2
+
+    def test_ray_failures_come_back_per_branch(self, source, ray_session):
+        """An unpicklable agent and a killed worker each fail their own branch, once."""
+        from cowconv.distributed import RayExecutor
+
+        locked = Agent(llm=LockedLLM(model=source.agent.llm.model))
+        branches = [
+            "Run `echo before`.",
+            Branch("Say hi.", agent=locked),
+            "Run `kill -9 $PPID`.",
+            "Run `echo after`.",
+        ]
+        executor = RayExecutor(max_in_flight=1, progress=False)
+        with pytest.raises(BranchesError) as raised:
+            run_branches(source, branches, executor=executor)
+        errors = sorted(raised.value.exceptions, key=lambda e: e.index)
+        assert [e.index for e in errors] == [1, 2]
+        assert "cannot be sent to a worker" in str(errors[0])
+        assert "died" in str(errors[1])
+        statuses = [f.state.execution_status for f in raised.value.forks]
+        assert statuses == [
+            ExecutionStatus.FINISHED,
+            ExecutionStatus.ERROR,
+            ExecutionStatus.ERROR,
+            ExecutionStatus.FINISHED,
+        ]

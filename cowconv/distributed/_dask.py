@@ -98,15 +98,25 @@ class DaskExecutor:
         if not jobs:
             return
         client = self._client
-        # A list of one: scatter splits sequences; hash=False: naming it would pickle it again.
-        [shared] = client.scatter([prefix.dumps()], broadcast=True, hash=False)
+        data = prefix.dumps()
+
+        def scatter() -> Any:
+            # A list of one: scatter splits sequences; hash=False: naming it would pickle it again.
+            [future] = client.scatter([data], broadcast=True, hash=False)
+            return future
+
+        shared = [scatter()]
         limit = self.max_in_flight or 2 * max(1, sum(client.nthreads().values()))
 
         def submit(job: BranchJob) -> Any:
+            if shared[0].status != "finished":
+                # A dying worker can take the scattered prefix with it (Dask then reports it
+                # lost, replicas or not): send it again for the jobs still to come.
+                shared[0] = scatter()
             return client.submit(
                 _run_on_dask,
                 job.dumps(cloudpickle.dumps),
-                shared,
+                shared[0],
                 key=f"cowconv-branch-{prefix.key}-{job.index}",
                 pure=False,
                 retries=0,
@@ -136,4 +146,4 @@ class DaskExecutor:
                 description="branches (Dask)",
             )
         finally:
-            shared.release()
+            shared[0].release()
