@@ -16,12 +16,16 @@ True
 
 from cowconv._agent import Agent, Tool
 from cowconv._backend import Backend, EventCallback
-from cowconv._branches import Branch, run_branches
+from cowconv._branch_report import BranchRow, SuiteReport
+from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
+from cowconv._branches import Branch, BranchRuns, run_branches
+from cowconv._condenser import LLMSummarizingCondenser
 from cowconv._conversation import Conversation, RemoteConversation
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
     AnyEvent,
+    CondensationEvent,
     Content,
     Event,
     EventSource,
@@ -34,19 +38,22 @@ from cowconv._events import (
     TextContent,
 )
 from cowconv._exceptions import (
+    BranchError,
+    BranchesError,
     ConversationConflictError,
     ConversationExistsError,
     ConversationNotFoundError,
     CorruptStoreError,
     CowconvError,
     EventNotFoundError,
+    InvalidValueError,
     LLMError,
     RemoteError,
     SchemaVersionError,
     StoreError,
     StoreLockedError,
 )
-from cowconv._frozen import freeze, thaw
+from cowconv._frozen import MAX_DEPTH, freeze, thaw
 from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
 from cowconv._local import StateSink
@@ -77,6 +84,14 @@ __all__ = [
     "AnyEvent",
     "Backend",
     "Branch",
+    "BranchError",
+    "BranchExecutor",
+    "BranchJob",
+    "BranchOutcome",
+    "BranchRow",
+    "BranchRuns",
+    "BranchesError",
+    "CondensationEvent",
     "Content",
     "Conversation",
     "ConversationConflictError",
@@ -94,11 +109,14 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "ImageContent",
+    "InvalidValueError",
     "LLM",
     "LLMError",
     "LLMMetrics",
     "LLMResponse",
+    "LLMSummarizingCondenser",
     "LLMToolCall",
+    "MAX_DEPTH",
     "MemoryStore",
     "MessageEvent",
     "ObservationEvent",
@@ -108,10 +126,12 @@ __all__ = [
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
+    "SharedPrefix",
     "StateSink",
     "Store",
     "StoreError",
     "StoreLockedError",
+    "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
     "Tool",

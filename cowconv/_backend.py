@@ -195,6 +195,11 @@ class Backend(Protocol):
         """The conversation id."""
         ...
 
+    @property
+    def max_iteration_per_run(self) -> int:
+        """How many steps one ``run()`` may take."""
+        ...
+
     def snapshot(self) -> ConversationState:
         """The current snapshot."""
         ...

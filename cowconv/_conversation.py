@@ -38,7 +38,7 @@ from cowconv._backend import (
 )
 from cowconv._events import Event, MessageEvent, utc_now
 from cowconv._exceptions import ConversationExistsError
-from cowconv._frozen import freeze
+from cowconv._frozen import check_text, freeze
 from cowconv._local import LocalBackend, StateSink
 from cowconv._state import ConversationState, check_tags
 from cowconv._store._base import Store
@@ -57,7 +57,7 @@ def check_conversation_id(conversation_id: str | None) -> str:
         return str(uuid.uuid4())
     if not isinstance(conversation_id, str) or not conversation_id.strip():
         raise ValueError(f"conversation_id must be a non-empty string, got {conversation_id!r}")
-    return conversation_id
+    return check_text(conversation_id, "conversation_id")
 
 
 def _open_store(directory_or_store: str | os.PathLike[str] | Store) -> Store:
@@ -200,6 +200,7 @@ class Conversation:
         *,
         store: StateSink | None = None,
         callbacks: Iterable[EventCallback] = (),
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> Conversation:
         """A conversation starting from ``state`` (saved to ``store`` first, if given).
 
@@ -208,7 +209,10 @@ class Conversation:
         >>> Conversation.from_state(source.state.evolve(id="copy")).id
         'copy'
         """
-        return cls.from_backend(LocalBackend.create(state, sink=store, callbacks=callbacks))
+        backend = LocalBackend.create(
+            state, sink=store, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
+        )
+        return cls.from_backend(backend)
 
     @classmethod
     def resume(
@@ -243,6 +247,11 @@ class Conversation:
     def backend(self) -> Backend:
         """What holds this conversation: memory, a store, or an agent server."""
         return self._backend
+
+    @property
+    def max_iteration_per_run(self) -> int:
+        """How many steps one ``run()`` may take (forks inherit it)."""
+        return self._backend.max_iteration_per_run
 
     @property
     def state(self) -> ConversationState:
@@ -295,6 +304,7 @@ class Conversation:
         """Record a user message and return its event."""
         if not isinstance(text, str):
             raise TypeError(f"send_message() takes a str, got {type(text).__name__}")
+        check_text(text, "the message")
         event = MessageEvent(source="user", role="user", content=text)
         self.append_event(event)
         return event

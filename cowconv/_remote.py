@@ -34,6 +34,7 @@ import httpx_sse
 
 from cowconv._agent import Agent
 from cowconv._backend import (
+    DEFAULT_MAX_ITERATION_PER_RUN,
     ActivateSkill,
     AppendEvent,
     Change,
@@ -227,7 +228,9 @@ class RemoteBackend:
         *,
         agent: Agent | None,
         callbacks: Iterable[EventCallback],
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> None:
+        self.max_iteration_per_run = max_iteration_per_run
         self._connection = connection.acquire()
         self._client = connection.client
         self._id = conversation_id
@@ -246,7 +249,7 @@ class RemoteBackend:
         conversation_id: str | None = None,
         tags: Mapping[str, str] | None = None,
         callbacks: Iterable[EventCallback] = (),
-        max_iteration_per_run: int | None = None,
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> RemoteBackend:
         """Create the conversation on the server; attach if ``conversation_id`` exists there."""
         body: dict[str, Any] = {
@@ -257,16 +260,18 @@ class RemoteBackend:
         }
         if conversation_id is not None:
             body["id"] = conversation_id
-        if max_iteration_per_run is not None:
-            body["max_iteration_per_run"] = max_iteration_per_run
+        body["max_iteration_per_run"] = max_iteration_per_run
+        limit = {"max_iteration_per_run": max_iteration_per_run}
         connection = _Connection(workspace)
         try:
             created = connection.client.post("/api/conversations", json=body)
             if created.status_code == 409 and conversation_id is not None:
-                backend = cls._attach(connection, conversation_id, agent=agent, callbacks=callbacks)
+                backend = cls._attach(
+                    connection, conversation_id, agent=agent, callbacks=callbacks, **limit
+                )
             else:
                 chosen = raise_for_status(created).json()["id"]
-                backend = cls(connection, chosen, agent=agent, callbacks=callbacks)
+                backend = cls(connection, chosen, agent=agent, callbacks=callbacks, **limit)
         finally:
             connection.release()  # the backend holds its own share
         return backend
@@ -290,8 +295,15 @@ class RemoteBackend:
         *,
         agent: Agent | None,
         callbacks: Iterable[EventCallback],
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> RemoteBackend:
-        backend = cls(connection, conversation_id, agent=agent, callbacks=callbacks)
+        backend = cls(
+            connection,
+            conversation_id,
+            agent=agent,
+            callbacks=callbacks,
+            max_iteration_per_run=max_iteration_per_run,
+        )
         try:
             backend.snapshot()  # fails now, not later, if the server has no such conversation
         except BaseException:
@@ -389,7 +401,13 @@ class RemoteBackend:
             "from_event_id": spec.from_event_id,
         }
         info = raise_for_status(self._client.post(self._path("/fork"), json=body)).json()
-        return RemoteBackend(self._connection, info["id"], agent=self._agent, callbacks=callbacks)
+        return RemoteBackend(
+            self._connection,
+            info["id"],
+            agent=self._agent,
+            callbacks=callbacks,
+            max_iteration_per_run=self.max_iteration_per_run,
+        )
 
     # -- running ---------------------------------------------------------------
 

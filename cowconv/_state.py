@@ -20,12 +20,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pyrsistent import pmap
 
 from cowconv._agent import Agent
 from cowconv._events import utc_now
-from cowconv._frozen import FrozenJSONMap, FrozenMap, FrozenStrMap
+from cowconv._frozen import CheckedModel, FrozenJSONMap, FrozenMap, FrozenStrMap, check_text
 from cowconv._history import EventLog
 from cowconv._usage import Usage
 from cowconv._workspace import Workspace
@@ -56,6 +56,8 @@ def check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
     for key, value in tags.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"tags must map str to str, got {key!r}: {value!r}")
+        check_text(key, "a tag key")
+        check_text(value, "a tag value")
     return dict(tags)
 
 
@@ -91,6 +93,8 @@ class ConversationStats(Usage):
                 accumulated_cost=self.accumulated_cost,
                 prompt_tokens=self.prompt_tokens,
                 completion_tokens=self.completion_tokens,
+                cache_read_tokens=self.cache_read_tokens,
+                cache_write_tokens=self.cache_write_tokens,
             )
             + usage
         )
@@ -102,7 +106,7 @@ class ConversationStats(Usage):
 _NO_STATS = ConversationStats()
 
 
-class ConversationState(BaseModel):
+class ConversationState(CheckedModel):
     """An immutable snapshot of a conversation.
 
     ``evolve(**changes)`` returns a new, validated snapshot; nothing changes
@@ -159,7 +163,7 @@ class ConversationState(BaseModel):
         return new
 
 
-class ConversationInfo(BaseModel):
+class ConversationInfo(CheckedModel):
     """A summary of a conversation without its events (listings, the REST API).
 
     >>> from cowconv import LLM, Agent, Conversation

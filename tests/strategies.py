@@ -66,3 +66,56 @@ events: st.SearchStrategy[Event] = st.one_of(
     st.builds(AgentErrorEvent, error=texts, tool_call_id=st.none() | keys),
     st.builds(PauseEvent),
 )
+
+# Events whose tool calls and results pair up often: few ids, few response ids.
+_call_ids = st.sampled_from(["c1", "c2", "c3"])
+_response_ids = st.none() | st.sampled_from(["r1", "r2"])
+
+paired_events: st.SearchStrategy[Event] = st.one_of(
+    st.builds(
+        MessageEvent,
+        source=st.just("user"),
+        role=st.sampled_from(["user", "assistant", "system", "tool"]),
+        content=contents,
+    ),
+    st.builds(SystemPromptEvent, system_prompt=texts),
+    st.builds(
+        ActionEvent,
+        tool_name=st.just("terminal"),
+        tool_call_id=_call_ids,
+        arguments=st.sampled_from([{}, {"command": "ls"}, {"__invalid_json__": "{x"}]),
+        thought=st.sampled_from(["", "hmm"]),
+        llm_response_id=_response_ids,
+    ),
+    st.builds(
+        ObservationEvent,
+        tool_name=st.just("terminal"),
+        tool_call_id=_call_ids,
+        output=texts,
+        exit_code=st.none() | st.integers(0, 2),
+    ),
+    st.builds(AgentErrorEvent, error=texts, tool_call_id=st.none() | _call_ids),
+    st.builds(PauseEvent),
+)
+"""Events of histories where calls, results and response groups interleave in every way."""
+
+
+@st.composite
+def agent_steps(draw: st.DrawFn) -> list[Event]:
+    """One step of a real run: a user message, or one LLM response's calls and their results.
+
+    Results follow their calls, possibly after a pause; a call may stay unanswered.
+    """
+    if draw(st.booleans()):
+        return [MessageEvent(source="user", role="user", content=draw(texts))]
+    calls = [
+        ActionEvent(tool_name="t", tool_call_id=f"c{i}", arguments={}, llm_response_id="r")
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    results: list[Event] = [
+        ObservationEvent(tool_name="t", tool_call_id=call.tool_call_id, output=f"out {i}")
+        for i, call in enumerate(calls)
+        if draw(st.booleans()) or i == 0
+    ]
+    middle: list[Event] = [PauseEvent()] if draw(st.booleans()) else []
+    return [*calls, *middle, *results]

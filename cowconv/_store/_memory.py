@@ -57,11 +57,10 @@ class MemoryStore:
                 held = states.get(current.id)
                 if held is None:
                     raise ConversationNotFoundError(current.id)
-                if held is not previous and len(held.events) != len(previous.events):
+                if held is not previous:
                     raise StoreError(
-                        f"conversation {current.id!r} was changed by another writer: the store "
-                        f"holds {len(held.events)} events, this writer expected "
-                        f"{len(previous.events)}"
+                        f"conversation {current.id!r} was changed by another writer since this "
+                        "writer read it"
                     )
             states[current.id] = current
 

@@ -7,7 +7,7 @@ working_dir=...))`` (a :class:`cowconv.RemoteConversation`). See
 ``docs/server.md`` for every endpoint.
 
 >>> from fastapi.testclient import TestClient
->>> client = TestClient(create_app())
+>>> client = TestClient(create_app(), base_url="http://localhost")
 >>> body = {"agent": {"llm": {"model": "openai/gpt-4o", "api_key": "sk-1"}},
 ...         "workspace": {"working_dir": "."}, "id": "c1"}
 >>> client.post("/api/conversations", json=body).json()["event_count"]
@@ -43,8 +43,10 @@ from cowconv.agent_server._models import (
     StreamStatus,
 )
 from cowconv.agent_server._registry import ConversationRegistry
+from cowconv.agent_server._security import DEFAULT_MAX_BODY_SIZE, UnsafeExposureError
 
 __all__ = [
+    "DEFAULT_MAX_BODY_SIZE",
     "SESSION_API_KEY_HEADER",
     "STORE_FILE_NAME",
     "ActivateSkillRequest",
@@ -62,5 +64,6 @@ __all__ = [
     "SendMessageRequest",
     "StateResponse",
     "StreamStatus",
+    "UnsafeExposureError",
     "create_app",
 ]
