@@ -14,11 +14,10 @@ copy: nothing either side can reach will ever change.
 True
 """
 
+from typing import TYPE_CHECKING, Any
+
 from cowconv._agent import Agent, Tool
 from cowconv._backend import Backend, EventCallback
-from cowconv._branch_report import BranchRow, SuiteReport
-from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
-from cowconv._branches import Branch, BranchRuns, run_branches
 from cowconv._condenser import LLMSummarizingCondenser
 from cowconv._conversation import Conversation, RemoteConversation
 from cowconv._events import (
@@ -63,19 +62,63 @@ from cowconv._state import (
     ConversationStats,
     ExecutionStatus,
 )
-from cowconv._store import MemoryStore, SQLiteStore, Store
-from cowconv._tools import (
-    ToolArgumentError,
-    ToolDefinition,
-    ToolResult,
-    register_tool,
-    registered_tools,
-    resolve_tool,
-)
 from cowconv._usage import Usage
 from cowconv._workspace import Workspace
 
 __version__ = "0.1.0"
+
+# Loaded on first use, so `import cowconv` stays light (no sqlite3, threads or pickling
+# until a store, a branch suite or a tool is asked for).
+_LAZY = {
+    "BranchRow": "cowconv._branch_report",
+    "SuiteReport": "cowconv._branch_report",
+    "BranchExecutor": "cowconv._branch_wire",
+    "BranchJob": "cowconv._branch_wire",
+    "BranchOutcome": "cowconv._branch_wire",
+    "SharedPrefix": "cowconv._branch_wire",
+    "Branch": "cowconv._branches",
+    "BranchRuns": "cowconv._branches",
+    "run_branches": "cowconv._branches",
+    "MemoryStore": "cowconv._store",
+    "SQLiteStore": "cowconv._store",
+    "Store": "cowconv._store",
+    "ToolArgumentError": "cowconv._tools",
+    "ToolDefinition": "cowconv._tools",
+    "ToolResult": "cowconv._tools",
+    "register_tool": "cowconv._tools",
+    "registered_tools": "cowconv._tools",
+    "resolve_tool": "cowconv._tools",
+}
+
+if TYPE_CHECKING:
+    from cowconv._branch_report import BranchRow, SuiteReport
+    from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
+    from cowconv._branches import Branch, BranchRuns, run_branches
+    from cowconv._store import MemoryStore, SQLiteStore, Store
+    from cowconv._tools import (
+        ToolArgumentError,
+        ToolDefinition,
+        ToolResult,
+        register_tool,
+        registered_tools,
+        resolve_tool,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cowconv' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found directly next time
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "ActionEvent",

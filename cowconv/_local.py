@@ -36,14 +36,12 @@ from cowconv._backend import (
 )
 from cowconv._events import utc_now
 from cowconv._exceptions import EventNotFoundError
-from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
+from cowconv._state import NO_STATS, ConversationState, ExecutionStatus
 
 if TYPE_CHECKING:
     from cowconv._runtime import Runner
 
 __all__ = ["LocalBackend", "StateSink"]
-
-_NO_STATS = ConversationStats()
 
 
 class StateSink(Protocol):
@@ -156,7 +154,7 @@ class LocalBackend:
             agent=state.agent if spec.agent is None else spec.agent,
             events=events,
             tags=pmap(spec.tags),
-            stats=_NO_STATS if spec.reset_metrics else state.stats,
+            stats=NO_STATS if spec.reset_metrics else state.stats,
             execution_status=ExecutionStatus.IDLE,
             forked_from_conversation_id=state.id,
             forked_from_event_id=None if last is None else last.id,

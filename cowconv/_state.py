@@ -35,6 +35,7 @@ __all__ = [
     "ConversationState",
     "ConversationStats",
     "ExecutionStatus",
+    "NO_STATS",
     "check_tags",
 ]
 
@@ -103,7 +104,10 @@ class ConversationStats(Usage):
         return ConversationStats(**total.model_dump(), by_usage_id=by_usage_id)
 
 
-_NO_STATS = ConversationStats()
+# Built without validation: validating here would build the model's schema (and load
+# pydantic's plugin machinery) on every `import cowconv`, not on first use.
+NO_STATS = ConversationStats.model_construct()
+"""The stats of a conversation that has spent nothing (shared, immutable)."""
 
 
 class ConversationState(CheckedModel):
@@ -130,7 +134,7 @@ class ConversationState(CheckedModel):
     events: EventLog = EventLog()
     agent_state: FrozenJSONMap = pmap()
     activated_knowledge_skills: tuple[str, ...] = ()
-    stats: ConversationStats = _NO_STATS
+    stats: ConversationStats = NO_STATS
     tags: FrozenStrMap = pmap()
     execution_status: ExecutionStatus = ExecutionStatus.IDLE
     forked_from_conversation_id: str | None = None
@@ -178,7 +182,7 @@ class ConversationInfo(CheckedModel):
     title: str | None = None
     tags: FrozenStrMap = pmap()
     execution_status: ExecutionStatus
-    stats: ConversationStats = _NO_STATS
+    stats: ConversationStats = NO_STATS
     created_at: datetime
     updated_at: datetime
     forked_from_conversation_id: str | None = None

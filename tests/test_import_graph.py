@@ -18,8 +18,30 @@ def _module_name(path: Path, package: Path) -> str:
     return ".".join(parts)
 
 
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: at the top, in functions, in classes.
+
+    Only ``if TYPE_CHECKING:`` blocks are left out: they never run, so they
+    cannot make an import order fail (they are there for annotations).
+    """
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    """Module -> the cowconv modules it imports anywhere (in functions and TYPE_CHECKING too).
+    """Module -> the cowconv modules it imports anywhere that runs (functions included).
 
     Importing ``a.b.c`` runs ``a.b`` first, so a module also depends on the
     packages above what it imports (but not on the root package or its own
@@ -31,7 +53,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     for name, path in paths.items():
         is_package = path.name == "__init__.py"
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in _runtime_imports(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -80,6 +102,18 @@ class TestImportGraph:
         (package / "_b.py").write_text("def thing():\n    from pkg import _a\n")
         cycle = find_cycle(import_graph(package))
         assert cycle is not None and {"pkg._a", "pkg._b"} <= set(cycle)
+
+    def test_type_checking_imports_do_not_count(self, tmp_path: Path):
+        """Imports only type checkers run make no cycle; the same import at run time does."""
+        package = tmp_path / "pkg"
+        package.mkdir()
+        (package / "__init__.py").write_text("")
+        (package / "_a.py").write_text("from pkg._b import thing\n")
+        guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import _a\n"
+        (package / "_b.py").write_text(guarded + "def thing(): ...\n")
+        assert find_cycle(import_graph(package)) is None
+        (package / "_b.py").write_text(guarded + "else:\n    from pkg import _a\n")
+        assert find_cycle(import_graph(package)) is not None
 
     @pytest.mark.parametrize(
         ("importer", "imported"),

@@ -14,6 +14,7 @@ from benchmarks.scenarios.fork_memory import ForkMemory
 from benchmarks.scenarios.history_ops import HistoryOps
 from benchmarks.scenarios.import_time import ImportTime
 from benchmarks.scenarios.persisted_fork import PersistedFork
+from benchmarks.scenarios.remote_latency import RemoteLatency
 from benchmarks.scenarios.rest_fork import RestFork
 from benchmarks.scenarios.seed_fork import SeedFork
 from benchmarks.scenarios.vector_implementation import VectorImplementation
@@ -28,6 +29,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     PersistedFork(),
     FanOut(),
     RestFork(),
+    RemoteLatency(),
     ImportTime(),
 )
 

@@ -23,7 +23,7 @@ from benchmarks._scenario import (
 )
 
 IMPORT_LIMIT_S = 0.150
-PYDANTIC_FACTOR = 2.5
+PYDANTIC_FACTOR = 1.5
 """``import cowconv`` against ``from pydantic import BaseModel``, the floor it builds on: a
 ratio measured side by side, which load on a shared machine moves far less than the time."""
 HEAVY = ("litellm", "fastapi", "uvicorn", "httpx", "matplotlib", "rich", "openai")

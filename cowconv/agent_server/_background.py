@@ -8,7 +8,30 @@ from typing import Any
 
 import uvicorn
 
-__all__ = ["BackgroundServer"]
+__all__ = ["BackgroundServer", "listening_socket"]
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: a free port) for uvicorn to serve on.
+
+    It is made with ``IPPROTO_TCP``, not the default 0: asyncio sets
+    ``TCP_NODELAY`` only on sockets whose protocol says TCP, and without it
+    Nagle's algorithm holds each response's second write until the client's
+    delayed ACK, a fixed ~40 ms stall per request.
+
+    >>> with listening_socket("127.0.0.1", 0) as listener:
+    ...     listener.proto == socket.IPPROTO_TCP
+    True
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 class BackgroundServer:
@@ -25,16 +48,7 @@ class BackgroundServer:
     """
 
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        # IPPROTO_TCP, not the default 0: asyncio sets TCP_NODELAY only on sockets whose
-        # proto says TCP, and without it Nagle's algorithm held every response's second write
-        # until the client's delayed ACK, a fixed ~40 ms stall per request.
-        self._socket = socket.socket(
-            socket.AF_INET6 if ":" in host else socket.AF_INET,
-            socket.SOCK_STREAM,
-            socket.IPPROTO_TCP,
-        )
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, port))
+        self._socket = listening_socket(host, port)
         self.host = host
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(

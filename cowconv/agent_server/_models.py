@@ -39,7 +39,9 @@ _ID = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\s/]+$")
 
 
 class _Request(CheckedModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Built at once (CheckedModel defers for import time): FastAPI wraps request models in
+    # Annotated[..., FieldInfo], and a deferred one then warns about the field's alias.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=False)
 
 
 class CreateConversationRequest(_Request):

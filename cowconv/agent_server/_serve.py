@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from cowconv.agent_server._background import listening_socket
 from cowconv.agent_server._security import DEFAULT_MAX_BODY_SIZE
 
 __all__ = ["DEFAULT_DATA_DIR", "ENV_PREFIX", "ServerSettings", "StartError", "run_server"]
@@ -97,15 +98,10 @@ def _one_line(error: ValidationError, given: dict[str, Any]) -> str:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
+        return listening_socket(host, port)  # TCP_NODELAY: no 40 ms stall per request
     except OSError as error:
-        listener.close()
         raise StartError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
-    return listener
 
 
 def _missing_parents(directory: Path) -> Path | None:
