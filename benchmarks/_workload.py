@@ -111,7 +111,7 @@ class Workload:
     def saved_conversation(self, size: int, store: Store) -> Conversation:
         """The ``size``-event conversation saved into ``store`` (its history written once)."""
         base = Conversation(agent=self._agent, workspace=self._workspace)
-        return Conversation._from_state(base.state._replace(events=self.log(size)), sink=store)
+        return Conversation.from_state(base.state._replace(events=self.log(size)), store=store)
 
     def drop(self, size: int) -> None:
         """Forget the log of ``size`` (the events stay) to bound memory."""

@@ -209,9 +209,7 @@ class CheckedModel(BaseModel):
     ...
     """
 
-    # defer_build: a schema built at import time would load pydantic's plugin machinery
-    # (importlib.metadata) on every `import cowconv`; subclasses build on first use.
-    model_config = ConfigDict(allow_inf_nan=False, defer_build=True)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _valid_text(self, info: ValidationInfo) -> Self:

@@ -39,9 +39,7 @@ _ID = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\s/]+$")
 
 
 class _Request(CheckedModel):
-    # Built at once (CheckedModel defers for import time): FastAPI wraps request models in
-    # Annotated[..., FieldInfo], and a deferred one then warns about the field's alias.
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=False)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class CreateConversationRequest(_Request):
