@@ -48,10 +48,12 @@ from cowconv._frozen import freeze, thaw
 from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
 from cowconv._state import (
+    ConversationExecutionStatus,
     ConversationInfo,
     ConversationState,
     ConversationStats,
     ExecutionStatus,
+    TokenUsage,
     Usage,
 )
 from cowconv._store import SQLiteStore, Store
@@ -63,6 +65,7 @@ from cowconv._tools import (
     registered_tools,
     resolve_tool,
 )
+from cowconv._visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
 from cowconv._workspace import Workspace
 
 if TYPE_CHECKING:
@@ -78,12 +81,15 @@ __all__ = [
     "Branch",
     "Content",
     "Conversation",
+    "ConversationExecutionStatus",
     "ConversationInfo",
     "ConversationNotFoundError",
     "ConversationState",
     "ConversationStats",
+    "ConversationVisualizerBase",
     "CorruptStoreError",
     "CowconvError",
+    "DefaultConversationVisualizer",
     "Event",
     "EventCallback",
     "EventLog",
@@ -109,6 +115,7 @@ __all__ = [
     "StoreLockedError",
     "SystemPromptEvent",
     "TextContent",
+    "TokenUsage",
     "Tool",
     "ToolArgumentError",
     "ToolDefinition",

@@ -15,6 +15,7 @@ agent state with its source.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -28,22 +29,62 @@ from cowconv._frozen import FrozenJSONMap, FrozenMap, FrozenStrMap
 from cowconv._history import EventLog
 from cowconv._workspace import Workspace
 
-__all__ = ["ConversationInfo", "ConversationState", "ConversationStats", "ExecutionStatus", "Usage"]
+__all__ = [
+    "ConversationExecutionStatus",
+    "ConversationInfo",
+    "ConversationState",
+    "ConversationStats",
+    "ExecutionStatus",
+    "TokenUsage",
+    "Usage",
+]
 
 
 class ExecutionStatus(StrEnum):
-    """Where a conversation's run stands.
+    """Where a conversation's run stands; the seed SDK calls it ``ConversationExecutionStatus``.
+
+    The values are the seed's. cowconv never sets ``waiting_for_confirmation``
+    (it has no confirmation mode) nor ``deleting`` (deleting is one step);
+    they exist so that seed code naming them, and a seed server's answers,
+    keep working.
 
     >>> ExecutionStatus("paused") is ExecutionStatus.PAUSED
     True
+    >>> [status.value for status in ExecutionStatus if status.is_terminal()]
+    ['finished', 'error', 'stuck']
     """
 
     IDLE = "idle"
     RUNNING = "running"
     PAUSED = "paused"
+    WAITING_FOR_CONFIRMATION = "waiting_for_confirmation"
     FINISHED = "finished"
     ERROR = "error"
     STUCK = "stuck"
+    DELETING = "deleting"
+
+    def is_terminal(self) -> bool:
+        """Whether a run ended here (``finished``, ``error``, ``stuck``); ``idle`` is a start."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({ExecutionStatus.FINISHED, ExecutionStatus.ERROR, ExecutionStatus.STUCK})
+
+ConversationExecutionStatus = ExecutionStatus
+"""The seed SDK's name for :class:`ExecutionStatus` (an alias: the same enum)."""
+
+
+class TokenUsage(BaseModel):
+    """Tokens spent, shaped like the seed SDK's ``TokenUsage`` (``Usage.accumulated_token_usage``).
+
+    >>> TokenUsage(prompt_tokens=10, completion_tokens=3).completion_tokens
+    3
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
 
 
 class Usage(BaseModel):
@@ -58,6 +99,17 @@ class Usage(BaseModel):
     accumulated_cost: float = Field(default=0.0, ge=0)
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
+
+    @property
+    def accumulated_token_usage(self) -> TokenUsage:
+        """The token counts, under the seed SDK's name for them.
+
+        >>> Usage(prompt_tokens=10, completion_tokens=3).accumulated_token_usage.prompt_tokens
+        10
+        """
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens
+        )
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -90,6 +142,26 @@ class ConversationStats(Usage):
         previous = self.by_usage_id.get(usage_id, Usage())
         by_usage_id = {**self.by_usage_id, usage_id: previous + usage}
         return ConversationStats(**total.model_dump(), by_usage_id=by_usage_id)
+
+    def get_combined_metrics(self) -> Usage:
+        """The totals over every LLM, as the seed SDK's ``stats.get_combined_metrics()``.
+
+        >>> stats = ConversationStats().record("a", Usage(accumulated_cost=0.5, prompt_tokens=7))
+        >>> stats = stats.record("b", Usage(accumulated_cost=0.25, completion_tokens=2))
+        >>> combined = stats.get_combined_metrics()
+        >>> combined.accumulated_cost, combined.accumulated_token_usage.completion_tokens
+        (0.75, 2)
+        """
+        return Usage.model_construct(
+            accumulated_cost=self.accumulated_cost,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+        )
+
+    @property
+    def usage_to_metrics(self) -> Mapping[str, Usage]:
+        """``by_usage_id`` under the seed SDK's name (read only: stats are values)."""
+        return self.by_usage_id
 
 
 _NO_STATS = ConversationStats()
