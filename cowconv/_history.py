@@ -38,6 +38,15 @@ after ``k`` of the chunk it views alive (they are shared with the source, so
 this costs nothing while the source lives). Indexing is O(log c + log n);
 iteration chains the chunks in C and runs at list speed.
 
+Every log also names its *line*: the sequence of events it is a prefix of.
+An append that extends a log at the end of its line keeps the line; an
+append to any other log (a fork appending after its source did, or a log
+made by ``take``) starts a child line that records where it branched. So
+two logs on one line at the same length hold the same events, and
+:func:`cowconv._messages.render` can cache work per line and reuse it for
+every log that extends it (a fork's first step reuses its source's), in
+O(1) instead of comparing events.
+
 Event ids are indexed in an ``immutables.Map`` (a C HAMT, ~0.1 µs a set),
 so ``index_of`` and ``up_to`` are O(log n). The index is shared with the logs
 a log was taken from and may name events beyond a prefix: every lookup is
@@ -46,6 +55,7 @@ checked against the event actually at that position.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain, islice
@@ -65,6 +75,32 @@ _CHUNK_LIMIT = 4096
 _EMPTY_CHUNK: PVector[Event] = pvector()
 _PVECTOR_TYPE = type(_EMPTY_CHUNK)
 _EMPTY_IDS: immutables.Map[str, int] = immutables.Map()
+# Claims of a line's tip are compare-and-set; appends hold it for two attribute accesses.
+_CLAIM_LOCK = threading.Lock()
+
+
+class _Line:
+    """A sequence of events that logs are prefixes of (see the module docstring).
+
+    ``parent`` and ``at``: this line starts with the first ``at`` events of
+    ``parent``. ``tip``: the length of the longest log made on this line so
+    far; only a log of exactly that length may extend the line.
+    """
+
+    __slots__ = ("parent", "at", "tip", "__weakref__")
+
+    def __init__(self, parent: _Line | None, at: int, tip: int) -> None:
+        self.parent = parent
+        self.at = at
+        self.tip = tip
+
+    def extended(self, length: int, count: int) -> _Line:
+        """The line of a log of ``length + count`` events made from one of ``length`` here."""
+        with _CLAIM_LOCK:
+            if self.tip == length:
+                self.tip = length + count
+                return self
+        return _Line(self, length, length + count)
 
 
 class EventLog(Sequence[Event]):
@@ -80,12 +116,13 @@ class EventLog(Sequence[Event]):
     True
     """
 
-    __slots__ = ("_chunks", "_starts", "_len", "_ids")
+    __slots__ = ("_chunks", "_starts", "_len", "_ids", "_line")
 
     _chunks: tuple[Sequence[Event], ...]
     _starts: tuple[int, ...]
     _len: int
     _ids: immutables.Map[str, int]
+    _line: _Line
 
     def __init__(self, events: Iterable[Event] = ()) -> None:
         chunk = pvector(events)
@@ -99,17 +136,20 @@ class EventLog(Sequence[Event]):
                         raise ValueError(f"event id {event.id!r} appears twice")
                     mutable[event.id] = position
                 ids = mutable.finish()
-        self._set(((chunk,), (0,)) if chunk else ((), ()), len(chunk), ids)
+        layout = ((chunk,), (0,)) if chunk else ((), ())
+        self._set(layout, len(chunk), ids, _Line(None, 0, len(chunk)))
 
     def _set(
         self,
         layout: tuple[tuple[Sequence[Event], ...], tuple[int, ...]],
         length: int,
         ids: immutables.Map[str, int],
+        line: _Line,
     ) -> None:
         self._chunks, self._starts = layout
         self._len = length
         self._ids = ids
+        self._line = line
 
     @classmethod
     def _make(
@@ -118,10 +158,15 @@ class EventLog(Sequence[Event]):
         starts: tuple[int, ...],
         length: int,
         ids: immutables.Map[str, int],
+        line: _Line,
     ) -> EventLog:
         log = cls.__new__(cls)
-        log._set((chunks, starts), length, ids)
+        log._set((chunks, starts), length, ids, line)
         return log
+
+    def _lineage(self) -> tuple[_Line, int]:
+        """This log's line and length: it holds the line's first ``length`` events."""
+        return self._line, self._len
 
     # -- reading -----------------------------------------------------------
 
@@ -225,17 +270,20 @@ class EventLog(Sequence[Event]):
         length = self._len
         chunks, starts = self._chunks, self._starts
         ids = self._ids.set(event.id, length)
+        line = self._line.extended(length, 1)
         if not chunks:
-            return EventLog._make((pvector((event,)),), (0,), 1, ids)
+            return EventLog._make((pvector((event,)),), (0,), 1, ids, line)
         last = chunks[-1]
         used = length - starts[-1]
         if len(last) == used and type(last) is _PVECTOR_TYPE:
             if used < _CHUNK_LIMIT:
-                return EventLog._make((*chunks[:-1], last.append(event)), starts, length + 1, ids)
+                chunks = (*chunks[:-1], last.append(event))
+                return EventLog._make(chunks, starts, length + 1, ids, line)
         elif used <= _COPY_LIMIT:
             copied = pvector(islice(last, used)).append(event)
-            return EventLog._make((*chunks[:-1], copied), starts, length + 1, ids)
-        return EventLog._make((*chunks, pvector((event,))), (*starts, length), length + 1, ids)
+            return EventLog._make((*chunks[:-1], copied), starts, length + 1, ids, line)
+        chunks, starts = (*chunks, pvector((event,))), (*starts, length)
+        return EventLog._make(chunks, starts, length + 1, ids, line)
 
     def extend(self, events: Iterable[Event]) -> EventLog:
         """A new log with ``events`` appended in order."""
@@ -257,8 +305,9 @@ class EventLog(Sequence[Event]):
             for offset, event_id in enumerate(event_ids):
                 mutable[event_id] = length + offset
             ids = mutable.finish()
+        line = self._line.extended(length, len(chunk))
         return EventLog._make(
-            (*self._chunks, chunk), (*self._starts, length), length + len(chunk), ids
+            (*self._chunks, chunk), (*self._starts, length), length + len(chunk), ids, line
         )
 
     def take(self, count: int) -> EventLog:
@@ -274,7 +323,10 @@ class EventLog(Sequence[Event]):
         if count == 0:
             return _EMPTY
         keep = bisect_right(self._starts, count - 1)
-        return EventLog._make(self._chunks[:keep], self._starts[:keep], count, self._ids)
+        # Same line, shorter: an append to it starts a child line (the tip is longer).
+        return EventLog._make(
+            self._chunks[:keep], self._starts[:keep], count, self._ids, self._line
+        )
 
     def up_to(self, event_id: str) -> EventLog:
         """The events up to and including the one with ``event_id``.

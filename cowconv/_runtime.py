@@ -24,29 +24,26 @@ which is why a fork's ``run()`` continues exactly where its source was:
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cowconv._agent import Agent
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
-    Content,
     Event,
     MessageEvent,
     ObservationEvent,
     PauseEvent,
     SystemPromptEvent,
-    TextContent,
 )
 from cowconv._exceptions import LLMError
-from cowconv._frozen import thaw
 from cowconv._history import EventLog
 from cowconv._llm import LLMResponse, LLMToolCall
+from cowconv._messages import INVALID_ARGUMENTS_KEY, build_messages
 from cowconv._state import ConversationState, ExecutionStatus, Usage
 from cowconv._tools import ToolArgumentError, ToolDefinition, resolve_tool
 
@@ -58,120 +55,6 @@ __all__ = ["DEFAULT_MAX_ITERATION_PER_RUN", "build_messages"]
 logger = logging.getLogger("cowconv.runtime")
 
 DEFAULT_MAX_ITERATION_PER_RUN = 500
-
-# Arguments that were not a JSON object are kept verbatim under this key, for the record.
-_INVALID_ARGUMENTS_KEY = "__invalid_json__"
-_INTERRUPTED = "Error: this tool call was interrupted before it returned a result."
-
-
-def _content(parts: Sequence[Content]) -> str | list[dict[str, Any]]:
-    if all(isinstance(part, TextContent) for part in parts):
-        return "".join(part.text for part in parts if isinstance(part, TextContent))
-    encoded: list[dict[str, Any]] = []
-    for part in parts:
-        if isinstance(part, TextContent):
-            encoded.append({"type": "text", "text": part.text})
-        else:
-            encoded.extend({"type": "image_url", "image_url": {"url": u}} for u in part.image_urls)
-    return encoded
-
-
-def _tool_message(action: ActionEvent, result: Event | None) -> dict[str, Any]:
-    if isinstance(result, ObservationEvent):
-        text = result.output
-        if result.exit_code is not None:
-            text += f"\n[exit code: {result.exit_code}]"
-    elif isinstance(result, AgentErrorEvent):
-        text = f"Error: {result.error}"
-    else:
-        text = _INTERRUPTED
-    return {"role": "tool", "tool_call_id": action.tool_call_id, "content": text}
-
-
-def _arguments_json(action: ActionEvent) -> str:
-    if _INVALID_ARGUMENTS_KEY in action.arguments:
-        # The model's own bad text stays in the record; providers get valid JSON back.
-        return "{}"
-    return json.dumps(thaw(action.arguments))
-
-
-def build_messages(
-    events: Iterable[Event], system_prompt: str | None = None
-) -> list[dict[str, Any]]:
-    """The OpenAI chat messages an LLM sees for a history.
-
-    The system message comes first (``system_prompt``, else the last
-    :class:`~cowconv.SystemPromptEvent`). Consecutive tool calls of one LLM
-    response (same ``llm_response_id``) form one assistant message, followed
-    by one tool message per call, paired by ``tool_call_id`` wherever the
-    result sits in the history; a call without a result (an interrupted step)
-    still gets a tool message saying so. Errors that answer no tool call,
-    pauses and unknown event kinds are not shown to the model.
-
-    >>> from cowconv import ActionEvent, MessageEvent
-    >>> calls = [ActionEvent(tool_name="terminal", tool_call_id=c, arguments={"command": "ls"},
-    ...                      llm_response_id="r1") for c in ("c1", "c2")]
-    >>> messages = build_messages([MessageEvent(source="user", role="user", content="Go"), *calls],
-    ...                           system_prompt="Be brief.")
-    >>> [(m["role"], m.get("tool_call_id")) for m in messages]
-    [('system', None), ('user', None), ('assistant', None), ('tool', 'c1'), ('tool', 'c2')]
-    >>> messages[-1]["content"]
-    'Error: this tool call was interrupted before it returned a result.'
-    """
-    history = list(events)
-    results: dict[str, collections.deque[Event]] = {}
-    for event in history:
-        if isinstance(event, ObservationEvent) or (
-            isinstance(event, AgentErrorEvent) and event.tool_call_id is not None
-        ):
-            key = event.tool_call_id
-            assert key is not None
-            results.setdefault(key, collections.deque()).append(event)
-    if system_prompt is None:
-        prompts = [e for e in history if isinstance(e, SystemPromptEvent)]
-        system_prompt = prompts[-1].system_prompt if prompts else None
-    messages: list[dict[str, Any]] = []
-    if system_prompt:
-        messages.append({"role": "system", "content": system_prompt})
-    position = 0
-    while position < len(history):
-        event = history[position]
-        position += 1
-        if isinstance(event, MessageEvent):
-            if event.role in ("user", "assistant", "system"):
-                messages.append({"role": event.role, "content": _content(event.content)})
-        elif isinstance(event, ActionEvent):
-            group = [event]
-            while (
-                event.llm_response_id is not None
-                and position < len(history)
-                and isinstance(history[position], ActionEvent)
-                and history[position].llm_response_id == event.llm_response_id  # type: ignore[attr-defined]
-            ):
-                group.append(history[position])  # type: ignore[arg-type]
-                position += 1
-            thought = "".join(action.thought for action in group)
-            messages.append(
-                {
-                    "role": "assistant",
-                    **({"content": thought} if thought else {}),
-                    "tool_calls": [
-                        {
-                            "id": action.tool_call_id,
-                            "type": "function",
-                            "function": {
-                                "name": action.tool_name,
-                                "arguments": _arguments_json(action),
-                            },
-                        }
-                        for action in group
-                    ],
-                }
-            )
-            for action in group:
-                queue = results.get(action.tool_call_id)
-                messages.append(_tool_message(action, queue.popleft() if queue else None))
-    return messages
 
 
 def _needs_reply(events: EventLog) -> bool:
@@ -209,7 +92,7 @@ def _action(response: LLMResponse, call: LLMToolCall, thought: str) -> ActionEve
         decoded = json.loads(call.arguments) if call.arguments.strip() else {}
     except ValueError:
         decoded = None
-    arguments = decoded if isinstance(decoded, dict) else {_INVALID_ARGUMENTS_KEY: call.arguments}
+    arguments = decoded if isinstance(decoded, dict) else {INVALID_ARGUMENTS_KEY: call.arguments}
     try:
         return ActionEvent(
             tool_name=call.name,
@@ -224,7 +107,7 @@ def _action(response: LLMResponse, call: LLMToolCall, thought: str) -> ActionEve
         return ActionEvent(
             tool_name=call.name,
             tool_call_id=call.id,
-            arguments={_INVALID_ARGUMENTS_KEY: call.arguments},
+            arguments={INVALID_ARGUMENTS_KEY: call.arguments},
             thought=thought,
             llm_response_id=response.id,
         )

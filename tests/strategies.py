@@ -66,3 +66,35 @@ events: st.SearchStrategy[Event] = st.one_of(
     st.builds(AgentErrorEvent, error=texts, tool_call_id=st.none() | keys),
     st.builds(PauseEvent),
 )
+
+# Events whose tool calls and results pair up often: few ids, few response ids.
+_call_ids = st.sampled_from(["c1", "c2", "c3"])
+_response_ids = st.none() | st.sampled_from(["r1", "r2"])
+
+paired_events: st.SearchStrategy[Event] = st.one_of(
+    st.builds(
+        MessageEvent,
+        source=st.just("user"),
+        role=st.sampled_from(["user", "assistant", "system", "tool"]),
+        content=contents,
+    ),
+    st.builds(SystemPromptEvent, system_prompt=texts),
+    st.builds(
+        ActionEvent,
+        tool_name=st.just("terminal"),
+        tool_call_id=_call_ids,
+        arguments=st.sampled_from([{}, {"command": "ls"}, {"__invalid_json__": "{x"}]),
+        thought=st.sampled_from(["", "hmm"]),
+        llm_response_id=_response_ids,
+    ),
+    st.builds(
+        ObservationEvent,
+        tool_name=st.just("terminal"),
+        tool_call_id=_call_ids,
+        output=texts,
+        exit_code=st.none() | st.integers(0, 2),
+    ),
+    st.builds(AgentErrorEvent, error=texts, tool_call_id=st.none() | _call_ids),
+    st.builds(PauseEvent),
+)
+"""Events of histories where calls, results and response groups interleave in every way."""

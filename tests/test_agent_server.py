@@ -80,7 +80,9 @@ def wait_until_idle(client: httpx.Client | TestClient, conversation_id: str) -> 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
     """The app in-process, with a SQLite store under tmp_path."""
-    with TestClient(create_app(data_dir=tmp_path / "data")) as test_client:
+    with TestClient(
+        create_app(data_dir=tmp_path / "data"), base_url="http://localhost"
+    ) as test_client:
         yield test_client
 
 
@@ -104,7 +106,7 @@ def server(tmp_path: Path) -> Iterator[BackgroundServer]:
 class TestHealth:
     def test_open_even_with_a_session_key(self):
         """GET /health answers 200 without the session key."""
-        with TestClient(create_app(session_api_key="k")) as client:
+        with TestClient(create_app(session_api_key="k"), base_url="http://localhost") as client:
             assert client.get("/health").json() == {"status": "ok"}
 
 
@@ -441,7 +443,9 @@ class TestConcurrentForks:
 class TestSessionKey:
     @pytest.fixture
     def keyed(self) -> Iterator[TestClient]:
-        with TestClient(create_app(session_api_key="s3cret")) as test_client:
+        with TestClient(
+            create_app(session_api_key="s3cret"), base_url="http://localhost"
+        ) as test_client:
             yield test_client
 
     @pytest.mark.parametrize(

@@ -7,7 +7,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+
+# Slow gates (mypy alone takes minutes on a loaded machine): `-m "not quality"` skips them.
+pytestmark = pytest.mark.quality
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,10 @@ from schemathesis.checks import (
 from cowconv import SQLiteStore
 from cowconv.agent_server import create_app
 
-app = create_app(store=SQLiteStore(":memory:"))
+# schemathesis calls the app as host "testserver" (a name only this process uses).
+app = create_app(
+    store=SQLiteStore(":memory:"), allowed_hosts=["testserver"], allow_unauthenticated=True
+)
 
 
 async def serve_without_lifespan(scope: Any, receive: Any, send: Any) -> None:

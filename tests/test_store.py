@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -55,12 +56,12 @@ def as_reloaded(state: ConversationState) -> ConversationState:
 
 
 def event_rows(path: Path) -> int:
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         return int(db.execute("SELECT count(*) FROM events").fetchone()[0])
 
 
 def conversation_rows(path: Path) -> int:
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         return int(db.execute("SELECT count(*) FROM conversations").fetchone()[0])
 
 
@@ -297,7 +298,7 @@ class TestSharedLoading:
             writer.delete("first")
             second = persisted(writer, conversation_id="second")
             second.send_message("only this")
-            with sqlite3.connect(path) as db:
+            with closing(sqlite3.connect(path)) as db, db:
                 keys = [row[0] for row in db.execute("SELECT key FROM conversations")]
             assert len(keys) == 1  # the freed key came back: what the reader remembers is stale
             assert [e.text for e in reader.load("second").events] == ["only this"]
@@ -308,7 +309,7 @@ class TestSharedLoading:
             source = persisted(store)
             fill(source, 50)
             source.fork()
-        with sqlite3.connect(path) as db:
+        with closing(sqlite3.connect(path)) as db, db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
         assert "sqlite_sequence" not in tables
 
@@ -316,7 +317,7 @@ class TestSharedLoading:
         """A stored event that no longer validates raises CorruptStoreError when read."""
         with SQLiteStore(path) as store:
             fill(persisted(store, conversation_id="c1"), 2)
-        with sqlite3.connect(path) as db:
+        with closing(sqlite3.connect(path)) as db, db:
             db.execute('UPDATE events SET body = \'{"kind": "nope"}\' WHERE position = 1')
         with SQLiteStore(path) as store:
             loaded = store.load("c1").events

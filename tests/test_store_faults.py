@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,7 @@ def check_numbered(store: SQLiteStore, conversation_id: str) -> int:
 
 
 def integrity(path: Path) -> str:
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         return str(db.execute("PRAGMA integrity_check").fetchone()[0])
 
 
@@ -167,7 +168,7 @@ def text_file(path: Path) -> None:
 
 
 def foreign_sqlite(path: Path) -> None:
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
         db.execute("INSERT INTO invoices (total) VALUES (9.5)")
     sqlite3.connect(path).close()

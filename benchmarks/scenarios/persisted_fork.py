@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def written_bytes() -> int | None:
 
 def stored_bytes(path: Path) -> int:
     """The database's size with its write-ahead log folded in (checkpoint first)."""
-    with sqlite3.connect(path) as db:
+    with closing(sqlite3.connect(path)) as db, db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return path.stat().st_size
 

@@ -7,7 +7,7 @@ A client is :class:`cowconv.RemoteConversation`, which
 returns. See ``docs/server.md`` for every endpoint.
 
 >>> from fastapi.testclient import TestClient
->>> client = TestClient(create_app())
+>>> client = TestClient(create_app(), base_url="http://localhost")
 >>> body = {"agent": {"llm": {"model": "openai/gpt-4o", "api_key": "sk-1"}},
 ...         "workspace": {"working_dir": "."}, "id": "c1"}
 >>> client.post("/api/conversations", json=body).json()["event_count"]
@@ -42,8 +42,10 @@ from cowconv.agent_server._registry import (
     ConversationRegistry,
     EventNotFoundError,
 )
+from cowconv.agent_server._security import DEFAULT_MAX_BODY_SIZE, UnsafeExposureError
 
 __all__ = [
+    "DEFAULT_MAX_BODY_SIZE",
     "SESSION_API_KEY_HEADER",
     "STORE_FILE_NAME",
     "BackgroundServer",
@@ -58,5 +60,6 @@ __all__ = [
     "HealthResponse",
     "SendMessageRequest",
     "StreamStatus",
+    "UnsafeExposureError",
     "create_app",
 ]

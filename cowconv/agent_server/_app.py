@@ -7,7 +7,7 @@ import hmac
 import logging
 import os
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -42,6 +42,7 @@ from cowconv.agent_server._registry import (
     ConversationRegistry,
     EventNotFoundError,
 )
+from cowconv.agent_server._security import DEFAULT_MAX_BODY_SIZE, add_security, check_exposure
 
 __all__ = ["SESSION_API_KEY_HEADER", "STORE_FILE_NAME", "create_app"]
 
@@ -106,6 +107,11 @@ def create_app(
     data_dir: str | os.PathLike[str] | None = None,
     store: Store | None = None,
     session_api_key: str | None = None,
+    host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    allow_unauthenticated: bool = False,
+    max_body_size: int = DEFAULT_MAX_BODY_SIZE,
 ) -> FastAPI:
     """The agent server as an ASGI app.
 
@@ -115,8 +121,16 @@ def create_app(
     ``session_api_key`` every ``/api`` route requires the header
     ``X-Session-API-Key``; ``/health`` stays open.
 
+    ``host`` is the address the server is bound to: requests must name it,
+    a loopback name or one of ``allowed_hosts`` in their ``Host`` header
+    (else 400), and a browser page from another origin than the server's
+    own or ``allowed_origins`` cannot change anything (403). Serving a
+    non-loopback address or host name without ``session_api_key`` raises
+    :class:`~cowconv.agent_server.UnsafeExposureError` unless ``allow_unauthenticated``. Bodies
+    over ``max_body_size`` bytes are answered 413. See ``docs/server.md``.
+
     >>> from fastapi.testclient import TestClient
-    >>> client = TestClient(create_app(session_api_key="s3cret"))
+    >>> client = TestClient(create_app(session_api_key="s3cret"), base_url="http://localhost")
     >>> client.get("/health").json(), client.get("/api/conversations").status_code
     ({'status': 'ok'}, 401)
     """
@@ -124,6 +138,12 @@ def create_app(
         raise ValueError("give data_dir or store, not both")
     if session_api_key is not None and not session_api_key:
         raise ValueError("session_api_key must not be empty")
+    check_exposure(
+        host,
+        session_api_key=session_api_key,
+        allowed_hosts=allowed_hosts,
+        allow_unauthenticated=allow_unauthenticated,
+    )
     opened = None if data_dir is None else _open_store(data_dir)
     registry = ConversationRegistry(opened or store)
 
@@ -141,6 +161,13 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.registry = registry
+    add_security(
+        app,
+        bound_host=host,
+        allowed_hosts=allowed_hosts,
+        allowed_origins=allowed_origins,
+        max_body_size=max_body_size,
+    )
     _quiet_openapi(app)
     _add_error_handlers(app)
 

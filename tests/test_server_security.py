@@ -1,0 +1,238 @@
+"""The agent server against a web page and a careless operator: Host, Origin, exposure, body size.
+
+Every test runs a real uvicorn server on 127.0.0.1 (``BackgroundServer``) and
+speaks raw HTTP to it with httpx, as a browser or an attacker would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from cowconv.agent_server import (
+    DEFAULT_MAX_BODY_SIZE,
+    BackgroundServer,
+    UnsafeExposureError,
+    create_app,
+)
+
+
+def body(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    return {
+        "agent": {
+            "llm": {"model": "openai/gpt-4o", "api_key": "sk-x"},
+            "tools": [{"name": "terminal"}],
+        },
+        "workspace": {"working_dir": str(tmp_path)},
+        **extra,
+    }
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[BackgroundServer]:
+    """A keyless server with a SQLite store and a 64 KiB body limit, holding conversation c1."""
+    app = create_app(data_dir=tmp_path / "data", max_body_size=64 * 1024)
+    with BackgroundServer(app) as running:
+        created = httpx.post(f"{running.url}/api/conversations", json=body(tmp_path, id="c1"))
+        assert created.status_code == 201
+        yield running
+
+
+def state_changing_routes(server: BackgroundServer) -> list[tuple[str, str]]:
+    """(method, path) of every route that changes something, path parameters filled with c1."""
+    schema = httpx.get(f"{server.url}/openapi.json").json()
+    routes = []
+    for path, operations in schema["paths"].items():
+        for method in operations:
+            if method.upper() not in ("GET", "HEAD", "OPTIONS"):
+                routes.append((method.upper(), path.replace("{conversation_id}", "c1")))
+    return routes
+
+
+def stored_ids(server: BackgroundServer) -> list[str]:
+    page = httpx.get(f"{server.url}/api/conversations").json()
+    return [item["id"] for item in page["items"]]
+
+
+class TestHost:
+    def test_rebound_name_is_refused_and_changes_nothing(self, server: BackgroundServer, tmp_path):
+        """A request naming a foreign host (DNS rebinding) is 400 and creates nothing."""
+        evil = {"Host": "rebind.evil.example"}
+        response = httpx.post(
+            f"{server.url}/api/conversations", json=body(tmp_path, id="evil"), headers=evil
+        )
+        assert response.status_code == 400
+        assert httpx.get(f"{server.url}/api/conversations", headers=evil).status_code == 400
+        assert stored_ids(server) == ["c1"]
+
+    def test_every_route_checks_the_host(self, server: BackgroundServer):
+        """No route, reading or writing, answers a foreign Host."""
+        schema = httpx.get(f"{server.url}/openapi.json").json()
+        for path, operations in schema["paths"].items():
+            for method in operations:
+                response = httpx.request(
+                    method.upper(),
+                    server.url + path.replace("{conversation_id}", "c1"),
+                    headers={"Host": f"evil.example:{server.port}"},
+                )
+                assert response.status_code == 400, (method, path)
+
+    @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "LOCALHOST"])
+    def test_loopback_names_are_served(self, server: BackgroundServer, host: str):
+        """The bound address and loopback names are answered, with or without a port."""
+        for header in (host, f"{host}:{server.port}"):
+            response = httpx.get(f"{server.url}/api/conversations", headers={"Host": header})
+            assert response.status_code == 200, header
+
+    def test_operator_allowed_name_is_served(self, tmp_path: Path):
+        """A name in allowed_hosts (with a session key) is answered; others are not."""
+        app = create_app(session_api_key="k", allowed_hosts=["cowconv.internal"])
+        with BackgroundServer(app) as server:
+            key = {"X-Session-API-Key": "k"}
+            allowed = httpx.get(
+                f"{server.url}/api/conversations", headers={**key, "Host": "cowconv.internal"}
+            )
+            other = httpx.get(
+                f"{server.url}/api/conversations", headers={**key, "Host": "other.internal"}
+            )
+        assert (allowed.status_code, other.status_code) == (200, 400)
+
+    def test_ipv6_loopback(self):
+        """A server bound to ::1 answers Host [::1]:port (a bracketed IPv6 literal)."""
+        try:
+            server = BackgroundServer(create_app(host="::1"), host="::1")
+        except OSError:
+            pytest.skip("this machine has no IPv6 loopback")
+        with server:
+            assert httpx.get(f"{server.url}/api/conversations").status_code == 200
+
+
+class TestOrigin:
+    def test_cross_site_post_without_body_is_refused(self, server: BackgroundServer):
+        """A page on another site cannot run, fork, pause or delete, even with no body."""
+        page = {"Origin": "http://evil.example"}
+        for method, path in state_changing_routes(server):
+            response = httpx.request(method, server.url + path, headers=page)
+            assert response.status_code == 403, (method, path)
+        assert stored_ids(server) == ["c1"]
+        events = httpx.get(f"{server.url}/api/conversations/c1/events").json()
+        assert events["total"] == 0
+
+    def test_cross_site_create_is_refused(self, server: BackgroundServer, tmp_path: Path):
+        """A form-style cross-site create with a JSON body is refused before it is read."""
+        response = httpx.post(
+            f"{server.url}/api/conversations",
+            json=body(tmp_path, id="evil"),
+            headers={"Origin": "null"},
+        )
+        assert response.status_code == 403
+        assert stored_ids(server) == ["c1"]
+
+    def test_same_origin_and_no_origin_pass(self, server: BackgroundServer):
+        """The server's own pages (/docs) and non-browser clients are served."""
+        own = {"Origin": server.url}
+        url = f"{server.url}/api/conversations/c1/messages"
+        assert httpx.post(url, json={"text": "a"}, headers=own).status_code == 201
+        assert httpx.post(url, json={"text": "b"}).status_code == 201
+
+    def test_allowed_origin_passes(self, tmp_path: Path):
+        """An origin the operator allowed may change things; reading needs no Origin check."""
+        app = create_app(allowed_origins=["https://ui.example"])
+        with BackgroundServer(app) as server:
+            ok = httpx.post(
+                f"{server.url}/api/conversations",
+                json=body(tmp_path, id="a"),
+                headers={"Origin": "https://ui.example"},
+            )
+            refused = httpx.post(
+                f"{server.url}/api/conversations",
+                json=body(tmp_path, id="b"),
+                headers={"Origin": "https://ui.example.evil"},
+            )
+            read = httpx.get(f"{server.url}/api/conversations", headers={"Origin": "http://x"})
+        assert (ok.status_code, refused.status_code, read.status_code) == (201, 403, 200)
+
+
+class TestExposure:
+    @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7"])
+    def test_non_loopback_without_key_refuses_to_start(self, host: str):
+        """Serving other machines without a session key is refused with a clear message."""
+        with pytest.raises(UnsafeExposureError, match="without a session API key"):
+            create_app(host=host)
+
+    def test_non_loopback_allowed_host_without_key_is_refused(self):
+        """A public name behind a proxy is exposure too."""
+        with pytest.raises(UnsafeExposureError):
+            create_app(allowed_hosts=["cowconv.example.com"])
+
+    def test_key_or_explicit_consent_starts(self):
+        """With a key, or allow_unauthenticated=True, the app is made."""
+        create_app(host="0.0.0.0", session_api_key="k")
+        create_app(host="0.0.0.0", allow_unauthenticated=True)
+
+    def test_error_is_a_value_error(self):
+        """UnsafeExposureError is a CowconvError and a ValueError."""
+        from cowconv import CowconvError
+
+        assert issubclass(UnsafeExposureError, CowconvError)
+        assert issubclass(UnsafeExposureError, ValueError)
+
+
+class TestBodySize:
+    def test_declared_large_body_is_413_and_records_nothing(self, server: BackgroundServer):
+        """A body over the limit is refused with 413 and nothing is recorded."""
+        url = f"{server.url}/api/conversations/c1/messages"
+        response = httpx.post(url, json={"text": "x" * (65 * 1024)})
+        assert response.status_code == 413
+        assert "limit" in response.json()["detail"]
+        assert httpx.get(f"{server.url}/api/conversations/c1/events").json()["total"] == 0
+
+    def test_streamed_body_without_length_is_413(self, server: BackgroundServer):
+        """A chunked body (no Content-Length) is cut off at the limit too."""
+
+        def chunks() -> Iterator[bytes]:
+            yield b'{"text": "'
+            for _ in range(100):
+                yield b"y" * 1024
+            yield b'"}'
+
+        response = httpx.post(
+            f"{server.url}/api/conversations/c1/messages",
+            content=chunks(),
+            headers={"Content-Type": "application/json"},
+        )
+        assert response.status_code == 413
+        assert httpx.get(f"{server.url}/api/conversations/c1/events").json()["total"] == 0
+
+    def test_body_under_the_limit_is_served(self, server: BackgroundServer):
+        """Just under the limit is fine, streamed or not."""
+        text = "z" * (60 * 1024)
+        response = httpx.post(f"{server.url}/api/conversations/c1/messages", json={"text": text})
+        assert response.status_code == 201
+        assert (
+            httpx.get(f"{server.url}/api/conversations/c1/events").json()["items"][0]["content"][0][
+                "text"
+            ]
+            == text
+        )
+
+    def test_default_limit(self, tmp_path: Path):
+        """Without a setting, a body over DEFAULT_MAX_BODY_SIZE (8 MiB) is 413."""
+        with BackgroundServer(create_app()) as server:
+            created = httpx.post(f"{server.url}/api/conversations", json=body(tmp_path, id="c"))
+            assert created.status_code == 201
+            response = httpx.post(
+                f"{server.url}/api/conversations/c/messages",
+                json={"text": "x" * DEFAULT_MAX_BODY_SIZE},
+                timeout=60,
+            )
+        assert response.status_code == 413
+
+    def test_limit_must_be_positive(self):
+        """A nonsense limit is a ValueError at create_app."""
+        with pytest.raises(ValueError, match="max_body_size"):
+            create_app(max_body_size=0)
