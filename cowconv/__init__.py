@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cowconv._agent import Agent, Tool
 from cowconv._branches import Branch, run_branches
-from cowconv._conversation import Conversation, EventCallback, StateSink
+from cowconv._conversation import Conversation, EventCallback, LocalConversation, StateSink
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
@@ -38,6 +38,7 @@ from cowconv._exceptions import (
     ConversationNotFoundError,
     CorruptStoreError,
     CowconvError,
+    EventNotFoundError,
     LLMError,
     RemoteError,
     SchemaVersionError,
@@ -66,7 +67,7 @@ from cowconv._tools import (
     resolve_tool,
 )
 from cowconv._visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
-from cowconv._workspace import Workspace
+from cowconv._workspace import RemoteWorkspace, Workspace
 
 if TYPE_CHECKING:
     from cowconv._remote import RemoteConversation
@@ -93,6 +94,7 @@ __all__ = [
     "Event",
     "EventCallback",
     "EventLog",
+    "EventNotFoundError",
     "EventSource",
     "ExecutionStatus",
     "ImageContent",
@@ -101,11 +103,13 @@ __all__ = [
     "LLMMetrics",
     "LLMResponse",
     "LLMToolCall",
+    "LocalConversation",
     "MessageEvent",
     "ObservationEvent",
     "PauseEvent",
     "RemoteConversation",
     "RemoteError",
+    "RemoteWorkspace",
     "Role",
     "SQLiteStore",
     "SchemaVersionError",

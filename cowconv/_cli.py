@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cowconv._ids import ConversationID
 from cowconv._state import ConversationInfo
 
 if TYPE_CHECKING:
-    from cowconv._store import Store
+    pass
 
 __all__ = ["build_parser", "fork_forest", "main"]
 
@@ -81,7 +82,7 @@ def _bench(argv: list[str]) -> int:
 
 def fork_forest(
     infos: Sequence[ConversationInfo],
-) -> tuple[list[ConversationInfo], dict[str, list[ConversationInfo]]]:
+) -> tuple[list[ConversationInfo], dict[ConversationID, list[ConversationInfo]]]:
     """Roots and children of the fork forest that ``infos`` form.
 
     A conversation whose source is not among ``infos`` is a root.
@@ -98,7 +99,7 @@ def fork_forest(
     """
     known = {info.id for info in infos}
     roots: list[ConversationInfo] = []
-    children: dict[str, list[ConversationInfo]] = {}
+    children: dict[ConversationID, list[ConversationInfo]] = {}
     for info in sorted(infos, key=lambda i: i.created_at):
         parent = info.forked_from_conversation_id
         if parent is not None and parent in known:
@@ -123,7 +124,8 @@ def _tree(path: Path, conversation_id: str | None) -> int:
         store = SQLiteStore(database)
         try:
             infos = store.list()
-            positions = {info.id: _fork_position(store, info) for info in infos}
+            # How many events each fork inherited (None for a conversation that is no fork).
+            positions = {info.id: info.forked_from_event_count for info in infos}
         finally:
             store.close()
     except CowconvError as error:
@@ -161,16 +163,3 @@ def _tree(path: Path, conversation_id: str | None) -> int:
         grow(forest, root)
     console.print(forest)
     return 0
-
-
-def _fork_position(store: Store, info: ConversationInfo) -> int | None:
-    # The number of events the fork inherited: the position of its fork event, plus one.
-    if info.forked_from_conversation_id is None:
-        return None
-    if info.forked_from_event_id is None:
-        return 0
-    try:
-        source = store.load(info.forked_from_conversation_id)
-        return source.events.index_of(info.forked_from_event_id) + 1
-    except (KeyError, LookupError):
-        return None

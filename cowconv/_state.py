@@ -27,6 +27,7 @@ from cowconv._agent import Agent
 from cowconv._events import _now
 from cowconv._frozen import FrozenJSONMap, FrozenMap, FrozenStrMap
 from cowconv._history import EventLog
+from cowconv._ids import ConversationIDField
 from cowconv._workspace import Workspace
 
 __all__ = [
@@ -185,7 +186,7 @@ class ConversationState(BaseModel):
         frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
     )
 
-    id: str = Field(min_length=1)
+    id: ConversationIDField
     agent: Agent
     workspace: Workspace
     events: EventLog = EventLog()
@@ -194,15 +195,51 @@ class ConversationState(BaseModel):
     stats: ConversationStats = _NO_STATS
     tags: FrozenStrMap = pmap()
     execution_status: ExecutionStatus = ExecutionStatus.IDLE
-    forked_from_conversation_id: str | None = None
+    forked_from_conversation_id: ConversationIDField | None = None
     forked_from_event_id: str | None = None
+    forked_from_event_count: int | None = Field(default=None, ge=0)
     created_at: datetime = Field(default_factory=_now)
     updated_at: datetime = Field(default_factory=_now)
+    other_branches: tuple[EventLog, ...] = ()
 
     @property
     def title(self) -> str | None:
         """``tags["title"]``, if set."""
         return self.tags.get("title")
+
+    @property
+    def leaf_event_id(self) -> str | None:
+        """The id of the last event of the active branch (``None`` when it is empty).
+
+        ``Conversation.navigate_to`` moves it back; the next event extends the
+        branch from there. (The seed SDK's name.)
+        """
+        last = self.events.last
+        return None if last is None else last.id
+
+    @property
+    def branches(self) -> tuple[EventLog, ...]:
+        """Every branch of the conversation tree, each up to its leaf; the active one last.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = conversation.send_message("one")
+        >>> _ = conversation.send_message("two")
+        >>> conversation.navigate_to(first.id)
+        >>> _ = conversation.send_message("three")
+        >>> [[e.text for e in branch] for branch in conversation.state.branches]
+        [['one', 'two'], ['one', 'three']]
+        """
+        from cowconv._tree import branches
+
+        return branches(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"ConversationState is an immutable snapshot; cannot set {name!r}. Change a "
+            "conversation through its methods (append_event, set_tag, update_agent_state, "
+            "activate_skill, navigate_to), or make a new snapshot with state.evolve(...)"
+        )
 
     def evolve(self, **changes: Any) -> ConversationState:
         """A new snapshot with ``changes`` applied and validated."""
@@ -235,16 +272,18 @@ class ConversationInfo(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    id: str
+    id: ConversationIDField
     title: str | None = None
     tags: FrozenStrMap = pmap()
     execution_status: ExecutionStatus
     stats: ConversationStats = _NO_STATS
     created_at: datetime
     updated_at: datetime
-    forked_from_conversation_id: str | None = None
+    forked_from_conversation_id: ConversationIDField | None = None
     forked_from_event_id: str | None = None
-    event_count: int = Field(ge=0)
+    forked_from_event_count: int | None = Field(default=None, ge=0)
+    event_count: int | None = Field(default=None, ge=0)
+    leaf_event_id: str | None = None
 
     @classmethod
     def of(cls, state: ConversationState) -> ConversationInfo:
@@ -259,5 +298,7 @@ class ConversationInfo(BaseModel):
             updated_at=state.updated_at,
             forked_from_conversation_id=state.forked_from_conversation_id,
             forked_from_event_id=state.forked_from_event_id,
+            forked_from_event_count=state.forked_from_event_count,
             event_count=len(state.events),
+            leaf_event_id=state.leaf_event_id,
         )

@@ -65,8 +65,8 @@ DEFAULT_VISUALIZER: Final = _Default()
 class ConversationVisualizerBase(ABC):
     """Base class of visualisers: ``on_event`` is called with each recorded event.
 
-    The seed SDK's name; a conversation calls ``initialize(state)`` once with
-    its snapshot, so a visualiser can read ``conversation_stats``.
+    The seed SDK's name. A conversation calls ``initialize(conversation)``
+    once, so a visualiser can read the current ``conversation_stats``.
 
     >>> class Counter(ConversationVisualizerBase):
     ...     def __init__(self):
@@ -83,14 +83,16 @@ class ConversationVisualizerBase(ABC):
     def __init__(self) -> None:
         self._state: Any = None
 
-    def initialize(self, state: Any) -> None:
-        """Attach the conversation's snapshot (called by the conversation)."""
-        self._state = state
+    def initialize(self, conversation: Any) -> None:
+        """Attach the conversation (or a snapshot) whose stats to show; conversations call it."""
+        self._state = conversation
 
     @property
     def conversation_stats(self) -> Any:
-        """The stats of the snapshot given to :meth:`initialize`, or ``None``."""
-        return None if self._state is None else self._state.stats
+        """The current stats of what :meth:`initialize` attached, or ``None``."""
+        if self._state is None:
+            return None
+        return getattr(self._state, "state", self._state).stats
 
     @abstractmethod
     def on_event(self, event: Event) -> None:

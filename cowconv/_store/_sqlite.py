@@ -40,6 +40,7 @@ from cowconv._exceptions import (
     StoreLockedError,
 )
 from cowconv._history import EventLog
+from cowconv._ids import ConversationID, id_text, public_id
 from cowconv._state import ConversationInfo, ConversationState
 from cowconv._store._base import (
     ExportRecord,
@@ -282,7 +283,8 @@ class SQLiteStore:
                     db.execute("ROLLBACK")
                 raise
 
-    def _row(self, db: sqlite3.Connection, conversation_id: str) -> _Row:
+    def _row(self, db: sqlite3.Connection, conversation_id: ConversationID) -> _Row:
+        conversation_id = id_text(conversation_id)
         found = db.execute(
             "SELECT key, parent, fork_len, event_count, state FROM conversations WHERE id = ?",
             (conversation_id,),
@@ -359,7 +361,7 @@ class SQLiteStore:
             raise CorruptStoreError(f"a stored conversation state is damaged: {error}") from error
         return loaded_status(state._replace(events=events))
 
-    def exists(self, conversation_id: str) -> bool:
+    def exists(self, conversation_id: ConversationID) -> bool:
         """Whether a conversation with this id is stored.
 
         >>> SQLiteStore(":memory:").exists("nope")
@@ -367,11 +369,11 @@ class SQLiteStore:
         """
         with self._transaction(write=False) as db:
             found = db.execute(
-                "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+                "SELECT 1 FROM conversations WHERE id = ?", (id_text(conversation_id),)
             ).fetchone()
         return found is not None
 
-    def load(self, conversation_id: str) -> ConversationState:
+    def load(self, conversation_id: ConversationID) -> ConversationState:
         """The stored snapshot; ``ConversationNotFoundError`` if there is none.
 
         Events are validated from JSON when first read, so opening a long
@@ -387,7 +389,7 @@ class SQLiteStore:
             events = self._history(db, row.key, row.event_count)
         return self._state(row, events)
 
-    def info(self, conversation_id: str) -> ConversationInfo:
+    def info(self, conversation_id: ConversationID) -> ConversationInfo:
         """The stored conversation's summary, without reading its events.
 
         >>> SQLiteStore(":memory:").info("nope")
@@ -397,11 +399,14 @@ class SQLiteStore:
         """
         with self._transaction(write=False) as db:
             row = self._row(db, conversation_id)
-        return self._info(row.state, row.event_count)
+            return self._info(db, row.key, row.state, row.event_count)
 
-    def _info(self, state_json: str | None, event_count: int) -> ConversationInfo:
+    def _info(
+        self, db: sqlite3.Connection, key: int, state_json: str | None, event_count: int
+    ) -> ConversationInfo:
         info = ConversationInfo.of(self._state(_Row(0, None, 0, 0, state_json), EventLog()))
-        return info.model_copy(update={"event_count": event_count})
+        leaf = self._event_id_at(db, key, event_count - 1) if event_count else None
+        return info.model_copy(update={"event_count": event_count, "leaf_event_id": leaf})
 
     def list(
         self, *, tags: Mapping[str, str] | None = None, limit: int | None = None, offset: int = 0
@@ -417,7 +422,7 @@ class SQLiteStore:
             raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
-        query = "SELECT state, event_count FROM conversations WHERE id IS NOT NULL"
+        query = "SELECT key, state, event_count FROM conversations WHERE id IS NOT NULL"
         parameters: list[object] = []
         for key, value in (tags or {}).items():
             if not isinstance(key, str) or not isinstance(value, str):
@@ -432,7 +437,7 @@ class SQLiteStore:
         parameters += [-1 if limit is None else min(limit, _MAX_ROWS), min(offset, _MAX_ROWS)]
         with self._transaction(write=False) as db:
             rows = db.execute(query, parameters).fetchall()
-        return [self._info(state_json, event_count) for state_json, event_count in rows]
+            return [self._info(db, *row) for row in rows]
 
     # -- writing -------------------------------------------------------------------
 
@@ -457,14 +462,15 @@ class SQLiteStore:
         self, db: sqlite3.Connection, state: ConversationState
     ) -> tuple[int | None, int]:
         """Where ``state`` branches off a stored conversation: (parent key, events shared)."""
-        parent_id, event_id = state.forked_from_conversation_id, state.forked_from_event_id
-        if parent_id is None or event_id is None:
+        parent_id, count = state.forked_from_conversation_id, state.forked_from_event_count
+        if parent_id is None or not count or count > len(state.events):
             return None, 0
         found = db.execute(
-            "SELECT key, event_count FROM conversations WHERE id = ?", (parent_id,)
+            "SELECT key, event_count FROM conversations WHERE id = ?", (str(parent_id),)
         ).fetchone()
-        position = state.events._position(event_id)
-        if found is None or position is None or position >= found[1]:
+        position = count - 1
+        event_id = state.events[position].id
+        if found is None or position >= found[1]:
             return None, 0
         if self._event_id_at(db, found[0], position) != event_id:
             return None, 0  # a different history under that id: share nothing
@@ -484,14 +490,14 @@ class SQLiteStore:
     def _insert(
         self, db: sqlite3.Connection, state: ConversationState, parent: int | None, fork_len: int
     ) -> int:
-        if db.execute("SELECT 1 FROM conversations WHERE id = ?", (state.id,)).fetchone():
+        if db.execute("SELECT 1 FROM conversations WHERE id = ?", (str(state.id),)).fetchone():
             raise ValueError(f"a conversation with id {state.id!r} is already stored")
         if fork_len == 0:
             parent = None
         cursor = db.execute(
             "INSERT INTO conversations (id, parent, fork_len, event_count, state) "
             "VALUES (?, ?, ?, ?, ?)",
-            (state.id, parent, fork_len, len(state.events), _state_json(state)),
+            (str(state.id), parent, fork_len, len(state.events), _state_json(state)),
         )
         key = cursor.lastrowid
         assert key is not None
@@ -528,7 +534,7 @@ class SQLiteStore:
             ),
         )
 
-    def delete(self, conversation_id: str) -> None:
+    def delete(self, conversation_id: ConversationID) -> None:
         """Forget a conversation; forks of it keep their histories.
 
         The row stays as a hidden tombstone (its id and state, secrets
@@ -573,7 +579,11 @@ class SQLiteStore:
     # -- export and import ---------------------------------------------------
 
     def export_conversation(
-        self, conversation_id: str, *, with_forks: bool = False, include_secrets: bool = False
+        self,
+        conversation_id: ConversationID,
+        *,
+        with_forks: bool = False,
+        include_secrets: bool = False,
     ) -> str:
         """A conversation (and with ``with_forks`` its fork tree) as versioned JSON.
 
@@ -593,7 +603,7 @@ class SQLiteStore:
                 ExportRecord(self._state(root, self._history(db, root.key, root.event_count)))
             ]
             # Forks of tombstones belong to the nearest exported ancestor.
-            pending = [(root.key, conversation_id, root.event_count)] if with_forks else []
+            pending = [(root.key, id_text(conversation_id), root.event_count)] if with_forks else []
             while pending:
                 key, ancestor, shared = pending.pop(0)
                 children = db.execute(
@@ -612,7 +622,7 @@ class SQLiteStore:
                     pending.append((child.key, child_id, child.event_count))
         return export_document(records, include_secrets=include_secrets)
 
-    def import_conversations(self, data: str | bytes) -> builtins.list[str]:
+    def import_conversations(self, data: str | bytes) -> builtins.list[ConversationID]:
         """Store the conversations of an export, forks sharing as they did; returns their ids.
 
         All or nothing: a bad document or an id already stored raises
@@ -629,8 +639,8 @@ class SQLiteStore:
             for record in records:
                 parent = None if record.parent is None else keys[record.parent]
                 fork_len = record.fork_len if parent is not None else 0
-                keys[record.state.id] = self._insert(db, record.state, parent, fork_len)
-        return list(keys)
+                keys[str(record.state.id)] = self._insert(db, record.state, parent, fork_len)
+        return [public_id(key) for key in keys]
 
     # -- measuring ---------------------------------------------------------------
 
