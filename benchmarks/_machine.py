@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 import sys
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import psutil
+
+from cowconv._history import VECTOR_IMPLEMENTATION
 
 PACKAGES = (
     "cowconv",
@@ -32,8 +36,8 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu": _cpu_model(),
-        "cpus": os.cpu_count(),
-        "memory_bytes": _memory_total(),
+        "cpus": psutil.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "load_average": load_average(),
@@ -48,12 +52,7 @@ def versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             found[name] = None
     # pyrsistent falls back to pure Python (several times slower) without its C extension.
-    try:
-        import pvectorc  # type: ignore[import-not-found]  # noqa: F401
-
-        found["pyrsistent C extension"] = "yes"
-    except ImportError:
-        found["pyrsistent C extension"] = "no"
+    found["pyrsistent vector"] = VECTOR_IMPLEMENTATION
     return found
 
 
@@ -84,12 +83,25 @@ def git_commit() -> str | None:
 def load_average() -> list[float] | None:
     """1, 5 and 15 minute load averages: other work on the machine adds noise."""
     try:
-        return [round(value, 2) for value in os.getloadavg()]
-    except OSError:
+        return [round(value, 2) for value in psutil.getloadavg()]
+    except (OSError, AttributeError):
         return None
 
 
+BUSY_LOAD_PER_CPU = 0.75
+"""A 1-minute load average above this many runnable processes per CPU counts as busy: the
+suite itself keeps one CPU busy, so on two CPUs anything past 1.5 means it shared them."""
+
+
+def busy(load: Sequence[float] | None, cpus: int | None) -> bool:
+    """Whether a load average says other work competed with the suite for the CPUs."""
+    if not load or not cpus:
+        return False
+    return load[0] > BUSY_LOAD_PER_CPU * cpus
+
+
 def _cpu_model() -> str:
+    # psutil has no CPU model name; Linux has it in /proc/cpuinfo, other systems in platform.
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -97,13 +109,3 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def _memory_total() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None

@@ -14,11 +14,13 @@ import gc
 import math
 import statistics
 import time
+import timeit
 import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
+
+from rich import filesize
 
 
 @dataclass(frozen=True)
@@ -95,50 +97,34 @@ def time_op(
 ) -> Sample:
     """Seconds per call of ``op``: warm-up/calibration, then timed batches.
 
-    Slow operations (one call longer than a batch) get at least three
-    repeats, fewer than ``settings.repeats`` when they would exceed
-    ``max_seconds`` in total. ``collector=True`` leaves the garbage collector
-    on during the batches, as in a real program.
+    Batches run through :class:`timeit.Timer` (which turns the garbage
+    collector off while it times; ``collector=True`` turns it back on, as in
+    a real program). The calibration is ours rather than
+    ``Timer.autorange``: autorange aims every batch at 0.2 s, and ``--quick``
+    needs far shorter ones. Slow operations (one call longer than a batch)
+    get at least three repeats, fewer than ``settings.repeats`` when they
+    would exceed ``max_seconds`` in total.
     """
     settle()
-    enabled = gc.isenabled()
-    if not collector:
-        gc.disable()
-    try:
-        number = 1
-        while True:
-            elapsed = _batch(op, number)
-            if elapsed >= settings.min_batch_s or number >= 1 << 22:
-                break
-            # Aim a little past the target so calibration ends in one or two more steps.
-            number = max(number * 2, int(number * settings.min_batch_s * 1.2 / max(elapsed, 1e-9)))
-        repeats = settings.repeats
-        if max_seconds is not None and elapsed * repeats > max_seconds:
-            repeats = max(_MIN_REPEATS, int(max_seconds / max(elapsed, 1e-9)))
-        samples = [_batch(op, number) / number for _ in range(repeats)]
-    finally:
-        if enabled:
-            gc.enable()
+    timer = timeit.Timer(op, setup="gc.enable()" if collector else "pass")
+    number = 1
+    while True:
+        elapsed = timer.timeit(number)
+        if elapsed >= settings.min_batch_s or number >= 1 << 22:
+            break
+        # Aim a little past the target so calibration ends in one or two more steps.
+        number = max(number * 2, int(number * settings.min_batch_s * 1.2 / max(elapsed, 1e-9)))
+    repeats = settings.repeats
+    if max_seconds is not None and elapsed * repeats > max_seconds:
+        repeats = max(_MIN_REPEATS, int(max_seconds / max(elapsed, 1e-9)))
+    samples = [total / number for total in timer.repeat(repeats, number)]
     return Sample.of(samples, number)
-
-
-def _batch(op: Callable[[], object], number: int) -> float:
-    start = time.perf_counter()
-    for _ in repeat(None, number):
-        op()
-    return time.perf_counter() - start
 
 
 def time_once(op: Callable[[], object]) -> float:
     """Seconds for one call, collector off (for setup costs we only report)."""
     settle()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _batch(op, 1)
-    finally:
-        if enabled:
-            gc.enable()
+    return timeit.Timer(op).timeit(1)
 
 
 def allocated_bytes(make: Callable[[], object], count: int, repeats: int) -> tuple[Sample, float]:
@@ -169,17 +155,14 @@ def allocated_bytes(make: Callable[[], object], count: int, repeats: int) -> tup
 
 
 def fit_loglog(sizes: Sequence[float], values: Sequence[float]) -> tuple[float, float]:
-    """Least-squares ``log10(value) = slope * log10(size) + intercept``."""
-    if len(sizes) < 2:
+    """Least-squares ``log10(value) = slope * log10(size) + intercept`` (NaNs if undefined)."""
+    try:
+        fit = statistics.linear_regression(
+            [math.log10(s) for s in sizes], [math.log10(v) for v in values]
+        )
+    except statistics.StatisticsError:  # fewer than two points, or all at one size
         return math.nan, math.nan
-    xs = [math.log10(s) for s in sizes]
-    ys = [math.log10(v) for v in values]
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    spread = sum((x - mean_x) ** 2 for x in xs)
-    if spread == 0:
-        return math.nan, math.nan
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
-    return slope, mean_y - slope * mean_x
+    return fit.slope, fit.intercept
 
 
 def parse_size(text: str) -> int:
@@ -190,8 +173,11 @@ def parse_size(text: str) -> int:
         factor, text = 1_000, text[:-1]
     elif text[-1:] in ("m", "M"):
         factor, text = 1_000_000, text[:-1]
-    value = float(text) * factor
-    if value < 1 or value != int(value):
+    try:
+        value = float(text) * factor
+    except ValueError:
+        raise ValueError(f"a size is a count such as 10, 1k or 1M, got {text!r}") from None
+    if not math.isfinite(value) or value < 1 or value != int(value):
         raise ValueError(f"a size must be a whole number >= 1, got {text!r}")
     return int(value)
 
@@ -214,12 +200,23 @@ def human_seconds(seconds: float) -> str:
 
 
 def human_bytes(count: float) -> str:
+    """Binary units, three significant digits: 1536 → ``"1.5 KiB"``, -2048 → ``"-2 KiB"``."""
     if not math.isfinite(count):
         return "n/a"
-    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(count) >= factor:
-            return f"{_digits(count / factor)} {unit}"
-    return f"{count:.0f} B"
+    unit, suffix = filesize.pick_unit_and_suffix(
+        int(abs(count)), ["B", "KiB", "MiB", "GiB", "TiB"], 1024
+    )
+    if unit == 1:
+        return f"{count:.0f} B"
+    return f"{_digits(count / unit)} {suffix}"
+
+
+def signed_bytes(count: float) -> str:
+    """A change in size with its sign: ``"+1.5 KiB"``, ``"−232 KiB"``, ``"±0 B"``."""
+    if not math.isfinite(count):
+        return "n/a"
+    sign = "+" if count > 0 else "−" if count < 0 else "±"
+    return sign + human_bytes(abs(count))
 
 
 def _digits(value: float) -> str:

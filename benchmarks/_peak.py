@@ -14,10 +14,11 @@ from __future__ import annotations
 import copy
 import gc
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
+
+import psutil
 
 from benchmarks._workload import Workload
 from cowconv import Conversation
@@ -26,13 +27,12 @@ MODES = ("none", "cowconv", "cowconv+message", "deepcopy")
 
 
 def rss() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return int(psutil.Process().memory_info().rss)
 
 
 def peak() -> int:
     # VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child of a big process
-    # would report its parent's peak.
+    # would report its parent's peak; psutil has no peak resident size on Linux.
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith("VmHWM:"):

@@ -17,12 +17,16 @@ True
 from typing import TYPE_CHECKING, Any
 
 from cowconv._agent import Agent, Tool
-from cowconv._branches import Branch, run_branches
+from cowconv._branch_report import BranchRow, SuiteReport
+from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
+from cowconv._branches import Branch, BranchRuns, run_branches
+from cowconv._condenser import LLMSummarizingCondenser
 from cowconv._conversation import Conversation, EventCallback, LocalConversation, StateSink
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
     AnyEvent,
+    CondensationEvent,
     Content,
     Event,
     EventSource,
@@ -35,17 +39,20 @@ from cowconv._events import (
     TextContent,
 )
 from cowconv._exceptions import (
+    BranchError,
+    BranchesError,
     ConversationNotFoundError,
     CorruptStoreError,
     CowconvError,
     EventNotFoundError,
+    InvalidValueError,
     LLMError,
     RemoteError,
     SchemaVersionError,
     StoreError,
     StoreLockedError,
 )
-from cowconv._frozen import freeze, thaw
+from cowconv._frozen import MAX_DEPTH, freeze, thaw
 from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
 from cowconv._state import (
@@ -80,6 +87,14 @@ __all__ = [
     "AgentErrorEvent",
     "AnyEvent",
     "Branch",
+    "BranchError",
+    "BranchExecutor",
+    "BranchJob",
+    "BranchOutcome",
+    "BranchRow",
+    "BranchRuns",
+    "BranchesError",
+    "CondensationEvent",
     "Content",
     "Conversation",
     "ConversationExecutionStatus",
@@ -98,12 +113,15 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "ImageContent",
+    "InvalidValueError",
     "LLM",
     "LLMError",
     "LLMMetrics",
     "LLMResponse",
+    "LLMSummarizingCondenser",
     "LLMToolCall",
     "LocalConversation",
+    "MAX_DEPTH",
     "MessageEvent",
     "ObservationEvent",
     "PauseEvent",
@@ -113,10 +131,12 @@ __all__ = [
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
+    "SharedPrefix",
     "StateSink",
     "Store",
     "StoreError",
     "StoreLockedError",
+    "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
     "TokenUsage",

@@ -10,10 +10,11 @@ True
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from pyrsistent import pmap
 
-from cowconv._frozen import FrozenJSONMap
+from cowconv._condenser import LLMSummarizingCondenser
+from cowconv._frozen import CheckedModel, FrozenJSONMap
 from cowconv._llm import LLM
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Agent", "Tool"]
@@ -24,7 +25,7 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-class Tool(BaseModel):
+class Tool(CheckedModel):
     """A serialisable reference to a registered tool, by name, with its settings.
 
     >>> Tool(name="terminal", params={"timeout": 30}).params["timeout"]
@@ -37,8 +38,11 @@ class Tool(BaseModel):
     params: FrozenJSONMap = pmap()
 
 
-class Agent(BaseModel):
-    """An LLM, the tools it may call, and its system prompt.
+class Agent(CheckedModel):
+    """An LLM, the tools it may call, its system prompt, and optionally a condenser.
+
+    With ``condenser`` (an :class:`~cowconv.LLMSummarizingCondenser`), the
+    model sees a condensed view of long histories instead of all of it.
 
     Frozen: a fork shares its source's agent; ``fork(agent=...)`` swaps it.
 
@@ -53,3 +57,4 @@ class Agent(BaseModel):
     llm: LLM
     tools: tuple[Tool, ...] = ()
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    condenser: LLMSummarizingCondenser | None = None

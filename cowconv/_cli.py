@@ -1,83 +1,267 @@
-"""The ``cowconv`` command line: ``serve``, ``bench`` and ``tree``.
+"""The ``cowconv`` command line: ``serve``, ``bench`` and ``tree`` (built on Typer).
 
->>> build_parser().parse_args(["tree", "store.db"]).command
-'tree'
+>>> main(["--version"])
+cowconv ...
+0
 
 ``cowconv serve`` starts the agent server (needs the ``server`` extra),
-``cowconv bench`` runs the benchmark suite of a cowconv checkout (run it from
-the repository root), ``cowconv tree STORE [ID]`` prints the fork tree of a
-store's conversations.
+``cowconv bench`` runs the benchmark suite of a cowconv checkout,
+``cowconv tree STORE [ID]`` prints the fork tree of a store's conversations.
+``python -m cowconv.agent_server`` is ``cowconv serve`` under another name.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: Typer reads the annotations at runtime.
 
-import argparse
-import importlib
-import os
 import sys
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from cowconv._ids import ConversationID
+import typer
+
+from cowconv._ids import ConversationID, public_id
 from cowconv._state import ConversationInfo
 
 if TYPE_CHECKING:
-    pass
+    from types import ModuleType
 
-__all__ = ["build_parser", "fork_forest", "main"]
+    from rich.text import Text
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``cowconv`` command."""
-    parser = argparse.ArgumentParser(
-        prog="cowconv", description="Fork agent conversations in O(1)."
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    serve = commands.add_parser(
-        "serve", help="start the agent server", add_help=False, prefix_chars="\0"
-    )
-    serve.add_argument("args", nargs=argparse.REMAINDER, help="agent server options (--help)")
-    bench = commands.add_parser(
-        "bench", help="run the benchmark suite", add_help=False, prefix_chars="\0"
-    )
-    bench.add_argument("args", nargs=argparse.REMAINDER, help="benchmark options (--help)")
-    tree = commands.add_parser("tree", help="print the fork tree of a store's conversations")
-    tree.add_argument("store", type=Path, help="a cowconv SQLite store (file or persistence dir)")
-    tree.add_argument("id", nargs="?", help="show only the tree containing this conversation")
-    return parser
+__all__ = ["fork_forest", "main", "serve_main"]
+
+_CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+app = typer.Typer(
+    name="cowconv",
+    help="Fork agent conversations in O(1).",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings=_CONTEXT,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        import platform
+
+        from cowconv import __version__
+        from cowconv._history import VECTOR_IMPLEMENTATION
+
+        python = platform.python_version()
+        typer.echo(f"cowconv {__version__} (Python {python}, pyrsistent {VECTOR_IMPLEMENTATION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Fork agent conversations in O(1)."""
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``error: message`` to stderr; returns the ``typer.Exit`` to raise.
+
+    >>> fail("no such store", 2).exit_code
+    2
+    """
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _run(application: typer.Typer, argv: Sequence[str] | None, prog_name: str) -> int:
+    try:
+        application(args=None if argv is None else list(argv), prog_name=prog_name)
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            return done.code or 0
+        typer.echo(done.code, err=True)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``cowconv`` command; returns the exit status."""
-    args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        return _serve(args.args)
-    if args.command == "bench":
-        return _bench(args.args)
-    return _tree(args.store, args.id)
+    """Run the ``cowconv`` command on ``argv`` (default ``sys.argv[1:]``); returns the status."""
+    return _run(app, argv, "cowconv")
 
 
-def _serve(argv: list[str]) -> int:
+# -- serve -------------------------------------------------------------------------------------
+
+
+class LogLevel(StrEnum):
+    """Log levels of ``cowconv serve``."""
+
+    critical = "critical"
+    error = "error"
+    warning = "warning"
+    info = "info"
+    debug = "debug"
+
+
+def serve(
+    host: Annotated[
+        str | None,
+        typer.Option(
+            help="Address to bind (else $COWCONV_HOST, else 127.0.0.1).", show_default=False
+        ),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(help="Port to bind (else $COWCONV_PORT, else 8000).", show_default=False),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the conversation store lives, created on start"
+            " (else $COWCONV_DATA_DIR, else .cowconv/agent_server).",
+            show_default=False,
+        ),
+    ] = None,
+    session_api_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Require this X-Session-API-Key header on every /api route (else"
+            " $COWCONV_SESSION_API_KEY, better: arguments show in process listings).",
+            show_default=False,
+        ),
+    ] = None,
+    log_level: Annotated[
+        LogLevel | None,
+        typer.Option(help="Log level (else $COWCONV_LOG_LEVEL, else info).", show_default=False),
+    ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A host name clients may use besides the bound address and loopback names;"
+            " repeatable (else $COWCONV_ALLOWED_HOSTS, comma separated).",
+            show_default=False,
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A browser origin allowed to change state, e.g. https://app.example;"
+            " repeatable (else $COWCONV_ALLOWED_ORIGINS).",
+            show_default=False,
+        ),
+    ] = None,
+    allow_unauthenticated: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-unauthenticated",
+            help="Serve a non-loopback address without a session key (refused otherwise;"
+            " else $COWCONV_ALLOW_UNAUTHENTICATED).",
+            show_default=False,
+        ),
+    ] = None,
+    max_body_size: Annotated[
+        int | None,
+        typer.Option(
+            help="Largest request body in bytes, larger ones get 413"
+            " (else $COWCONV_MAX_BODY_SIZE, else 8 MiB).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Serve conversations over a JSON REST API (see docs/server.md)."""
     try:
-        server = importlib.import_module("cowconv.agent_server.__main__")
+        from cowconv.agent_server.__main__ import ServerSettings, StartError, run_server
     except ImportError as error:
-        print(f"cowconv serve needs the server extra: pip install 'cowconv[server]' ({error})")
-        return 2
-    status: int | None = server.main(argv)
-    return status or 0
-
-
-def _bench(argv: list[str]) -> int:
-    # The suite lives in the repository (benchmarks/), not in the installed package.
-    sys.path.insert(0, os.getcwd())
+        raise fail(
+            f"cowconv serve needs the server extra: pip install 'cowconv[server]' ({error})"
+        ) from None
+    given = {
+        "host": host,
+        "port": port,
+        "data_dir": data_dir,
+        "session_api_key": session_api_key,
+        "log_level": None if log_level is None else log_level.value,
+        "allowed_hosts": allowed_host,
+        "allowed_origins": allowed_origin,
+        "allow_unauthenticated": allow_unauthenticated or None,
+        "max_body_size": max_body_size,
+    }
     try:
-        suite = importlib.import_module("benchmarks")
-    except ImportError:
-        print("cowconv bench runs the suite of a cowconv checkout: run it from the repository root")
-        return 2
-    status: int | None = suite.main(argv)
-    return status or 0
+        settings = ServerSettings.from_options(**given)
+        run_server(settings)
+    except StartError as error:
+        raise fail(str(error)) from None
+
+
+app.command(context_settings=_CONTEXT)(serve)
+_serve_app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings=_CONTEXT,
+)
+_serve_app.command()(serve)
+
+
+def serve_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m cowconv.agent_server``: ``cowconv serve`` under the module's name.
+
+    >>> serve_main(["--port", "99999"])
+    2
+    """
+    return _run(_serve_app, argv, "python -m cowconv.agent_server")
+
+
+# -- bench -------------------------------------------------------------------------------------
+
+
+@app.command(
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+def bench(ctx: typer.Context) -> None:
+    """Run the benchmark suite of a cowconv checkout (cowconv bench --help for its options)."""
+    suite = _benchmarks()
+    status: int | None = suite.main(ctx.args, prog="cowconv bench")
+    raise typer.Exit(status or 0)
+
+
+def _benchmarks() -> "ModuleType":
+    # The suite lives in a checkout (benchmarks/ beside cowconv/), not in the installed package.
+    import importlib
+
+    checkout = Path(__file__).resolve().parent.parent
+    if not (checkout / "benchmarks" / "_cli.py").is_file():
+        raise fail(
+            "cowconv bench runs the benchmark suite of a cowconv source checkout, which this"
+            " install does not have: git clone the repository, pip install -e '.[dev]' there,"
+            " then run cowconv bench (results go to the directory you run it from)"
+        )
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    return importlib.import_module("benchmarks")
+
+
+# -- tree --------------------------------------------------------------------------------------
+
+
+@app.command(context_settings=_CONTEXT)
+def tree(
+    store: Annotated[
+        Path,
+        typer.Argument(
+            metavar="STORE", help="A cowconv SQLite store: the file, or the directory holding it."
+        ),
+    ],
+    conversation_id: Annotated[
+        str | None,
+        typer.Argument(metavar="[ID]", help="Show only the tree containing this conversation."),
+    ] = None,
+) -> None:
+    """Print the fork tree of a store's conversations."""
+    raise typer.Exit(_tree(store, conversation_id))
 
 
 def fork_forest(
@@ -85,24 +269,45 @@ def fork_forest(
 ) -> tuple[list[ConversationInfo], dict[ConversationID, list[ConversationInfo]]]:
     """Roots and children of the fork forest that ``infos`` form.
 
-    A conversation whose source is not among ``infos`` is a root.
+    A conversation whose source is not among ``infos`` is a root. Ids can be
+    reused (delete ``a``, then fork ``b`` back as ``a``), so parent links can
+    form a cycle: the oldest conversation of a cycle becomes a root, so every
+    conversation appears exactly once.
 
-    >>> from datetime import UTC, datetime
+    >>> from datetime import UTC, datetime, timedelta
     >>> now = datetime.now(UTC)
-    >>> def info(id, parent=None):
-    ...     return ConversationInfo(id=id, execution_status="idle", created_at=now,
+    >>> def info(id, parent=None, age=0):
+    ...     return ConversationInfo(id=id, execution_status="idle",
+    ...                             created_at=now + timedelta(seconds=age),
     ...                             updated_at=now, event_count=0,
     ...                             forked_from_conversation_id=parent)
-    >>> roots, children = fork_forest([info("a"), info("b", "a"), info("c", "b")])
+    >>> roots, children = fork_forest([info("a"), info("b", "a", 1), info("c", "b", 2)])
     >>> [r.id for r in roots], [c.id for c in children["a"]]
     (['a'], ['b'])
+    >>> roots, children = fork_forest([info("b", "a", 1), info("a", "b", 2)])
+    >>> [r.id for r in roots], [c.id for c in children["b"]]
+    (['b'], ['a'])
     """
-    known = {info.id for info in infos}
+    by_id = {info.id: info for info in infos}
+    ordered = sorted(by_id.values(), key=lambda i: i.created_at)
+    cut: set[ConversationID] = set()  # conversations whose parent link is ignored (cycles)
+    settled: set[ConversationID] = set()
+    for start in ordered:
+        path: list[ConversationID] = []
+        current: ConversationID | None = start.id
+        while current is not None and current in by_id and current not in settled:
+            if current in path:
+                cycle = path[path.index(current) :]
+                cut.add(min(cycle, key=lambda i: by_id[i].created_at))
+                break
+            path.append(current)
+            current = by_id[current].forked_from_conversation_id
+        settled.update(path)
     roots: list[ConversationInfo] = []
     children: dict[ConversationID, list[ConversationInfo]] = {}
-    for info in sorted(infos, key=lambda i: i.created_at):
+    for info in ordered:
         parent = info.forked_from_conversation_id
-        if parent is not None and parent in known:
+        if parent is not None and parent in by_id and info.id not in cut:
             children.setdefault(parent, []).append(info)
         else:
             roots.append(info)
@@ -118,8 +323,7 @@ def _tree(path: Path, conversation_id: str | None) -> int:
 
     database = path / "cowconv.db" if path.is_dir() else path
     if not database.exists():
-        print(f"no cowconv store at {path}")
-        return 2
+        raise fail(f"no cowconv store at {path}")
     try:
         store = SQLiteStore(database)
         try:
@@ -128,38 +332,52 @@ def _tree(path: Path, conversation_id: str | None) -> int:
             positions = {info.id: info.forked_from_event_count for info in infos}
         finally:
             store.close()
-    except CowconvError as error:
-        print(f"cannot read {path}: {error}")
-        return 2
+    except (CowconvError, OSError) as error:
+        raise fail(f"cannot read {path}: {error}") from None
     roots, children = fork_forest(infos)
     if conversation_id is not None:
-        by_id = {info.id: info for info in infos}
-        if conversation_id not in by_id:
-            print(f"no conversation {conversation_id!r} in {path}")
-            return 2
-        root = by_id[conversation_id]
-        while root.forked_from_conversation_id in by_id:
-            root = by_id[root.forked_from_conversation_id]
-        roots = [root]
+        parents = {
+            child.id: parent for parent, kids in children.items() for child in kids
+        }  # links of the forest, so the walk to the root ends even where ids formed a cycle
+        if public_id(conversation_id) not in {info.id for info in infos}:
+            raise fail(f"no conversation {conversation_id!r} in {path}")
+        root_id = public_id(conversation_id)
+        while root_id in parents:
+            root_id = parents[root_id]
+        roots = [info for info in roots if info.id == root_id]
 
-    def label(info: ConversationInfo) -> str:
-        title = f"[bold]{info.title}[/bold]  " if info.title else ""
-        where = positions.get(info.id)
-        fork_point = f"  forked after {where} events" if where is not None else ""
-        return (
-            f"{title}[dim]{info.id}[/dim]  {info.event_count} events  "
-            f"{info.execution_status.value}{fork_point}"
-        )
-
-    console = Console()
-    forest = Tree(f"[bold]{path}[/bold]  {len(infos)} conversations")
+    forest = Tree(_text((str(path), "bold"), f"  {len(infos)} conversations"))
 
     def grow(node: Tree, info: ConversationInfo) -> None:
-        branch = node.add(label(info))
+        branch = node.add(_label(info, positions.get(info.id)))
         for child in children.get(info.id, []):
             grow(branch, child)
 
     for root in roots:
         grow(forest, root)
+    # A terminal wraps at its width; piped output keeps whole lines (rich would assume 80
+    # columns), and Tree neither pads nor draws past its text, so a wide console costs nothing.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 1 << 16)
     console.print(forest)
     return 0
+
+
+def _text(*parts: "str | tuple[str, str]") -> "Text":
+    # rich.text.Text, never markup: titles and ids are user text and may contain "[/bold]".
+    from rich.text import Text
+
+    return Text.assemble(*parts)
+
+
+def _label(info: ConversationInfo, fork_point: int | None) -> "Text":
+    parts: list[str | tuple[str, str]] = []
+    if info.title:
+        parts += [(info.title, "bold"), "  "]
+    parts += [(str(info.id), "dim"), f"  {info.event_count} events  {info.execution_status.value}"]
+    if fork_point is not None:
+        parts.append(f"  forked after {fork_point} events")
+    return _text(*parts)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -28,7 +28,7 @@ from pyrsistent import PMap, pmap
 from cowconv._agent import Agent
 from cowconv._events import Event, MessageEvent, _now
 from cowconv._exceptions import EventNotFoundError
-from cowconv._frozen import freeze
+from cowconv._frozen import check_text, freeze
 from cowconv._guards import guarded, unguarded
 from cowconv._ids import ConversationID, id_text, new_id, public_id
 from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner, check_max_iteration_per_run
@@ -88,6 +88,8 @@ def _check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
     for key, value in tags.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise TypeError(f"tags must map str to str, got {key!r}: {value!r}")
+        check_text(key, "a tag key")
+        check_text(value, "a tag value")
     return dict(tags)
 
 
@@ -336,6 +338,7 @@ class Conversation:
         """Record a user message and return its event."""
         if not isinstance(text, str):
             raise TypeError(f"send_message() takes a str, got {type(text).__name__}")
+        check_text(text, "the message")
         event = MessageEvent(source="user", role="user", content=text)
         self.append_event(event)
         return event

@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PlainSerializer,
@@ -35,14 +34,16 @@ from pydantic import (
     TypeAdapter,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
-from cowconv._frozen import FrozenJSON, FrozenJSONMap
+from cowconv._frozen import CheckedModel, FrozenJSON, FrozenJSONMap
 
 __all__ = [
     "ActionEvent",
     "AgentErrorEvent",
     "AnyEvent",
+    "CondensationEvent",
     "Content",
     "Event",
     "EventSource",
@@ -57,6 +58,7 @@ __all__ = [
 
 EventSource: TypeAlias = Literal["user", "agent", "environment"]
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+_SOURCE_OF_ROLE: dict[str, EventSource] = {"user": "user", "tool": "environment"}
 
 
 def _new_id() -> str:
@@ -67,7 +69,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class _Frozen(BaseModel):
+class _Frozen(CheckedModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
@@ -213,15 +215,27 @@ def _text_of(content: tuple[TextContent | ImageContent, ...]) -> str:
 class MessageEvent(Event):
     """An LLM message: a role and its content parts.
 
-    A plain string as ``content`` becomes one :class:`TextContent`.
+    A plain string as ``content`` becomes one :class:`TextContent`. Without
+    ``source``, the role decides it: ``"user"`` for a user message,
+    ``"environment"`` for a tool message, else ``"agent"``.
 
-    >>> MessageEvent(source="agent", role="assistant", content="Done.").text
+    >>> MessageEvent(role="assistant", content="Done.").text
     'Done.'
+    >>> MessageEvent(role="user", content="Hi.").source
+    'user'
     """
 
     kind: Literal["message"] = "message"
+    source: EventSource = "agent"
     role: Role
     content: tuple[Content, ...]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source_from_role(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("source") is None and "role" in data:
+            return {**data, "source": _SOURCE_OF_ROLE.get(data["role"], "agent")}
+        return data
 
     @field_validator("content", mode="before")
     @classmethod
@@ -308,3 +322,25 @@ class PauseEvent(Event):
 
     kind: Literal["pause"] = "pause"
     source: EventSource = "user"
+
+
+class CondensationEvent(Event):
+    """Older events replaced, in what the model sees, by a summary (nothing is deleted).
+
+    The view sent to the LLM after it is: the first ``summary_offset``
+    events of the history, then ``summary``, then the events after the last
+    of ``forgotten_event_ids`` (see :class:`~cowconv.LLMSummarizingCondenser`).
+    The forgotten events stay in the history, and forks share the
+    condensation like any other event.
+
+    >>> CondensationEvent(forgotten_event_ids=["e1", "e2"], summary="Listed files.",
+    ...                   summary_offset=1).forgotten_event_ids
+    ('e1', 'e2')
+    """
+
+    kind: Literal["condensation"] = "condensation"
+    source: EventSource = "environment"
+    forgotten_event_ids: tuple[str, ...] = ()
+    summary: str | None = None
+    summary_offset: int | None = Field(default=None, ge=0)
+    llm_response_id: str | None = None

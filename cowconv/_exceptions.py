@@ -7,12 +7,15 @@ catches them all. Errors about bad arguments stay ``ValueError``/``TypeError``
     CowconvError
     ├── ConversationNotFoundError (also KeyError)
     ├── EventNotFoundError (also ValueError and KeyError)
+    ├── InvalidValueError (also ValueError)
     ├── LLMError
     ├── StoreError
     │   ├── CorruptStoreError
     │   ├── SchemaVersionError
     │   └── StoreLockedError
-    └── RemoteError (status_code, message)
+    ├── RemoteError (status_code, message)
+    ├── BranchError (index, conversation_id): one branch of a suite could not run
+    └── BranchesError (also ExceptionGroup): the branch runs that raised, and every fork
 
 >>> issubclass(ConversationNotFoundError, KeyError)
 True
@@ -20,11 +23,20 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cowconv._conversation import Conversation
+
 __all__ = [
+    "BranchError",
+    "BranchesError",
     "ConversationNotFoundError",
     "CorruptStoreError",
     "CowconvError",
     "EventNotFoundError",
+    "InvalidValueError",
     "LLMError",
     "RemoteError",
     "SchemaVersionError",
@@ -80,6 +92,22 @@ class EventNotFoundError(CowconvError, ValueError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class InvalidValueError(CowconvError, ValueError):
+    """A value cowconv could not store and load back unchanged, refused before it is recorded.
+
+    NaN and infinity, JSON nested deeper than :data:`cowconv.MAX_DEPTH`, and
+    text that is not valid Unicode (a lone surrogate). Inside a pydantic
+    model it surfaces as that model's ``ValidationError`` (also a ``ValueError``).
+
+    >>> from cowconv import freeze
+    >>> try:
+    ...     freeze({"ratio": float("nan")})
+    ... except ValueError as error:
+    ...     print(type(error).__name__)
+    InvalidValueError
+    """
 
 
 class LLMError(CowconvError):
@@ -152,3 +180,50 @@ class RemoteError(CowconvError):
         super().__init__(f"agent server answered {status_code}: {message}")
         self.status_code = status_code
         self.message = message
+
+
+class BranchError(CowconvError):
+    """One branch of a suite could not be shipped to a worker or run there.
+
+    Its fork records the reason as an :class:`~cowconv.AgentErrorEvent` and
+    ends with status ``error``; the other branches go on.
+
+    >>> error = BranchError(3, "c-42", "its worker died")
+    >>> error.index, error.conversation_id, str(error)
+    (3, 'c-42', "branch 3 (conversation 'c-42') failed: its worker died")
+    """
+
+    def __init__(self, index: int, conversation_id: str, reason: str) -> None:
+        super().__init__(f"branch {index} (conversation {conversation_id!r}) failed: {reason}")
+        self.index = index
+        self.conversation_id = conversation_id
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.index, self.conversation_id, self.reason))
+
+
+class BranchesError(ExceptionGroup[Exception], CowconvError):
+    """Branch runs that raised, together, after every run ended; ``forks`` holds all forks.
+
+    >>> group = BranchesError("1 of 2 branch runs raised", [OSError("disk full")], forks=[])
+    >>> [str(e) for e in group.exceptions], group.forks
+    (['disk full'], [])
+    """
+
+    forks: Sequence[Conversation]
+
+    def __new__(
+        cls, message: str, errors: Sequence[Exception], forks: Sequence[Conversation] = ()
+    ) -> BranchesError:
+        group = super().__new__(cls, message, errors)
+        group.forks = forks
+        return group
+
+    def __init__(
+        self, message: str, errors: Sequence[Exception], forks: Sequence[Conversation] = ()
+    ) -> None:
+        super().__init__(message, errors)
+
+    def derive(self, errors: Sequence[Exception]) -> BranchesError:  # type: ignore[override]
+        return BranchesError(self.message, errors, self.forks)

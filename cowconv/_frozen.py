@@ -4,6 +4,11 @@ Every container a cowconv value can reach is immutable: JSON objects become
 :class:`pyrsistent.PMap`, JSON arrays become tuples. That is what lets a fork
 share them instead of copying them.
 
+Every value is also checked at the door, so nothing is saved that cannot be
+loaded back unchanged: no NaN or infinity, no nesting deeper than
+:data:`MAX_DEPTH`, no invalid Unicode (lone surrogates). A value that breaks
+one of these is an :class:`~cowconv.InvalidValueError` (a ``ValueError``).
+
 >>> value = freeze({"paths": ["a.py", "b.py"], "limits": {"lines": 10}})
 >>> value["paths"]
 ('a.py', 'b.py')
@@ -19,39 +24,107 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, TypeAlias, TypeVar
+from typing import Annotated, Any, Self, TypeAlias, TypeVar
 
-from pydantic import AfterValidator, PlainSerializer, PlainValidator, WithJsonSchema, WrapSerializer
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    PlainSerializer,
+    PlainValidator,
+    SecretStr,
+    ValidationInfo,
+    WithJsonSchema,
+    WrapSerializer,
+    model_validator,
+)
 from pyrsistent import PMap, pmap
 
-__all__ = ["FrozenJSON", "FrozenJSONMap", "FrozenMap", "FrozenStrMap", "freeze", "thaw"]
+from cowconv._exceptions import InvalidValueError
+
+__all__ = [
+    "MAX_DEPTH",
+    "CheckedModel",
+    "FrozenJSON",
+    "FrozenJSONMap",
+    "FrozenMap",
+    "FrozenStrMap",
+    "check_text",
+    "freeze",
+    "thaw",
+]
+
+MAX_DEPTH = 64
+"""How deeply JSON arrays and objects may nest in a stored value (the top level is depth 1).
+
+Far beyond any real agent state or tool argument, and far inside what the
+JSON parsers that read a store back accept (pydantic's stops at 200).
+"""
 
 _SCALARS = (str, int, float, bool, type(None))
 V = TypeVar("V")
+
+
+def check_text(text: str, what: str = "text") -> str:
+    """Return ``text`` if it is valid Unicode, else raise :class:`~cowconv.InvalidValueError`.
+
+    A lone surrogate (``"\\ud800"``, which JSON's ``\\u`` escapes can carry)
+    cannot be written as UTF-8, so it could be neither stored nor sent.
+
+    >>> check_text("naïve ✓")
+    'naïve ✓'
+    >>> check_text("bad \\ud800", "tag")
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: tag is not valid Unicode (lone surrogate at position 4)
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise InvalidValueError(
+            f"{what} is not valid Unicode (lone surrogate at position {error.start})"
+        ) from None
+    return text
 
 
 def freeze(value: Any) -> Any:
     """Return a deeply immutable copy of a JSON-like value.
 
     Mappings become ``PMap`` (keys must be strings), lists and tuples become
-    tuples, scalars stay as they are. Anything else is a ``TypeError``.
+    tuples, scalars stay as they are. Anything else is a ``TypeError``; NaN,
+    infinity, invalid Unicode and nesting deeper than :data:`MAX_DEPTH` are an
+    :class:`~cowconv.InvalidValueError` (a ``ValueError``).
 
     >>> freeze([1, {"a": [2]}])
     (1, pmap({'a': (2,)}))
+    >>> freeze({"wait": float("inf")})
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: inf is not a JSON value (JSON has no NaN or infinity)
     """
+    return _freeze(value, 0)
+
+
+def _freeze(value: Any, depth: int) -> Any:
     if isinstance(value, _SCALARS):
         if isinstance(value, float) and not math.isfinite(value):
-            raise TypeError(f"{value!r} is not a JSON value (JSON has no NaN or infinity)")
+            raise InvalidValueError(f"{value!r} is not a JSON value (JSON has no NaN or infinity)")
+        if isinstance(value, str):
+            check_text(value, "a JSON string")
         return value
+    if depth >= MAX_DEPTH:
+        raise InvalidValueError(f"JSON value nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, Mapping):
         items = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"JSON object keys must be str, got {type(key).__name__}: {key!r}")
-            items[key] = freeze(item)
+            items[check_text(key, "a JSON object key")] = _freeze(item, depth + 1)
         return pmap(items)
     if isinstance(value, list | tuple):
-        return tuple(freeze(item) for item in value)
+        return tuple(_freeze(item, depth + 1) for item in value)
     raise TypeError(f"{type(value).__name__} is not a JSON value: {value!r}")
 
 
@@ -78,6 +151,8 @@ def _freeze_json(value: Any) -> Any:
         return freeze(value)
     except TypeError as error:
         raise ValueError(str(error)) from None
+    except RecursionError:  # a value nested so deep Python gave up before MAX_DEPTH could
+        raise InvalidValueError(f"JSON value nested deeper than {MAX_DEPTH} levels") from None
 
 
 def _freeze_object(value: Any) -> PMap[str, Any]:
@@ -93,7 +168,55 @@ def _freeze_str_map(value: Any) -> PMap[str, str]:
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
             raise ValueError(f"expected str keys and str values, got {key!r}: {item!r}")
+        check_text(key, "a key")
+        check_text(item, "a value")
     return value if isinstance(value, PMap) else pmap(value)
+
+
+def _check_field(name: str, value: Any) -> None:
+    if isinstance(value, str):
+        check_text(value, name)
+    elif isinstance(value, SecretStr):
+        check_text(value.get_secret_value(), name)
+    elif isinstance(value, tuple):
+        for item in value:
+            _check_field(name, item)
+    elif isinstance(value, Mapping):  # models among the values check themselves
+        for key, item in value.items():
+            if isinstance(key, str):
+                check_text(key, f"a key of {name}")
+            _check_field(name, item)
+
+
+class CheckedModel(BaseModel):
+    """Base of every model cowconv stores: what it accepts, it can save and load back.
+
+    Floats must be finite (``allow_inf_nan=False``) and every text field
+    valid Unicode; JSON-valued fields are checked by :func:`freeze`. Values
+    parsed from JSON need no text check: the parser refuses lone surrogates.
+
+    >>> class Note(CheckedModel):
+    ...     text: str
+    ...     weight: float = 1.0
+    >>> Note(text="ok").text
+    'ok'
+    >>> Note(text="ok", weight=float("nan"))
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for Note
+    weight
+      Input should be a finite number [type=finite_number, input_value=nan, input_type=float]
+    ...
+    """
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _valid_text(self, info: ValidationInfo) -> Self:
+        if info.mode == "python":
+            for name, value in self.__dict__.items():
+                _check_field(name, value)
+        return self
 
 
 FrozenJSON: TypeAlias = Annotated[

@@ -68,7 +68,16 @@ from pyrsistent import PVector, pvector
 
 from cowconv._events import AnyEvent, Event
 
-__all__ = ["EventLog"]
+__all__ = ["VECTOR_IMPLEMENTATION", "EventLog"]
+
+VECTOR_IMPLEMENTATION = "C extension" if type(pvector()).__module__ == "pvectorc" else "pure Python"
+"""Which pyrsistent vector holds the histories.
+
+pyrsistent 0.20 ships no C extension for Python 3.13+ (built from its sdist
+there, the extension crashes), so histories fall back to its pure-Python vector:
+the same behaviour, several times slower to index and iterate.
+``cowconv --version`` and the benchmark report say which one is in use.
+"""
 
 _COPY_LIMIT = 32
 _CHUNK_LIMIT = 4096
@@ -214,7 +223,7 @@ class EventLog(Sequence[Event]):
             yield self[position]
 
     def _used_chunks(self) -> Iterator[Iterable[Event]]:
-        ends = (*self._starts[1:], self._len)
+        ends = (*self._starts[1:], self._len) if self._starts else ()
         for chunk, start, end in zip(self._chunks, self._starts, ends, strict=True):
             yield chunk if len(chunk) == end - start else islice(chunk, end - start)
 
@@ -361,7 +370,10 @@ class EventLog(Sequence[Event]):
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (EventLog, (tuple(self),))
+        # The used part of each chunk, as a tuple: a worker that unpickles a long history gets
+        # the same chunk layout back (appends stay O(1) with the collector on), and a view
+        # made by take(k) ships only its k events.
+        return (_restore, (tuple(tuple(chunk) for chunk in self._used_chunks()),))
 
     @classmethod
     def __get_pydantic_core_schema__(
@@ -382,3 +394,23 @@ class EventLog(Sequence[Event]):
 
 
 _EMPTY = EventLog()
+
+
+def _restore(chunks: tuple[tuple[Event, ...], ...]) -> EventLog:
+    """An unpickled log: one vector per pickled chunk, ids indexed again."""
+    vectors = tuple(pvector(chunk) for chunk in chunks if chunk)
+    starts = []
+    length = 0
+    with _EMPTY_IDS.mutate() as mutable:
+        for chunk in vectors:
+            starts.append(length)
+            for event in chunk:
+                if event.id in mutable:
+                    raise ValueError(f"event id {event.id!r} appears twice")
+                mutable[event.id] = length
+                length += 1
+        ids = mutable.finish()
+    if not vectors:
+        return _EMPTY
+    # A line of its own: in this process nothing else is known to hold these events.
+    return EventLog._make(vectors, tuple(starts), length, ids, _Line(None, 0, length))

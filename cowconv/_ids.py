@@ -43,7 +43,9 @@ def id_text(conversation_id: object, *, name: str = "conversation_id") -> str:
     if isinstance(conversation_id, uuid.UUID):
         return str(conversation_id)
     if isinstance(conversation_id, str) and conversation_id.strip():
-        return conversation_id
+        from cowconv._frozen import check_text
+
+        return check_text(conversation_id, name)
     raise ValueError(f"{name} must be a uuid.UUID or a non-empty string, got {conversation_id!r}")
 
 

@@ -28,7 +28,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -38,6 +37,7 @@ from pydantic import (
 )
 
 from cowconv._exceptions import LLMError
+from cowconv._frozen import CheckedModel
 
 if TYPE_CHECKING:
     from cowconv._state import Usage
@@ -192,7 +192,7 @@ class LLMResponse:
         return _usage(self.cost, self.prompt_tokens, self.completion_tokens)
 
 
-class LLM(BaseModel):
+class LLM(CheckedModel):
     """An LLM reached through litellm, named ``provider/model``.
 
     The API key is a ``SecretStr``: it never appears in reprs or in default

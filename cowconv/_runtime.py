@@ -246,8 +246,10 @@ class Runner:
                 self._finish(ExecutionStatus.STUCK, limit)
                 return
             iterations += 1
+            messages = self._messages(agent)
+            state = conversation.state  # a condensation may have been recorded
             try:
-                response = agent.llm.completion(build_messages(state.events), specs)
+                response = agent.llm.completion(messages, specs)
             except LLMError as llm_error:
                 self._finish(ExecutionStatus.ERROR, AgentErrorEvent(error=str(llm_error)))
                 return
@@ -271,6 +273,40 @@ class Runner:
             if crashed:
                 return
             unseen_message = _user_message_since(conversation.state.events, len(state.events))
+
+    def _messages(self, agent: Agent) -> list[dict[str, Any]]:
+        """What the model sees this step: the history, or the condenser's view of it.
+
+        A condensation the view needs is recorded first (its summary call
+        counted under the condenser's ``usage_id``). If the summary call
+        fails, the failure is recorded and this step sees the uncondensed
+        view: no event is lost either way.
+        """
+        events = self._conversation.state.events
+        condenser = agent.condenser
+        if condenser is None:
+            return build_messages(events)
+        view = condenser.view(events)
+        plan = condenser.plan(view) if condenser.should_condense(view) else None
+        if plan is not None:
+            try:
+                condensation, response = condenser.summarize(plan)
+            except LLMError as error:
+                failure = AgentErrorEvent(
+                    error=f"condensation failed, sending the full view: {error}"
+                )
+                self._commit(lambda state: state._replace(events=state.events.append(failure)))
+            else:
+
+                def record(state: ConversationState) -> ConversationState:
+                    return state._replace(
+                        events=state.events.append(condensation),
+                        stats=state.stats.record(condenser.llm.usage_id, response.usage),
+                    )
+
+                self._commit(record)
+                view = condenser.view(self._conversation.state.events)
+        return view.messages(system_prompt=agent.system_prompt)
 
     def _act(
         self, response: LLMResponse, tools: Mapping[str, ToolDefinition[Any]]

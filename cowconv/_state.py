@@ -20,12 +20,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pyrsistent import pmap
 
 from cowconv._agent import Agent
 from cowconv._events import _now
-from cowconv._frozen import FrozenJSONMap, FrozenMap, FrozenStrMap
+from cowconv._frozen import CheckedModel, FrozenJSONMap, FrozenMap, FrozenStrMap
 from cowconv._history import EventLog
 from cowconv._ids import ConversationIDField
 from cowconv._workspace import Workspace
@@ -75,7 +75,7 @@ ConversationExecutionStatus = ExecutionStatus
 """The seed SDK's name for :class:`ExecutionStatus` (an alias: the same enum)."""
 
 
-class TokenUsage(BaseModel):
+class TokenUsage(CheckedModel):
     """Tokens spent, shaped like the seed SDK's ``TokenUsage`` (``Usage.accumulated_token_usage``).
 
     >>> TokenUsage(prompt_tokens=10, completion_tokens=3).completion_tokens
@@ -88,7 +88,7 @@ class TokenUsage(BaseModel):
     completion_tokens: int = Field(default=0, ge=0)
 
 
-class Usage(BaseModel):
+class Usage(CheckedModel):
     """Cost and tokens spent.
 
     >>> Usage(accumulated_cost=0.5, prompt_tokens=10) + Usage(completion_tokens=3)
@@ -168,7 +168,7 @@ class ConversationStats(Usage):
 _NO_STATS = ConversationStats()
 
 
-class ConversationState(BaseModel):
+class ConversationState(CheckedModel):
     """An immutable snapshot of a conversation.
 
     ``evolve(**changes)`` returns a new, validated snapshot; nothing changes
@@ -261,7 +261,7 @@ class ConversationState(BaseModel):
         return new
 
 
-class ConversationInfo(BaseModel):
+class ConversationInfo(CheckedModel):
     """A summary of a conversation without its events (listings, the REST API).
 
     >>> from cowconv import LLM, Agent, Conversation

@@ -12,7 +12,6 @@ import os
 from typing import Any
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     SecretStr,
     SerializationInfo,
@@ -20,6 +19,7 @@ from pydantic import (
     field_validator,
 )
 
+from cowconv._frozen import CheckedModel
 from cowconv._llm import dump_secret
 
 __all__ = ["SESSION_API_KEY_HEADER", "RemoteWorkspace", "Workspace"]
@@ -28,7 +28,7 @@ SESSION_API_KEY_HEADER = "X-Session-API-Key"
 """The header that carries ``Workspace.api_key`` to an agent server."""
 
 
-class Workspace(BaseModel):
+class Workspace(CheckedModel):
     """A working directory, on this machine or on an agent server (``host``).
 
     With ``host`` set, ``Conversation(workspace=...)`` talks to the agent

@@ -98,3 +98,24 @@ paired_events: st.SearchStrategy[Event] = st.one_of(
     st.builds(PauseEvent),
 )
 """Events of histories where calls, results and response groups interleave in every way."""
+
+
+@st.composite
+def agent_steps(draw: st.DrawFn) -> list[Event]:
+    """One step of a real run: a user message, or one LLM response's calls and their results.
+
+    Results follow their calls, possibly after a pause; a call may stay unanswered.
+    """
+    if draw(st.booleans()):
+        return [MessageEvent(source="user", role="user", content=draw(texts))]
+    calls = [
+        ActionEvent(tool_name="t", tool_call_id=f"c{i}", arguments={}, llm_response_id="r")
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    results: list[Event] = [
+        ObservationEvent(tool_name="t", tool_call_id=call.tool_call_id, output=f"out {i}")
+        for i, call in enumerate(calls)
+        if draw(st.booleans()) or i == 0
+    ]
+    middle: list[Event] = [PauseEvent()] if draw(st.booleans()) else []
+    return [*calls, *middle, *results]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -9,21 +11,39 @@ import time
 import urllib.request
 from pathlib import Path
 
-from cowconv import LLM, Agent, Conversation
+import pytest
+
+from cowconv import LLM, Agent, Conversation, SQLiteStore
+from cowconv import __version__ as cowconv_version
+from cowconv._history import VECTOR_IMPLEMENTATION
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = Agent(llm=LLM(model="openai/stub-model"))
 
 
-def cowconv(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def cowconv(
+    *args: str,
+    cwd: Path = ROOT,
+    module: str = "cowconv",
+    pythonpath: Path = ROOT,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the command as a user would: output piped, no COLUMNS, a generous timeout."""
     return subprocess.run(
-        [sys.executable, "-m", "cowconv", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=120,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(pythonpath), **(env or {})},
     )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def make_store(directory: Path) -> tuple[Conversation, Conversation, Conversation]:
@@ -84,16 +104,67 @@ class TestTree:
         assert "Unrelated" not in result.stdout
 
     def test_unknown_id(self, tmp_path):
-        """An id the store does not have is a clear error, exit status 2."""
+        """An id the store does not have is a clear one-line error on stderr, exit status 2."""
         make_store(tmp_path)
         result = cowconv("tree", str(tmp_path), "nope")
-        assert result.returncode == 2 and "nope" in result.stdout
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr.startswith("error: ") and "'nope'" in result.stderr
+        assert len(result.stderr.splitlines()) == 1
 
     def test_missing_store(self, tmp_path):
-        """A path with no store is a clear error and creates nothing."""
+        """A path with no store is a clear error on stderr and creates nothing."""
         result = cowconv("tree", str(tmp_path / "absent"))
-        assert result.returncode == 2 and "no cowconv store" in result.stdout
+        assert result.returncode == 2 and "no cowconv store" in result.stderr
+        assert result.stdout == ""
         assert not (tmp_path / "absent").exists()
+
+    def test_lineage_cycle_terminates(self, tmp_path):
+        """Reused ids can make lineage a cycle (delete a, fork b back as a): tree still ends.
+
+        Every conversation is printed exactly once, with or without an ID.
+        """
+        a = Conversation(agent=AGENT, workspace=".", persistence_dir=tmp_path, conversation_id="a")
+        a.send_message("hello")
+        b = a.fork(title="Bee", conversation_id="b")
+        with SQLiteStore(tmp_path / "cowconv.db") as store:
+            store.delete("a")
+        b.fork(title="Ay again", conversation_id="a")
+        whole = cowconv("tree", str(tmp_path))
+        assert whole.returncode == 0, whole.stderr
+        assert whole.stdout.count("Bee") == 1 and whole.stdout.count("Ay again") == 1
+        for start in ("a", "b"):
+            one = cowconv("tree", str(tmp_path), start)
+            assert one.returncode == 0, one.stderr
+            assert "Bee" in one.stdout and "Ay again" in one.stdout
+
+    def test_titles_are_text_not_markup(self, tmp_path):
+        """A title with rich markup in it is printed as written, never interpreted."""
+        title = "[/bold] closing tag [red]and a colour[/red] [link=x]"
+        Conversation(
+            agent=AGENT,
+            workspace=".",
+            persistence_dir=tmp_path,
+            conversation_id="c1",
+            tags={"title": title},
+        )
+        result = cowconv("tree", str(tmp_path))
+        assert result.returncode == 0, result.stderr
+        assert title in result.stdout
+
+    def test_piped_output_is_not_wrapped(self, tmp_path):
+        """Piped output keeps each conversation on one line, however long its title."""
+        title = "A rather long title " * 10
+        Conversation(
+            agent=AGENT,
+            workspace=".",
+            persistence_dir=tmp_path,
+            conversation_id="long",
+            tags={"title": title.strip()},
+        )
+        result = cowconv("tree", str(tmp_path))
+        assert result.returncode == 0, result.stderr
+        (line,) = [line for line in result.stdout.splitlines() if "long" in line]
+        assert title.strip() in line and "0 events" in line
 
     def test_not_a_store(self, tmp_path):
         """A file that is not a cowconv store is reported, and left as it was."""
@@ -101,16 +172,119 @@ class TestTree:
         bogus.write_bytes(b"just some notes, not SQLite at all" * 100)
         before = bogus.read_bytes()
         result = cowconv("tree", str(bogus))
-        assert result.returncode == 2 and "cannot read" in result.stdout
+        assert result.returncode == 2 and "cannot read" in result.stderr
         assert bogus.read_bytes() == before
 
 
+class TestVersion:
+    def test_version(self):
+        """cowconv --version prints the installed version, the Python, and pyrsistent's vector."""
+        result = cowconv("--version")
+        assert result.returncode == 0
+        python = platform.python_version()
+        expected = (
+            f"cowconv {cowconv_version} (Python {python}, pyrsistent {VECTOR_IMPLEMENTATION})"
+        )
+        assert result.stdout.strip() == expected
+
+
 class TestServe:
+    def test_help_names_the_command(self):
+        """serve --help shows the name it was called by, for both ways of starting it."""
+        assert "Usage: cowconv serve" in cowconv("serve", "--help").stdout
+        own = cowconv("--help", module="cowconv.agent_server")
+        assert own.returncode == 0 and "Usage: python -m cowconv.agent_server" in own.stdout
+
+    @pytest.mark.parametrize(
+        ("args", "env", "message"),
+        [
+            (["--port", "99999"], {}, "error: --port: input should be less than or equal to 65535"),
+            ([], {"COWCONV_PORT": "-1"}, "error: $COWCONV_PORT: input should be greater than"),
+            (["--session-api-key", ""], {}, "error: --session-api-key: string should have at"),
+            ([], {"COWCONV_LOG_LEVEL": "loud"}, "error: $COWCONV_LOG_LEVEL: input should be"),
+            (["--host", "0.0.0.0"], {}, "error: refusing to serve '0.0.0.0' without a session"),
+            (["--max-body-size", "0"], {}, "error: --max-body-size: input should be greater"),
+        ],
+    )
+    def test_invalid_settings_fail_in_one_line(self, tmp_path, args, env, message):
+        """An invalid option or variable is one line on stderr naming it; nothing is created."""
+        result = cowconv("serve", *args, cwd=tmp_path, env=env)
+        assert result.returncode == 2
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(message)
+        assert list(tmp_path.iterdir()) == []
+
+    def test_data_dir_that_is_a_file(self, tmp_path):
+        """--data-dir naming a file is one clear line; the file is left alone."""
+        file = tmp_path / "data"
+        file.write_text("notes")
+        result = cowconv("serve", "--port", str(free_port()), "--data-dir", str(file), cwd=tmp_path)
+        assert result.returncode == 2
+        assert result.stderr.splitlines() == [
+            f"error: data directory {file} exists and is not a directory"
+        ]
+        assert file.read_text() == "notes" and sorted(tmp_path.iterdir()) == [file]
+
+    def test_busy_port_creates_nothing(self, tmp_path):
+        """A port that cannot be bound fails before the data directory is created.
+
+        (An empty variable counts as unset.)
+        """
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            result = cowconv("serve", "--port", str(port), cwd=tmp_path, env={"COWCONV_HOST": ""})
+        assert result.returncode == 2
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error: cannot listen on 127.0.0.1:{port}")
+        assert not (tmp_path / ".cowconv").exists()
+
+    def test_unreadable_store_fails_in_one_line(self, tmp_path):
+        """A store file that cannot be opened is one line, and it is left as it was."""
+        from cowconv.agent_server import STORE_FILE_NAME
+
+        store = tmp_path / STORE_FILE_NAME
+        store.write_bytes(b"not sqlite" * 100)
+        result = cowconv("serve", "--port", str(free_port()), "--data-dir", str(tmp_path))
+        assert result.returncode == 2
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error: cannot open the store in {tmp_path}")
+        assert store.read_bytes() == b"not sqlite" * 100
+
+    def test_library_log_lines_print_once(self):
+        """The server's logging setup prints a litellm log line once, not twice.
+
+        litellm's logger has its own handler; a handler on the root logger printed it again.
+        """
+        code = (
+            "import logging\n"
+            "from cowconv.agent_server.__main__ import _configure_logging\n"
+            "_configure_logging('info')\n"
+            "from litellm._logging import verbose_logger\n"
+            "verbose_logger.setLevel(logging.INFO)\n"
+            "verbose_logger.info('one litellm line')\n"
+            "logging.getLogger('cowconv.agent_server').info('one cowconv line')\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "PYTHONPATH": str(ROOT),
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            },
+        )
+        assert result.returncode == 0, result.stderr
+        output = result.stdout + result.stderr  # litellm's own handler writes to stdout
+        assert output.count("one litellm line") == 1
+        assert output.count("one cowconv line") == 1
+
     def test_serve_starts_the_agent_server(self, tmp_path):
         """cowconv serve runs the agent server, which answers /health."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         server = subprocess.Popen(
             [
                 sys.executable,
@@ -144,6 +318,27 @@ class TestServe:
 
 class TestBench:
     def test_bench_help(self):
-        """cowconv bench hands its arguments to the benchmark suite."""
-        result = cowconv("bench", "--help")
+        """cowconv bench hands its arguments to the benchmark suite, under its own name."""
+        result = cowconv("bench", "--help", cwd=Path("/"))
         assert result.returncode == 0 and "--quick" in result.stdout
+        assert "usage: cowconv bench" in result.stdout
+
+    def test_bench_outside_a_checkout_says_what_to_do(self, tmp_path):
+        """Installed without a checkout, cowconv bench explains where the suite is."""
+        site = tmp_path / "site"
+        shutil.copytree(ROOT / "cowconv", site / "cowconv")
+        result = cowconv("bench", "--quick", cwd=tmp_path, pythonpath=site)
+        assert result.returncode == 2, result.stderr
+        assert "source checkout" in result.stderr and "Traceback" not in result.stderr
+        assert sorted(tmp_path.iterdir()) == [site]
+
+
+class TestWrongArguments:
+    @pytest.mark.parametrize(
+        "args", [["nope"], ["tree"], ["serve", "--port", "x"], ["serve", "--log-level", "loud"]]
+    )
+    def test_usage_errors_have_no_traceback(self, args):
+        """A wrong command or argument is a usage error (status 2), never a traceback."""
+        result = cowconv(*args)
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr and "Usage: cowconv" in result.stderr

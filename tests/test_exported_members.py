@@ -28,11 +28,19 @@ class TestExports:
     def test_public_classes_and_functions_have_runnable_examples(self):
         """Every public class and function of cowconv's public modules shows a doctest."""
         import cowconv.agent_server
+        import cowconv.distributed
         import cowconv.testing
         import cowconv.tools.terminal
 
         missing = []
-        for module in (cowconv, cowconv.agent_server, cowconv.testing, cowconv.tools.terminal):
+        modules = (
+            cowconv,
+            cowconv.agent_server,
+            cowconv.distributed,
+            cowconv.testing,
+            cowconv.tools.terminal,
+        )
+        for module in modules:
             for name in module.__all__:
                 value = getattr(module, name)
                 if inspect.isclass(value) or inspect.isfunction(value):

@@ -6,8 +6,9 @@ import json
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
-from cowconv import freeze, thaw
+from cowconv import MAX_DEPTH, InvalidValueError, freeze, thaw
 from tests.strategies import json_values
 
 
@@ -39,13 +40,47 @@ class TestFreeze:
         source["a"].append(2)
         assert value["a"] == (1,)
 
-    @pytest.mark.parametrize(
-        "bad", [{1: "x"}, {"a": object()}, {1, 2}, b"bytes", float("nan"), [float("inf")]]
-    )
+    @pytest.mark.parametrize("bad", [{1: "x"}, {"a": object()}, {1, 2}, b"bytes"])
     def test_rejects_non_json(self, bad):
-        """Non-JSON values are a TypeError naming the problem."""
+        """Non-JSON types are a TypeError naming the problem."""
         with pytest.raises(TypeError):
             freeze(bad)
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            float("nan"),
+            [float("inf")],
+            {"a": {"b": -float("inf")}},
+            "\ud800",
+            {"\udfff": 1},
+            ["ok", {"k": "x\udc80y"}],
+        ],
+    )
+    def test_rejects_what_cannot_be_stored(self, bad):
+        """Non-finite numbers and lone surrogates are an InvalidValueError (a ValueError)."""
+        with pytest.raises(InvalidValueError):
+            freeze(bad)
+
+    @given(st.integers(min_value=0, max_value=MAX_DEPTH + 5), st.booleans())
+    def test_depth_limit(self, depth, as_object):
+        """Containers nest up to MAX_DEPTH levels; one more is an InvalidValueError."""
+        value: object = 1
+        for _ in range(depth):
+            value = {"k": value} if as_object else [value]
+        if depth <= MAX_DEPTH:
+            assert thaw(freeze(value)) == value
+        else:
+            with pytest.raises(InvalidValueError, match="deeper than"):
+                freeze(value)
+
+    def test_far_too_deep_is_still_a_value_error(self):
+        """A value deeper than Python's recursion limit is refused the same way."""
+        value: object = 1
+        for _ in range(100_000):
+            value = [value]
+        with pytest.raises(InvalidValueError):
+            freeze(value)
 
 
 class TestThaw:

@@ -220,6 +220,32 @@ class TestValueSemantics:
         log, _ = log_of(5)
         assert pickle.loads(pickle.dumps(log)) == log
 
+    @given(st.integers(0, 30), st.integers(0, 30), st.integers(0, 5))
+    def test_pickle_keeps_the_chunk_layout(self, n, k, more):
+        """Unpickling gives back the chunks (only the used part of a view) and appends work."""
+        limit = _history._CHUNK_LIMIT
+        _history._CHUNK_LIMIT = 8
+        try:
+            _, events = log_of(n)
+            log = EventLog().extend(events)
+            view = log.take(min(k, n))
+            for original in (log, view):
+                loaded = pickle.loads(pickle.dumps(original))
+                assert loaded == original
+                used = [len(list(chunk)) for chunk in original._used_chunks()]
+                assert [len(c) for c in loaded._chunks] == used
+                assert loaded._starts == original._starts
+                assert [loaded.index_of(e.id) for e in original] == list(range(len(original)))
+                grown = loaded.extend(
+                    MessageEvent(source="user", role="user", content=f"new {i}")
+                    for i in range(more)
+                )
+                assert list(grown)[: len(original)] == list(original)
+                assert max((len(c) for c in grown._chunks), default=0) <= 8
+                assert loaded == original  # appending did not change the unpickled log
+        finally:
+            _history._CHUNK_LIMIT = limit
+
     def test_equality_and_hash(self):
         """Logs with equal events are equal and hash alike; lists are not logs."""
         log, events = log_of(5)
@@ -238,3 +264,14 @@ class TestValueSemantics:
         holder = Holder(events=log_of(n)[0])
         assert Holder.model_validate_json(holder.model_dump_json()) == holder
         assert Holder.model_validate(holder.model_dump()).events == holder.events
+
+
+class TestVectorImplementation:
+    def test_vector_implementation_is_the_one_in_use(self):
+        """VECTOR_IMPLEMENTATION names the vector type pyrsistent hands out in this interpreter."""
+        try:
+            import pvectorc  # noqa: F401
+        except ImportError:
+            assert _history.VECTOR_IMPLEMENTATION == "pure Python"
+        else:
+            assert _history.VECTOR_IMPLEMENTATION == "C extension"

@@ -355,10 +355,10 @@ class TestConflicts:
             assert reopened.load(conversation.id) == before
 
     def test_saving_a_deleted_conversation(self, store: SQLiteStore):
-        """A live conversation deleted from its store cannot save again."""
+        """A live conversation deleted from its store cannot save again: a stale write."""
         conversation = persisted(store, conversation_id="c1")
         store.delete("c1")
-        with pytest.raises(ConversationNotFoundError):
+        with pytest.raises(StoreError, match="deleted"):
             conversation.send_message("after delete")
 
 

@@ -21,7 +21,9 @@ row naming its parent and how many of the parent's events it inherits. See
 from __future__ import annotations
 
 import builtins
+import logging
 import os
+import secrets
 import sqlite3
 import threading
 import weakref
@@ -52,7 +54,7 @@ from cowconv._store._lazy import LazyEvents
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The layout this cowconv writes; recorded in ``PRAGMA user_version``."""
 
 # "cowv": marks the file as a cowconv store (PRAGMA application_id, header offset 68).
@@ -66,7 +68,9 @@ CREATE TABLE conversations (
     parent INTEGER REFERENCES conversations (key),
     fork_len INTEGER NOT NULL CHECK (fork_len >= 0),
     event_count INTEGER NOT NULL CHECK (event_count >= fork_len),
-    state TEXT
+    state TEXT,
+    generation INTEGER NOT NULL DEFAULT 0,
+    version INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE events (
     conversation INTEGER NOT NULL REFERENCES conversations (key),
@@ -80,7 +84,14 @@ CREATE TABLE events (
 # The statements that take a store from version N to N + 1, run in order in one
 # transaction when an older store is opened. Version 1 is the first layout; the
 # next one adds its step here (executescript would commit half-way: no scripts).
-_MIGRATIONS: dict[int, tuple[str, ...]] = {}
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 2: every row carries the generation (random, set when the row is created) and the
+    # version (counted up by every write) that a writer's base must match.
+    1: (
+        "ALTER TABLE conversations ADD COLUMN generation INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE conversations ADD COLUMN version INTEGER NOT NULL DEFAULT 0",
+    ),
+}
 
 _MAX_ROWS = 2**63 - 1
 
@@ -88,6 +99,11 @@ _MAX_ROWS = 2**63 - 1
 _CACHE_SIZE = 32
 
 Synchronous = Literal["full", "normal"]
+
+logger = logging.getLogger("cowconv")
+
+# (row key, generation, version): which stored write a snapshot is.
+_Token = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -97,6 +113,12 @@ class _Row:
     fork_len: int
     event_count: int
     state: str | None
+    generation: int = 0
+    version: int = 0
+
+    @property
+    def token(self) -> _Token:
+        return (self.key, self.generation, self.version)
 
 
 def _file_is_empty(path: Path) -> bool:
@@ -203,6 +225,9 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._cache: OrderedDict[int, EventLog] = OrderedDict()
         self._cache_data_version: int | None = None
+        # id(snapshot) -> the stored write it is, for every snapshot this store loaded or
+        # saved and that is still alive: the base a writer's next save must match.
+        self._bases: dict[int, _Token] = {}
         self._connection: sqlite3.Connection | None = self._open(lock_timeout, synchronous)
         self._finalizer = weakref.finalize(self, self._connection.close)
 
@@ -286,7 +311,8 @@ class SQLiteStore:
     def _row(self, db: sqlite3.Connection, conversation_id: ConversationID) -> _Row:
         conversation_id = id_text(conversation_id)
         found = db.execute(
-            "SELECT key, parent, fork_len, event_count, state FROM conversations WHERE id = ?",
+            "SELECT key, parent, fork_len, event_count, state, generation, version "
+            "FROM conversations WHERE id = ?",
             (conversation_id,),
         ).fetchone()
         if found is None:
@@ -353,13 +379,23 @@ class SQLiteStore:
             self._remember(key, base)
         return base
 
-    def _state(self, row: _Row, events: EventLog) -> ConversationState:
+    def _state(self, row: _Row, events: EventLog, conversation_id: str) -> ConversationState:
         assert row.state is not None
         try:
             state = ConversationState.model_validate_json(row.state)
         except ValueError as error:
-            raise CorruptStoreError(f"a stored conversation state is damaged: {error}") from error
+            raise CorruptStoreError(
+                f"the stored state of conversation {conversation_id!r} cannot be read (delete() "
+                f"still removes it): {error}"
+            ) from error
         return loaded_status(state._replace(events=events))
+
+    def _track(self, state: ConversationState, token: _Token) -> None:
+        """Remember that ``state`` is the stored write ``token``, for as long as it lives."""
+        key = id(state)
+        if key not in self._bases:
+            weakref.finalize(state, self._bases.pop, key, None)
+        self._bases[key] = token
 
     def exists(self, conversation_id: ConversationID) -> bool:
         """Whether a conversation with this id is stored.
@@ -387,7 +423,9 @@ class SQLiteStore:
         with self._transaction(write=False) as db:
             row = self._row(db, conversation_id)
             events = self._history(db, row.key, row.event_count)
-        return self._state(row, events)
+        state = self._state(row, events, id_text(conversation_id))
+        self._track(state, row.token)
+        return state
 
     def info(self, conversation_id: ConversationID) -> ConversationInfo:
         """The stored conversation's summary, without reading its events.
@@ -399,21 +437,28 @@ class SQLiteStore:
         """
         with self._transaction(write=False) as db:
             row = self._row(db, conversation_id)
-            return self._info(db, row.key, row.state, row.event_count)
+            leaf = self._leaf(db, row.key, row.event_count)
+        return self._info(id_text(conversation_id), row.state, row.event_count, leaf)
+
+    def _leaf(self, db: sqlite3.Connection, key: int, event_count: int) -> str | None:
+        """The id of the last event of a stored history (its leaf), or ``None``."""
+        return self._event_id_at(db, key, event_count - 1) if event_count else None
 
     def _info(
-        self, db: sqlite3.Connection, key: int, state_json: str | None, event_count: int
+        self, conversation_id: str, state_json: str | None, event_count: int, leaf: str | None
     ) -> ConversationInfo:
-        info = ConversationInfo.of(self._state(_Row(0, None, 0, 0, state_json), EventLog()))
-        leaf = self._event_id_at(db, key, event_count - 1) if event_count else None
-        return info.model_copy(update={"event_count": event_count, "leaf_event_id": leaf})
+        state = self._state(_Row(0, None, 0, 0, state_json), EventLog(), conversation_id)
+        update = {"event_count": event_count, "leaf_event_id": leaf}
+        return ConversationInfo.of(state).model_copy(update=update)
 
     def list(
         self, *, tags: Mapping[str, str] | None = None, limit: int | None = None, offset: int = 0
     ) -> builtins.list[ConversationInfo]:
         """Summaries of the stored conversations carrying all ``tags``, oldest first.
 
-        ``limit`` and ``offset`` page through them.
+        ``limit`` and ``offset`` page through them. A conversation whose
+        stored state cannot be read is left out and logged by id (see
+        :meth:`unreadable`); it never hides the others.
 
         >>> SQLiteStore(":memory:").list(tags={"title": "x"}, limit=10)
         []
@@ -422,7 +467,7 @@ class SQLiteStore:
             raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
-        query = "SELECT key, state, event_count FROM conversations WHERE id IS NOT NULL"
+        query = "SELECT id, state, event_count, key FROM conversations WHERE id IS NOT NULL"
         parameters: list[object] = []
         for key, value in (tags or {}).items():
             if not isinstance(key, str) or not isinstance(value, str):
@@ -437,7 +482,43 @@ class SQLiteStore:
         parameters += [-1 if limit is None else min(limit, _MAX_ROWS), min(offset, _MAX_ROWS)]
         with self._transaction(write=False) as db:
             rows = db.execute(query, parameters).fetchall()
-            return [self._info(db, *row) for row in rows]
+            infos, unreadable = self._infos(db, rows)
+        if unreadable:
+            logger.warning(
+                "the store %s holds conversations whose state cannot be read (delete them or "
+                "restore the file): %s",
+                self._path,
+                ", ".join(map(repr, unreadable)),
+            )
+        return infos
+
+    def _infos(
+        self, db: sqlite3.Connection, rows: builtins.list[tuple[str, str, int, int]]
+    ) -> tuple[builtins.list[ConversationInfo], builtins.list[str]]:
+        infos, unreadable = [], []
+        for conversation_id, state_json, event_count, key in rows:
+            try:
+                leaf = self._leaf(db, key, event_count)
+                infos.append(self._info(conversation_id, state_json, event_count, leaf))
+            except CorruptStoreError:
+                unreadable.append(conversation_id)
+        return infos, unreadable
+
+    def unreadable(self) -> builtins.list[str]:
+        """The ids of stored conversations whose state cannot be read (damage, an old bug).
+
+        :meth:`list` leaves them out, :meth:`load` raises
+        :class:`~cowconv.CorruptStoreError` naming them, :meth:`delete` removes them.
+
+        >>> SQLiteStore(":memory:").unreadable()
+        []
+        """
+        with self._transaction(write=False) as db:
+            rows = db.execute(
+                "SELECT id, state, event_count, key FROM conversations WHERE id IS NOT NULL "
+                "ORDER BY key"
+            ).fetchall()
+            return self._infos(db, rows)[1]
 
     # -- writing -------------------------------------------------------------------
 
@@ -446,17 +527,22 @@ class SQLiteStore:
 
         ``previous is None`` stores a new conversation, or a fork: when its
         parent is in this store, the fork is one row and no event is
-        written. Otherwise ``previous`` must be what the store holds (else
-        :class:`~cowconv.StoreError`: another writer changed it) and the
-        events after it are appended with the new state.
+        written. Otherwise ``previous`` must be the very write the store
+        holds: every stored conversation carries a generation (new when it
+        is created, so a deleted and re-created id is a different one) and a
+        version (counted up by every write). A writer whose ``previous`` is
+        not the stored generation and version (another writer, another
+        process, or a delete came in between) gets
+        :class:`~cowconv.StoreError` and nothing is written.
         """
         with self._lock:  # the cache is shared by the store's threads too
             with self._transaction(write=True) as db:
                 if previous is None:
-                    key = self._insert(db, current, *self._fork_point(db, current))
+                    token = self._insert(db, current, *self._fork_point(db, current))
                 else:
-                    key = self._append(db, previous, current)
-            self._remember(key, current.events)
+                    token = self._append(db, previous, current)
+            self._remember(token[0], current.events)
+            self._track(current, token)
 
     def _fork_point(
         self, db: sqlite3.Connection, state: ConversationState
@@ -489,41 +575,72 @@ class SQLiteStore:
 
     def _insert(
         self, db: sqlite3.Connection, state: ConversationState, parent: int | None, fork_len: int
-    ) -> int:
+    ) -> _Token:
         if db.execute("SELECT 1 FROM conversations WHERE id = ?", (str(state.id),)).fetchone():
             raise ValueError(f"a conversation with id {state.id!r} is already stored")
         if fork_len == 0:
             parent = None
+        # Random, not counted: a count would restart when the rows holding it are deleted.
+        generation = secrets.randbits(63)
         cursor = db.execute(
-            "INSERT INTO conversations (id, parent, fork_len, event_count, state) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (str(state.id), parent, fork_len, len(state.events), _state_json(state)),
+            "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (str(state.id), parent, fork_len, len(state.events), _state_json(state), generation),
         )
         key = cursor.lastrowid
         assert key is not None
         self._write_events(db, key, state.events, fork_len)
-        return key
+        return (key, generation, 0)
+
+    def _base(
+        self, db: sqlite3.Connection, row: _Row, previous: ConversationState
+    ) -> _Token | None:
+        """The stored write ``previous`` is, or None if it is not the stored one."""
+        known = self._bases.get(id(previous))
+        if known is not None:
+            return known
+        # A snapshot this store object never saw (built elsewhere): it is the stored write
+        # only if it is that write, event for event and field for field.
+        count = len(previous.events)
+        if row.event_count != count or row.state != _state_json(previous):
+            return None
+        if count and self._event_id_at(db, row.key, count - 1) != previous.events[count - 1].id:
+            return None
+        return row.token
 
     def _append(
         self, db: sqlite3.Connection, previous: ConversationState, current: ConversationState
-    ) -> int:
+    ) -> _Token:
         if current.id != previous.id:
             raise ValueError(f"cannot save conversation {current.id!r} over {previous.id!r}")
         start = len(previous.events)
         if len(current.events) < start:
             raise ValueError("a saved history only grows: the new state has fewer events")
-        row = self._row(db, current.id)
-        if row.event_count != start:
+        try:
+            row = self._row(db, current.id)
+        except ConversationNotFoundError:
             raise StoreError(
-                f"conversation {current.id!r} was changed by another writer: the store holds "
-                f"{row.event_count} events, this writer expected {start}"
+                f"conversation {current.id!r} was deleted since this writer read it; nothing "
+                "was written"
+            ) from None
+        base = self._base(db, row, previous)
+        if base != row.token or row.event_count != start:
+            why = (
+                "deleted and created again"
+                if base is None or base[:2] != row.token[:2]
+                else f"changed by another writer (stored version {row.version}, this writer's "
+                f"{base[2]})"
+            )
+            raise StoreError(
+                f"conversation {current.id!r} was {why} since this writer read it; nothing was "
+                "written (load it again to continue)"
             )
         self._write_events(db, row.key, current.events, start)
         db.execute(
-            "UPDATE conversations SET event_count = ?, state = ? WHERE key = ?",
-            (len(current.events), _state_json(current), row.key),
+            "UPDATE conversations SET event_count = ?, state = ?, version = ? WHERE key = ?",
+            (len(current.events), _state_json(current), row.version + 1, row.key),
         )
-        return row.key
+        return (row.key, row.generation, row.version + 1)
 
     def _write_events(self, db: sqlite3.Connection, key: int, events: EventLog, start: int) -> None:
         db.executemany(
@@ -600,7 +717,13 @@ class SQLiteStore:
         with self._transaction(write=False) as db:
             root = self._row(db, conversation_id)
             records = [
-                ExportRecord(self._state(root, self._history(db, root.key, root.event_count)))
+                ExportRecord(
+                    self._state(
+                        root,
+                        self._history(db, root.key, root.event_count),
+                        id_text(conversation_id),
+                    )
+                )
             ]
             # Forks of tombstones belong to the nearest exported ancestor.
             pending = [(root.key, id_text(conversation_id), root.event_count)] if with_forks else []
@@ -618,7 +741,8 @@ class SQLiteStore:
                         pending.append((child.key, ancestor, reach))
                         continue
                     events = self._history(db, child.key, child.event_count)
-                    records.append(ExportRecord(self._state(child, events), ancestor, reach))
+                    state = self._state(child, events, child_id)
+                    records.append(ExportRecord(state, ancestor, reach))
                     pending.append((child.key, child_id, child.event_count))
         return export_document(records, include_secrets=include_secrets)
 
@@ -639,7 +763,7 @@ class SQLiteStore:
             for record in records:
                 parent = None if record.parent is None else keys[record.parent]
                 fork_len = record.fork_len if parent is not None else 0
-                keys[str(record.state.id)] = self._insert(db, record.state, parent, fork_len)
+                keys[str(record.state.id)] = self._insert(db, record.state, parent, fork_len)[0]
         return [public_id(key) for key in keys]
 
     # -- measuring ---------------------------------------------------------------

@@ -1,82 +1,195 @@
-"""``python -m cowconv.agent_server``: serve conversations over HTTP.
+"""``python -m cowconv.agent_server`` (or ``cowconv serve``): serve conversations over HTTP.
 
->>> _parser().parse_args(["--port", "8001"]).host
+Each option falls back to an environment variable named for it
+(``--data-dir`` → ``COWCONV_DATA_DIR``, lists comma separated), then to its
+default; :class:`ServerSettings` reads
+them (pydantic-settings) and validates all of them before anything starts.
+
+>>> ServerSettings.from_options(port=8001).host
 '127.0.0.1'
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
+import shutil
+import socket
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Annotated, Any, Literal
 
-__all__ = ["main"]
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-SESSION_API_KEY_ENV = "COWCONV_SESSION_API_KEY"
-DATA_DIR_ENV = "COWCONV_DATA_DIR"
+from cowconv.agent_server._security import DEFAULT_MAX_BODY_SIZE
+
+__all__ = ["ServerSettings", "StartError", "main", "run_server"]
+
 # Relative to the working directory, like the seed's server: a server started in a project
 # keeps its conversations there, and a run in a scratch directory leaves nothing elsewhere.
 DEFAULT_DATA_DIR = Path(".cowconv/agent_server")
+ENV_PREFIX = "COWCONV_"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m cowconv.agent_server",
-        description="Serve cowconv conversations over a JSON REST API (docs/server.md).",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help=f"where the conversation store lives (default ${DATA_DIR_ENV} or {DEFAULT_DATA_DIR})",
-    )
-    parser.add_argument(
-        "--session-api-key",
-        default=None,
-        help=f"require this X-Session-API-Key on every /api route (default ${SESSION_API_KEY_ENV});"
-        " prefer the environment variable, since arguments show in process listings",
-    )
-    parser.add_argument(
-        "--log-level",
-        default="info",
-        choices=["critical", "error", "warning", "info", "debug"],
-        help="log level (default info)",
-    )
-    return parser
+class StartError(Exception):
+    """The server cannot start; the message is one line for the operator.
+
+    >>> str(StartError("port: must be at most 65535"))
+    'port: must be at most 65535'
+    """
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line and serve until interrupted."""
-    args = _parser().parse_args(argv)
+class ServerSettings(BaseSettings):
+    """The server's settings: options first, then ``COWCONV_*`` variables, then defaults.
+
+    >>> ServerSettings(port=8001, data_dir="data").data_dir
+    PosixPath('data')
+    """
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    data_dir: Path = DEFAULT_DATA_DIR
+    session_api_key: str | None = Field(default=None, min_length=1)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    allowed_hosts: Annotated[list[str], NoDecode] = []
+    """Host names requests may use besides the bound address and loopback names."""
+    allowed_origins: Annotated[list[str], NoDecode] = []
+    """Browser origins (``https://app.example``) allowed to change state."""
+    allow_unauthenticated: bool = False
+    """Serve a non-loopback address without a session key (refused otherwise)."""
+    max_body_size: int = Field(default=DEFAULT_MAX_BODY_SIZE, ge=1)
+
+    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        # $COWCONV_ALLOWED_HOSTS="a.example,b.example"; options arrive as lists already.
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @classmethod
+    def from_options(cls, **options: Any) -> ServerSettings:
+        """Settings from command line options; ``None`` means "not given" (use the fallback).
+
+        An invalid value raises :class:`StartError` naming the option or variable.
+
+        >>> ServerSettings.from_options(port=None, log_level="debug").log_level
+        'debug'
+        """
+        given = {name: value for name, value in options.items() if value not in (None, [], ())}
+        try:
+            return cls(**given)
+        except ValidationError as error:
+            raise StartError(_one_line(error, given)) from None
+
+
+def _one_line(error: ValidationError, given: dict[str, Any]) -> str:
+    problems = []
+    for problem in error.errors(include_url=False):
+        field = str(problem["loc"][0]) if problem["loc"] else "settings"
+        name = "--" + field.replace("_", "-") if field in given else f"${ENV_PREFIX}{field.upper()}"
+        shown = "<hidden>" if field == "session_api_key" else repr(problem.get("input"))
+        problems.append(f"{name}: {problem['msg'].lower()} (got {shown})")
+    return "; ".join(problems)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        raise StartError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+    return listener
+
+
+def _missing_parents(directory: Path) -> Path | None:
+    """The outermost directory of ``directory``'s path that does not exist yet (or None)."""
+    outermost = None
+    for candidate in (directory, *directory.parents):
+        if candidate.exists():
+            break
+        outermost = candidate
+    return outermost
+
+
+def _configure_logging(level: str) -> None:
+    # One handler, on cowconv's own logger: a handler on the root logger would print a second
+    # copy of every line of libraries with their own handler (litellm logs each call at INFO).
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("cowconv")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def run_server(settings: ServerSettings) -> None:
+    """Start the server and serve until interrupted.
+
+    Everything that can fail is checked first (the port is bound, the data
+    directory must be a directory, the store must open): a failed start
+    raises :class:`StartError` and leaves no directory or file behind.
+    """
     try:
         import uvicorn
 
+        from cowconv._exceptions import CowconvError
         from cowconv.agent_server import create_app
+        from cowconv.agent_server._security import UnsafeExposureError, check_exposure
     except ImportError as error:
-        raise SystemExit(f"{error}: pip install 'cowconv[server]'") from None
-    data_dir = args.data_dir or Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
-    session_api_key = args.session_api_key or os.environ.get(SESSION_API_KEY_ENV) or None
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    app = create_app(data_dir=data_dir.expanduser(), session_api_key=session_api_key)
+        raise StartError(f"{error}: pip install 'cowconv[server]'") from None
+    data_dir = settings.data_dir.expanduser()
+    if data_dir.exists() and not data_dir.is_dir():
+        raise StartError(f"data directory {data_dir} exists and is not a directory")
+    try:
+        check_exposure(
+            settings.host,
+            session_api_key=settings.session_api_key,
+            allowed_hosts=settings.allowed_hosts,
+            allow_unauthenticated=settings.allow_unauthenticated,
+        )
+    except UnsafeExposureError as error:
+        raise StartError(str(error)) from None
+    listener = _bind(settings.host, settings.port)
+    created = _missing_parents(data_dir)
+    try:
+        app = create_app(
+            data_dir=data_dir,
+            session_api_key=settings.session_api_key,
+            host=settings.host,
+            allowed_hosts=settings.allowed_hosts,
+            allowed_origins=settings.allowed_origins,
+            allow_unauthenticated=settings.allow_unauthenticated,
+            max_body_size=settings.max_body_size,
+        )
+    except (CowconvError, OSError) as error:
+        listener.close()
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise StartError(f"cannot open the store in {data_dir}: {error}") from None
+    _configure_logging(settings.log_level)
+    host, port = listener.getsockname()[:2]
     logging.getLogger("cowconv.agent_server").info(
         "serving on http://%s:%d, data in %s, session API key %s",
-        args.host,
-        args.port,
+        f"[{host}]" if ":" in host else host,
+        port,
         data_dir,
-        "required" if session_api_key else "not required",
+        "required" if settings.session_api_key else "not required",
     )
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=5,
-    )
-    return 0
+    config = uvicorn.Config(app, log_level=settings.log_level, timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[listener])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and serve until interrupted; returns the exit status."""
+    from cowconv._cli import serve_main
+
+    return serve_main(argv)
 
 
 if __name__ == "__main__":

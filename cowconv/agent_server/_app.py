@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cowconv._agent import Agent
 from cowconv._events import AnyEvent, Event
-from cowconv._exceptions import ConversationNotFoundError
+from cowconv._exceptions import ConversationNotFoundError, InvalidValueError
 from cowconv._history import EventLog
 from cowconv._state import ConversationInfo
 from cowconv._store import SQLiteStore, Store
@@ -218,6 +218,10 @@ def _add_error_handlers(app: FastAPI) -> None:
             # is one more malformed body, which this API answers with 422 everywhere.
             return _error(422, f"malformed request body: {error.detail}")
         return await http_exception_handler(request, error)
+
+    @app.exception_handler(InvalidValueError)
+    async def invalid_value(_request: Request, error: InvalidValueError) -> JSONResponse:
+        return _error(422, str(error))
 
     @app.exception_handler(ConversationNotFoundError)
     async def not_found(_request: Request, error: ConversationNotFoundError) -> JSONResponse:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cowconv._agent import Agent
 from cowconv._events import AnyEvent
+from cowconv._frozen import CheckedModel
 from cowconv._state import ConversationInfo, ExecutionStatus
 from cowconv._workspace import Workspace
 
@@ -32,7 +33,7 @@ ConversationId = str
 _ID = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\s/]+$")
 
 
-class _Request(BaseModel):
+class _Request(CheckedModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 

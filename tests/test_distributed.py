@@ -1,0 +1,349 @@
+"""Branch suites on executors: the wire format in process, a real Dask cluster, processes, Ray.
+
+Every executor must give the same forks as the thread pool, commit what the
+workers appended to the caller's forks (store and callbacks see it), and
+fail a branch that cannot travel or whose worker dies alone.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+from collections.abc import Iterator
+
+import pytest
+from pydantic import BaseModel, PrivateAttr
+
+from cowconv import (
+    LLM,
+    Agent,
+    AgentErrorEvent,
+    Branch,
+    BranchError,
+    BranchesError,
+    Conversation,
+    ExecutionStatus,
+    SQLiteStore,
+    Tool,
+    ToolDefinition,
+    ToolResult,
+    register_tool,
+    run_branches,
+)
+from cowconv.distributed import PicklingExecutor, ProcessExecutor, prefix_loads
+from cowconv.testing import StubReply
+
+
+class ShoutParams(BaseModel):
+    text: str
+
+
+@register_tool
+class ShoutTool(ToolDefinition[ShoutParams]):
+    """Upper-case a text (a tool registered by the caller, not built in)."""
+
+    name = "test_distributed_shout"
+    Params = ShoutParams
+
+    def execute(self, params: ShoutParams) -> ToolResult:
+        return ToolResult(output=f"{params.text.upper()} (pid {os.getpid()})", exit_code=0)
+
+
+class LockedLLM(LLM):
+    """An LLM holding something that cannot be pickled (like a live client)."""
+
+    _guard: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+
+_RANDOM_FIELDS = {"id", "timestamp", "tool_call_id", "llm_response_id"}
+
+
+def _own_events(fork: Conversation) -> list[tuple[str, str]]:
+    """What a fork added after its fork point, without ids and timestamps."""
+    state = fork.state
+    start = state.events.index_of(state.forked_from_event_id) + 1
+    own = (state.events[i] for i in range(start, len(state.events)))
+    return [(type(event).__name__, event.model_dump_json(exclude=_RANDOM_FIELDS)) for event in own]
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[object]:
+    """A real Dask LocalCluster: 2 worker processes, 1 thread each, on 127.0.0.1."""
+    dask = pytest.importorskip("dask")
+    distributed = pytest.importorskip("distributed")
+    # A worker that dies fails its task at once instead of being run again elsewhere.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address=None,
+            processes=True,
+            memory_limit="1GiB",
+        )
+        client = distributed.Client(cluster)
+        try:
+            yield client
+        finally:
+            client.close()
+            cluster.close()
+
+
+@pytest.fixture(params=["pickling", "dask"])
+def executor(request):
+    """Each executor that runs on every test run."""
+    if request.param == "pickling":
+        return PicklingExecutor(max_workers=2)
+    from cowconv.distributed import DaskExecutor
+
+    return DaskExecutor(request.getfixturevalue("dask_client"), progress=False)
+
+
+@pytest.fixture
+def source(stub_agent, tmp_path) -> Conversation:
+    conversation = Conversation(agent=stub_agent, workspace=tmp_path)
+    conversation.send_message("Run `echo shared-start` in the terminal.")
+    conversation.run()
+    for n in range(200):  # a longer shared history than any one branch adds
+        conversation.send_message(f"note {n}: " + "x" * 200)
+    return conversation
+
+
+BRANCHES = [
+    Branch("Run `echo alpha`.", title="A", tags={"variant": "a"}),
+    Branch("Run `echo beta` and `echo gamma`.", title="B"),
+    "Say hello.",
+]
+
+
+class TestSameAsThreads:
+    def test_executor_gives_the_forks_the_thread_pool_gives(self, source, executor):
+        """Each fork ends as in the thread pool: same events, status, stats, title and tags."""
+        before = source.state
+        llm_metrics = source.agent.llm.metrics
+        tokens_before = llm_metrics.prompt_tokens
+        threaded = run_branches(source, BRANCHES)
+        tokens_threaded = llm_metrics.prompt_tokens - tokens_before
+        remote = run_branches(source, BRANCHES, executor=executor)
+        assert source.state is before
+        assert [_own_events(f) for f in remote] == [_own_events(f) for f in threaded]
+        for mine, theirs in zip(remote, threaded, strict=True):
+            assert mine.state.execution_status is ExecutionStatus.FINISHED
+            assert mine.state.stats == theirs.state.stats
+            assert dict(mine.state.tags) == dict(theirs.state.tags)
+            assert mine.state.forked_from_conversation_id == source.id
+            assert mine.state.events.take(len(before.events)) == before.events
+        # LLM usage made on the workers is added back to the caller's LLM.
+        assert llm_metrics.prompt_tokens - tokens_before == 2 * tokens_threaded
+        rows = remote.report().rows
+        assert [row.title for row in rows] == ["A", "B", None]
+        assert rows[0].final_answer is not None and "alpha" in rows[0].final_answer
+        assert all(row.wall_seconds is not None and row.steps >= 1 for row in rows)
+
+    def test_the_prefix_travels_once_not_once_per_branch(self, source, stub_agent):
+        """Bytes sent: the shared history once plus small jobs, far below one copy per branch."""
+        executor = PicklingExecutor(max_workers=2)
+        messages = [f"Say hi {n}." for n in range(8)]
+        forks = run_branches(source, messages, executor=executor)
+        whole_fork = len(pickle.dumps(forks[0].state))
+        prefix = len(pickle.dumps(source.state.events))
+        assert executor.bytes_sent < prefix + len(messages) * whole_fork / 20
+        assert executor.bytes_received < len(messages) * whole_fork / 20
+
+    def test_dask_workers_unpickle_the_prefix_at_most_once(self, source, dask_client):
+        """Across 6 branches on 2 workers, each worker deserialises the shared history once."""
+        from cowconv.distributed import DaskExecutor
+
+        before = dask_client.run(prefix_loads)
+        run_branches(source, [f"Say hi {n}." for n in range(6)], executor=DaskExecutor(dask_client))
+        after = dask_client.run(prefix_loads)
+        assert all(after[w] - before.get(w, 0) <= 1 for w in after)
+        assert sum(after[w] - before.get(w, 0) for w in after) >= 1
+
+
+class TestMergedBack:
+    def test_store_and_callbacks_see_what_workers_appended(self, stub_agent, tmp_path, executor):
+        """The caller's store holds the runs' events and each fork's callbacks saw them."""
+        store = SQLiteStore(tmp_path / "suite.db")
+        source = Conversation(agent=stub_agent, workspace=tmp_path, store=store)
+        source.send_message("Remember the number 7.")
+        seen: list[str] = []
+        forks = run_branches(
+            source,
+            ["Run `echo one`.", "Run `echo two`."],
+            executor=executor,
+            callbacks=[lambda event: seen.append(event.id)],
+        )
+        for fork in forks:
+            stored = store.load(fork.id)
+            assert stored.events == fork.state.events
+            assert stored.execution_status is ExecutionStatus.FINISHED
+            assert stored.stats == fork.state.stats and stored.stats.prompt_tokens > 0
+        shared = len(source.state.events)
+        own = [e.id for fork in forks for e in list(fork.state.events)[shared:]]
+        assert sorted(seen) == sorted(own)
+        assert store.info(source.id).event_count == 1
+
+    def test_llm_errors_are_recorded_not_raised(self, source, stub, executor):
+        """A failed LLM call ends its branch in ``error`` with the reason; nothing is raised."""
+        stub.script(StubReply.error(400, "bad request for this branch"))
+        (fork,) = run_branches(source, ["Say hello."], executor=executor)
+        assert fork.state.execution_status is ExecutionStatus.ERROR
+        assert isinstance(fork.state.events[-1], AgentErrorEvent)
+        assert "bad request for this branch" in fork.state.events[-1].error
+
+    def test_custom_tools_reach_the_workers(self, source, stub, executor):
+        """A tool registered in the caller runs on the worker that runs the branch."""
+        agent = Agent(llm=source.agent.llm, tools=[Tool(name=ShoutTool.name)])
+        stub.script(StubReply.tool_call(ShoutTool.name, text="quiet"), StubReply.text("Done."))
+        (fork,) = run_branches(source, [Branch("Shout 'quiet'.", agent=agent)], executor=executor)
+        assert fork.state.execution_status is ExecutionStatus.FINISHED
+        assert [kind for kind, _ in _own_events(fork)][-2:] == ["ObservationEvent", "MessageEvent"]
+        assert "QUIET (pid" in fork.state.events[-2].output
+
+    def test_keys_can_stay_off_the_wire(self, source, stub, monkeypatch, tmp_path):
+        """With ship_api_keys=False no job carries the key; the worker's environment has it."""
+        monkeypatch.setenv("OPENAI_API_KEY", "key-from-worker-env")
+        sent: list[bytes] = []
+
+        class Recording(PicklingExecutor):
+            def run_jobs(self, prefix, jobs):
+                sent.extend(job.dumps() for job in jobs)
+                return super().run_jobs(prefix, jobs)
+
+        before = len(stub.requests)
+        (fork,) = run_branches(source, ["Say hello."], executor=Recording(ship_api_keys=False))
+        assert fork.state.execution_status is ExecutionStatus.FINISHED
+        assert sent and all(b"stub-key" not in job for job in sent)
+        assert stub.requests[before].headers["authorization"] == "Bearer key-from-worker-env"
+        assert fork.agent.llm.api_key.get_secret_value() == "stub-key"  # kept here
+
+
+class TestFailures:
+    def test_unpicklable_agent_fails_its_branch_alone(self, source, executor):
+        """A branch whose agent cannot be pickled fails with a clear error; the others finish."""
+        locked = Agent(llm=LockedLLM(**{k: getattr(source.agent.llm, k) for k in ("model",)}))
+        with pytest.raises(BranchesError) as raised:
+            run_branches(
+                source, ["Say hi.", Branch("Say hi.", agent=locked), "Say bye."], executor=executor
+            )
+        group = raised.value
+        assert [type(e) for e in group.exceptions] == [BranchError]
+        (error,) = group.exceptions
+        assert error.index == 1 and "cannot be sent to a worker" in str(error)
+        assert "lock" in str(error)
+        forks = group.forks
+        statuses = [f.state.execution_status for f in forks]
+        assert statuses == [
+            ExecutionStatus.FINISHED,
+            ExecutionStatus.ERROR,
+            ExecutionStatus.FINISHED,
+        ]
+        assert "cannot be sent to a worker" in forks[1].state.events[-1].error
+
+    def test_raising_commits_come_back_together(self, source, executor, monkeypatch):
+        """Commits that raise (a failing store) come back as one group, with every fork."""
+        from cowconv._branch_wire import BranchOutcome
+
+        def broken(self, state):
+            raise OSError("disk full")
+
+        monkeypatch.setattr(BranchOutcome, "apply", broken)
+        with pytest.raises(BranchesError) as raised:
+            run_branches(source, ["a", "b"], executor=executor)
+        assert [str(e) for e in raised.value.exceptions] == ["disk full", "disk full"]
+        assert len(raised.value.forks) == 2
+
+    def test_a_killed_dask_worker_fails_its_branch(self, source, dask_client):
+        """The branch whose worker dies fails (not run again); the suite goes on."""
+        from cowconv.distributed import DaskExecutor
+
+        branches = ["Run `echo before`.", "Run `kill -9 $PPID`.", "Run `echo after`."]
+        # One at a time, so the dying worker runs nothing but the branch that kills it.
+        executor = DaskExecutor(dask_client, max_in_flight=1, progress=False)
+        with pytest.raises(BranchesError) as raised:
+            run_branches(source, branches, executor=executor)
+        (error,) = raised.value.exceptions
+        assert error.index == 1 and "died" in str(error)
+        statuses = [f.state.execution_status for f in raised.value.forks]
+        assert statuses == [
+            ExecutionStatus.FINISHED,
+            ExecutionStatus.ERROR,
+            ExecutionStatus.FINISHED,
+        ]
+        dask_client.wait_for_workers(2, timeout=120)
+
+
+class TestProcessExecutor:
+    def test_processes_run_branches_and_a_dead_worker_fails_alone(self, source):
+        """Worker processes give the thread pool's results; a killed one fails only its branch."""
+        threaded = run_branches(source, ["Run `echo alpha`.", "Say hello."])
+        branches = ["Run `echo alpha`.", "Run `kill -9 $PPID`.", "Say hello."]
+        with pytest.raises(BranchesError) as raised:
+            run_branches(source, branches, executor=ProcessExecutor(max_workers=2, progress=False))
+        (error,) = raised.value.exceptions
+        assert error.index == 1 and "worker process died" in str(error)
+        forks = raised.value.forks
+        assert [_own_events(forks[0]), _own_events(forks[2])] == [_own_events(f) for f in threaded]
+        assert forks[1].state.execution_status is ExecutionStatus.ERROR
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[object]:
+    """A real local Ray instance: 2 CPUs, no dashboard, on 127.0.0.1 (``cowconv[ray]``)."""
+    ray = pytest.importorskip("ray")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+class TestRayExecutor:
+    def test_ray_runs_the_suite_like_the_thread_pool(self, source, ray_session):
+        """Same forks as the thread pool; each Ray worker loads the shared history once."""
+        from cowconv.distributed import RayExecutor
+
+        threaded = run_branches(source, BRANCHES)
+        remote = run_branches(source, BRANCHES, executor=RayExecutor(progress=False))
+        assert [_own_events(f) for f in remote] == [_own_events(f) for f in threaded]
+        assert [f.state.stats for f in remote] == [f.state.stats for f in threaded]
+        more = run_branches(
+            source, [f"Say hi {n}." for n in range(6)], executor=RayExecutor(progress=False)
+        )
+        assert all(f.state.execution_status is ExecutionStatus.FINISHED for f in more)
+        assert set(more.prefix_loads) == {1}  # every worker that ran one loaded it once
+        assert len(set(more.workers)) <= 2
+
+    def test_ray_failures_come_back_per_branch(self, source, ray_session):
+        """An unpicklable agent and a killed worker each fail their own branch, once."""
+        from cowconv.distributed import RayExecutor
+
+        locked = Agent(llm=LockedLLM(model=source.agent.llm.model))
+        branches = [
+            "Run `echo before`.",
+            Branch("Say hi.", agent=locked),
+            "Run `kill -9 $PPID`.",
+            "Run `echo after`.",
+        ]
+        executor = RayExecutor(max_in_flight=1, progress=False)
+        with pytest.raises(BranchesError) as raised:
+            run_branches(source, branches, executor=executor)
+        errors = sorted(raised.value.exceptions, key=lambda e: e.index)
+        assert [e.index for e in errors] == [1, 2]
+        assert "cannot be sent to a worker" in str(errors[0])
+        assert "died" in str(errors[1])
+        statuses = [f.state.execution_status for f in raised.value.forks]
+        assert statuses == [
+            ExecutionStatus.FINISHED,
+            ExecutionStatus.ERROR,
+            ExecutionStatus.ERROR,
+            ExecutionStatus.FINISHED,
+        ]
