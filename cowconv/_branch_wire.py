@@ -46,6 +46,7 @@ from cowconv._events import Event
 from cowconv._exceptions import BranchError
 from cowconv._frozen import FrozenJSONMap
 from cowconv._history import EventLog
+from cowconv._ids import ConversationID
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus, Usage
 from cowconv._tools import ToolDefinition, register_tool, resolve_tool
 
@@ -161,9 +162,9 @@ class BranchJob:
         )
 
     @property
-    def conversation_id(self) -> str:
+    def conversation_id(self) -> ConversationID:
         """The id of the fork this job runs."""
-        return str(self.state.id)
+        return self.state.id
 
     def dumps(self, dumps: Dumps = _pickle) -> bytes:
         """This job as bytes, or a :class:`~cowconv.BranchError` saying what could not travel."""
@@ -172,7 +173,7 @@ class BranchJob:
         except Exception as error:
             raise BranchError(
                 self.index,
-                self.conversation_id,
+                str(self.conversation_id),
                 f"cannot be sent to a worker: {type(error).__name__}: {error} (a branch's agent, "
                 "LLM and tools must pickle; define custom tools in an importable module)",
             ) from error
