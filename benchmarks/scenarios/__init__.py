@@ -1,6 +1,7 @@
 """The scenarios, in the order they run and are reported."""
 
 from benchmarks._scenario import Scenario
+from benchmarks.scenarios.distributed_suite import DistributedSuite
 from benchmarks.scenarios.fanout import FanOut
 from benchmarks.scenarios.fork_from_event import ForkFromEvent
 from benchmarks.scenarios.fork_latency import ForkLatency
@@ -19,6 +20,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     FanOut(),
     RestFork(),
     ImportTime(),
+    DistributedSuite(),
 )
 
 __all__ = ["SCENARIOS"]
