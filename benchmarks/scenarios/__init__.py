@@ -16,6 +16,7 @@ from benchmarks.scenarios.import_time import ImportTime
 from benchmarks.scenarios.persisted_fork import PersistedFork
 from benchmarks.scenarios.rest_fork import RestFork
 from benchmarks.scenarios.seed_fork import SeedFork
+from benchmarks.scenarios.vector_implementation import VectorImplementation
 
 SCENARIOS: tuple[Scenario, ...] = (
     ForkLatency(),
@@ -23,6 +24,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ForkMemory(),
     ForkFromEvent(),
     HistoryOps(),
+    VectorImplementation(),
     PersistedFork(),
     FanOut(),
     RestFork(),
