@@ -1,11 +1,12 @@
-"""The cowconv benchmark suite: ``python -m benchmarks`` from the repository root.
+"""The cowconv benchmark suite: ``python -m benchmarks`` (or ``cowconv bench``) in a checkout.
 
 It measures forking a cowconv conversation against forking by copying (a
-``copy.deepcopy`` of the events, and the JSON round trip of every event the
-seed SDK does), plus memory, history operations, persistence, an A/B fan-out
-and the REST API, and checks the targets of issues 2 and 6. See
-``python -m benchmarks --help``; ``main(argv)`` is the same entry point for a
-``cowconv bench`` command.
+``copy.deepcopy`` of the events, the JSON round trip of every event, and the
+seed SDK's own ``fork()`` when ``openhands-sdk`` is installed), plus memory,
+history operations, persistence, an A/B fan-out and the REST API, and checks
+each promise cowconv makes against the measured data. See
+``python -m benchmarks --help``; ``main(argv, prog)`` is the entry point of
+both commands.
 """
 
 from benchmarks._cli import main

@@ -173,8 +173,11 @@ def parse_size(text: str) -> int:
         factor, text = 1_000, text[:-1]
     elif text[-1:] in ("m", "M"):
         factor, text = 1_000_000, text[:-1]
-    value = float(text) * factor
-    if value < 1 or value != int(value):
+    try:
+        value = float(text) * factor
+    except ValueError:
+        raise ValueError(f"a size is a count such as 10, 1k or 1M, got {text!r}") from None
+    if not math.isfinite(value) or value < 1 or value != int(value):
         raise ValueError(f"a size must be a whole number >= 1, got {text!r}")
     return int(value)
 

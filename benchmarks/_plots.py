@@ -1,11 +1,23 @@
-"""Log-log line charts (matplotlib, Agg backend), imported only when plotting."""
+"""Log-log line charts (matplotlib, Agg backend), imported only when plotting.
+
+Made to be read at the size the docs show them (about 750 pixels wide):
+one panel per row, ticks in the units people read (``10 µs``, ``1 ms``,
+``16 KiB``, ``10k``), legends and target lines below the data, never on it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks._measure import human_bytes, human_seconds, human_size
+
+WIDTH_IN = 7.0
+PANEL_HEIGHT_IN = 3.6
+DPI = 110
 
 
 @dataclass
@@ -21,10 +33,13 @@ class Panel:
     title: str
     ylabel: str
     lines: list[Line]
+    unit: str = ""
+    """``"s"`` (seconds) or ``"B"`` (bytes) label the y ticks in readable units; else plain."""
     xlabel: str = "history length (events)"
     hlines: list[tuple[float, str]] = field(default_factory=list)
-    yscale: Callable[[float], float] = float
-    """Converts stored values (seconds, bytes) to the unit on the axis."""
+    """Targets as (value, label): a dotted line, named in the legend."""
+    x_ticks: str = "sizes"
+    """``"sizes"``: decades as 10, 100, 1k, …; ``"data"``: a tick at each measured x (counts)."""
     logx: bool = True
 
 
@@ -37,29 +52,39 @@ def _pyplot() -> Any:
     return plt
 
 
+def _seconds_tick(value: float, _position: object) -> str:
+    return human_seconds(value) if value > 0 else ""
+
+
+def _bytes_tick(value: float, _position: object) -> str:
+    return human_bytes(value) if value > 0 else ""
+
+
+def _size_tick(value: float, _position: object) -> str:
+    return human_size(round(value)) if value >= 1 and value == round(value) else ""
+
+
 def chart(path: Path, panels: Sequence[Panel], *, title: str | None = None) -> str:
-    """Draw ``panels`` side by side into ``path``; return the file name.
+    """Draw ``panels`` one under the other into ``path``; return the file name.
 
     Error bars span min–max; extrapolated points are hollow on a dashed line.
     """
     plt = _pyplot()
+    from matplotlib import ticker
+
     figure, axes = plt.subplots(
-        1, len(panels), figsize=(6.4 * len(panels), 4.6), squeeze=False, layout="constrained"
+        len(panels),
+        1,
+        figsize=(WIDTH_IN, PANEL_HEIGHT_IN * len(panels)),
+        squeeze=False,
+        layout="constrained",
     )
-    for ax, panel in zip(axes[0], panels, strict=True):
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        xs: set[float] = set()
         for index, line in enumerate(panel.lines):
-            colour = f"C{index}"
-            _draw(ax, line, colour, panel.yscale)
+            xs |= _draw(ax, line, f"C{index}")
         for value, label in panel.hlines:
-            ax.axhline(panel.yscale(value), color="grey", linestyle=":", linewidth=1)
-            ax.annotate(
-                label,
-                xy=(0.01, panel.yscale(value)),
-                xycoords=("axes fraction", "data"),
-                fontsize=8,
-                color="grey",
-                va="bottom",
-            )
+            ax.axhline(value, color="grey", linestyle=":", linewidth=1.2, label=label)
         if panel.logx:
             ax.set_xscale("log")
         ax.set_yscale("log")
@@ -68,31 +93,53 @@ def chart(path: Path, panels: Sequence[Panel], *, title: str | None = None) -> s
             # At least a decade, so a flat line looks flat and noise looks like noise.
             middle = (low * high) ** 0.5
             ax.set_ylim(middle / 10**0.5, middle * 10**0.5)
+        if panel.unit == "s":
+            ax.yaxis.set_major_formatter(ticker.FuncFormatter(_seconds_tick))
+        elif panel.unit == "B":
+            ax.yaxis.set_major_locator(ticker.LogLocator(base=2, numticks=8))
+            ax.yaxis.set_major_formatter(ticker.FuncFormatter(_bytes_tick))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        if panel.x_ticks == "data" and xs:
+            ax.xaxis.set_major_locator(ticker.FixedLocator(sorted(xs)))
+            ax.xaxis.set_major_formatter(ticker.FuncFormatter(_size_tick))
+            ax.xaxis.set_minor_locator(ticker.NullLocator())
+        elif panel.logx:
+            ax.xaxis.set_major_locator(ticker.LogLocator(base=10))
+            ax.xaxis.set_major_formatter(ticker.FuncFormatter(_size_tick))
+            ax.xaxis.set_minor_formatter(ticker.NullFormatter())
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
-        ax.set_title(panel.title, fontsize=10)
+        ax.set_title(panel.title, fontsize=11)
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8)
+        # Below the panel, not on it: a legend inside covers data at one size or another.
+        entries = len(ax.get_legend_handles_labels()[1])
+        ax.legend(
+            fontsize=9,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.22),
+            ncols=2 if entries > 3 else 1,
+            frameon=False,
+        )
     if title:
         figure.suptitle(title)
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=DPI)
     plt.close(figure)
     return path.name
 
 
-def _draw(ax: Any, line: Line, colour: str, yscale: Callable[[float], float]) -> None:
+def _draw(ax: Any, line: Line, colour: str) -> set[float]:
     points = sorted(line.series, key=lambda entry: entry[line.x])
     real = [entry for entry in points if not entry["extrapolated"]]
     guessed = [entry for entry in points if entry["extrapolated"]]
     if real:
         xs = [entry[line.x] for entry in real]
-        ys = [yscale(entry["median"]) for entry in real]
+        ys = [entry["median"] for entry in real]
         low = [
-            y - yscale(entry["min"] if entry["min"] is not None else entry["median"])
+            y - (entry["min"] if entry["min"] is not None else y)
             for y, entry in zip(ys, real, strict=True)
         ]
         high = [
-            yscale(entry["max"] if entry["max"] is not None else entry["median"]) - y
+            (entry["max"] if entry["max"] is not None else y) - y
             for y, entry in zip(ys, real, strict=True)
         ]
         ax.errorbar(
@@ -109,7 +156,7 @@ def _draw(ax: Any, line: Line, colour: str, yscale: Callable[[float], float]) ->
         bridge = real[-1:] + guessed
         ax.plot(
             [entry[line.x] for entry in bridge],
-            [yscale(entry["median"]) for entry in bridge],
+            [entry["median"] for entry in bridge],
             color=colour,
             linestyle="--",
             marker="o",
@@ -117,3 +164,4 @@ def _draw(ax: Any, line: Line, colour: str, yscale: Callable[[float], float]) ->
             markersize=5,
             label=f"{line.label} (extrapolated)",
         )
+    return {float(entry[line.x]) for entry in points if math.isfinite(entry[line.x])}

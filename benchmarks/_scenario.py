@@ -37,7 +37,7 @@ class Config:
 
     @property
     def reference_size(self) -> int:
-        """The size the issues' "at 10k events" targets use (else the closest one)."""
+        """The size the "at 10k events" targets use (else the closest one)."""
         return min(self.sizes, key=lambda size: abs(math.log10(size) - 4))
 
 
@@ -58,35 +58,43 @@ class Context:
 
 @dataclass(frozen=True)
 class Target:
-    """One target of issue 2 or 6, checked against measured data."""
+    """A promise cowconv makes, checked against this run's data."""
 
-    issue: int
-    description: str
+    promise: str
     threshold: str
     measured: str
     passed: bool | None
-    """``None`` when this run did not measure it (the report says why in ``measured``)."""
+    """``None`` when this run did not measure it (``measured`` says why)."""
+    absolute: bool = False
+    """An absolute time: it depends on the machine and on what else runs there. On a busy
+    machine it is information; the ratios measured side by side beside it are judged."""
+    busy: bool = False
+    """Set by the runner when the machine was busy while this target's scenario ran."""
 
     @property
     def status(self) -> str:
         if self.passed is None:
             return "NOT MEASURED"
-        return "PASS" if self.passed else "FALLS SHORT"
+        if self.passed:
+            return "PASS"
+        return "NOT JUDGED (busy machine)" if self.absolute and self.busy else "FALLS SHORT"
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "issue": self.issue,
-            "description": self.description,
+            "promise": self.promise,
             "threshold": self.threshold,
             "measured": self.measured,
             "status": self.status,
+            "absolute": self.absolute,
+            "busy": self.busy,
         }
 
 
 class Scenario:
     """Base class: subclasses set the class attributes and override what they need."""
 
-    number: int
+    number: int = 0
+    """Its position in the run, set from the order of ``SCENARIOS``."""
     name: str
     title: str
 

@@ -27,6 +27,7 @@ from cowconv import (
     ObservationEvent,
     Tool,
 )
+from cowconv._store import Store
 
 EVENT_MIX = (
     "user MessageEvent, ActionEvent (terminal command, 2 arguments, a thought), "
@@ -106,6 +107,11 @@ class Workload:
         """A conversation whose history is the ``size``-event log, without ``size`` appends."""
         base = Conversation(agent=self._agent, workspace=self._workspace, **options)
         return Conversation._from_state(base.state._replace(events=self.log(size)))
+
+    def saved_conversation(self, size: int, store: Store) -> Conversation:
+        """The ``size``-event conversation saved into ``store`` (its history written once)."""
+        base = Conversation(agent=self._agent, workspace=self._workspace)
+        return Conversation._from_state(base.state._replace(events=self.log(size)), sink=store)
 
     def drop(self, size: int) -> None:
         """Forget the log of ``size`` (the events stay) to bound memory."""

@@ -45,9 +45,13 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from cowconv import __version__
+        import platform
 
-        typer.echo(f"cowconv {__version__}")
+        from cowconv import __version__
+        from cowconv._history import VECTOR_IMPLEMENTATION
+
+        python = platform.python_version()
+        typer.echo(f"cowconv {__version__} (Python {python}, pyrsistent {VECTOR_IMPLEMENTATION})")
         raise typer.Exit()
 
 

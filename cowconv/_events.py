@@ -34,6 +34,7 @@ from pydantic import (
     TypeAdapter,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from cowconv._frozen import CheckedModel, FrozenJSON, FrozenJSONMap
@@ -57,6 +58,7 @@ __all__ = [
 
 EventSource: TypeAlias = Literal["user", "agent", "environment"]
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+_SOURCE_OF_ROLE: dict[str, EventSource] = {"user": "user", "tool": "environment"}
 
 
 def _new_id() -> str:
@@ -213,15 +215,27 @@ def _text_of(content: tuple[TextContent | ImageContent, ...]) -> str:
 class MessageEvent(Event):
     """An LLM message: a role and its content parts.
 
-    A plain string as ``content`` becomes one :class:`TextContent`.
+    A plain string as ``content`` becomes one :class:`TextContent`. Without
+    ``source``, the role decides it: ``"user"`` for a user message,
+    ``"environment"`` for a tool message, else ``"agent"``.
 
-    >>> MessageEvent(source="agent", role="assistant", content="Done.").text
+    >>> MessageEvent(role="assistant", content="Done.").text
     'Done.'
+    >>> MessageEvent(role="user", content="Hi.").source
+    'user'
     """
 
     kind: Literal["message"] = "message"
+    source: EventSource = "agent"
     role: Role
     content: tuple[Content, ...]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _source_from_role(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("source") is None and "role" in data:
+            return {**data, "source": _SOURCE_OF_ROLE.get(data["role"], "agent")}
+        return data
 
     @field_validator("content", mode="before")
     @classmethod

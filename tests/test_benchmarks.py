@@ -4,25 +4,32 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks._measure import QUICK, fit_loglog, parse_size, time_op
-from benchmarks._scenario import sweep
+from benchmarks._machine import busy
+from benchmarks._measure import QUICK, fit_loglog, human_bytes, parse_size, signed_bytes, time_op
+from benchmarks._scenario import Target, sweep
+from benchmarks.scenarios import SCENARIOS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _suite(*args: str) -> subprocess.CompletedProcess[str]:
+INSIDER_TERMS = ("issue", "#2", "#6", "ANCHORS")
+
+
+def _suite(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "benchmarks", "--no-progress", *args],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
 
@@ -36,30 +43,41 @@ class TestSuite:
         assert results["sizes"] == [10, 100]
         assert {"cpu", "cpus", "python"} <= results["machine"].keys()
         statuses = {name: entry["status"] for name, entry in results["scenarios"].items()}
-        assert set(statuses) == {
-            "fork",
-            "memory",
-            "fork-from-event",
-            "history",
-            "persisted",
-            "fanout",
-            "rest",
-            "import",
-        }
+        # Every registered scenario ran (each one's own figures are checked by its tests).
+        assert set(statuses) == {scenario.name for scenario in SCENARIOS}
         assert "error" not in statuses.values(), results["scenarios"]
+        try:
+            import openhands.sdk  # noqa: F401
+        except ImportError:
+            assert statuses["seed"] == "skipped"
+            assert "pip install openhands-sdk" in results["scenarios"]["seed"]["message"]
+        else:
+            assert statuses["seed"] == "ok"
         fork = results["scenarios"]["fork"]["data"]["series"]
         assert [p["size"] for p in fork["cowconv"]] == [10, 100]
         assert all(p["median"] > 0 and p["min"] <= p["median"] <= p["max"] for p in fork["cowconv"])
-        assert {t["status"] for t in results["targets"]} <= {"PASS", "FALLS SHORT", "NOT MEASURED"}
+        statuses_seen = {t["status"] for t in results["targets"]}
+        assert statuses_seen <= {"PASS", "FALLS SHORT", "NOT MEASURED", "NOT JUDGED (busy machine)"}
         report = (tmp_path / "report.md").read_text()
-        assert "## Targets" in report and "## Methodology" in report
+        assert "## What cowconv promises" in report and "## Methodology" in report
         for name, files in results["plots"].items():
             assert statuses[name] == "ok"
             for file in files:
                 assert (tmp_path / file).read_bytes().startswith(b"\x89PNG")
                 assert f"]({file})" in report
         assert (tmp_path / "fork_latency.png").exists()
-        assert "targets (issues 2 and 6)" in done.stdout
+        assert "what cowconv promises" in done.stdout
+        for text in (done.stdout, done.stderr, report):
+            for term in INSIDER_TERMS:
+                assert term not in text, term
+
+    def test_results_go_to_the_working_directory(self, tmp_path: Path) -> None:
+        """Without --out the suite writes into ./benchmark-results of the directory it runs in."""
+        done = _suite(
+            "--quick", "--sizes", "10", "--scenario", "import", "--no-plots", cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        assert (tmp_path / "benchmark-results" / "report.md").exists()
 
     def test_scenario_selection_by_name_and_number(self, tmp_path: Path) -> None:
         """--scenario takes names and numbers, comma separated or repeated."""
@@ -78,12 +96,60 @@ class TestSuite:
         assert list(results["scenarios"]) == ["fork", "import"]
         assert results["plots"] == {}
 
-    def test_unknown_scenario_is_refused(self, tmp_path: Path) -> None:
-        """An unknown scenario name stops the suite with a message naming the choices."""
-        done = _suite("--scenario", "nope", "--output", str(tmp_path))
-        assert done.returncode != 0
-        assert "unknown scenario 'nope'" in done.stderr
-        assert not (tmp_path / "results.json").exists()
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["--scenario", "nope"], "unknown scenario 'nope'"),
+            (["--sizes", "abc"], "--sizes: a size is a count"),
+            (["--sizes", ","], "--sizes: give at least one size"),
+            (["--sizes", "1.5"], "--sizes: a size must be a whole number"),
+            (["--bogus"], "unrecognized arguments: --bogus"),
+        ],
+    )
+    def test_wrong_arguments_are_refused(self, tmp_path: Path, args, message) -> None:
+        """A wrong argument is a usage error naming it (status 2), no traceback, no files."""
+        done = _suite(*args, "--output", str(tmp_path / "out"))
+        assert done.returncode == 2
+        assert message in done.stderr and "Traceback" not in done.stderr
+        assert not (tmp_path / "out").exists()
+
+
+class TestReading:
+    @pytest.mark.parametrize(
+        ("value", "text"),
+        [(0, "±0 B"), (512, "+512 B"), (-232 * 1024, "−232 KiB"), (1536, "+1.5 KiB")],
+    )
+    def test_signed_bytes(self, value: float, text: str) -> None:
+        """A change in size reads with one sign, never "+-"."""
+        assert signed_bytes(value) == text
+
+    @pytest.mark.parametrize(
+        ("value", "text"),
+        [(0, "0 B"), (1023, "1023 B"), (1024, "1 KiB"), (14_336, "14 KiB"), (3 << 30, "3 GiB")],
+    )
+    def test_human_bytes(self, value: float, text: str) -> None:
+        """Byte counts read in binary units with three significant digits."""
+        assert human_bytes(value) == text
+
+    def test_busy_machine(self) -> None:
+        """Busy means a 1-minute load above 0.75 runnable processes per CPU."""
+        assert busy([1.6, 0.0, 0.0], 2) and not busy([1.4, 9.0, 9.0], 2)
+        assert not busy(None, 2) and not busy([5.0, 5.0, 5.0], None)
+
+    @pytest.mark.parametrize(
+        ("passed", "absolute", "is_busy", "status"),
+        [
+            (True, True, True, "PASS"),
+            (False, False, True, "FALLS SHORT"),
+            (False, True, False, "FALLS SHORT"),
+            (False, True, True, "NOT JUDGED (busy machine)"),
+            (None, True, True, "NOT MEASURED"),
+        ],
+    )
+    def test_target_status(self, passed, absolute, is_busy, status) -> None:
+        """Only an absolute time that misses on a busy machine is left unjudged."""
+        target = Target("a promise", "≤ 1", "2", passed, absolute=absolute, busy=is_busy)
+        assert target.status == status
 
 
 class TestMeasure:

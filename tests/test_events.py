@@ -129,3 +129,14 @@ class TestMessageEvent:
         event = MessageEvent(source="user", role="user", content="hello")
         assert event.content == (TextContent(text="hello"),)
         assert event.text == "hello"
+
+    @pytest.mark.parametrize(
+        ("role", "source"),
+        [("user", "user"), ("assistant", "agent"), ("system", "agent"), ("tool", "environment")],
+    )
+    def test_source_defaults_from_role(self, role, source):
+        """Without source=, the role decides it; a given source is kept; JSON keeps it."""
+        event = MessageEvent(role=role, content="hi")
+        assert event.source == source
+        assert MessageEvent(role=role, content="hi", source="environment").source == "environment"
+        assert MessageEvent.model_validate_json(event.model_dump_json()) == event

@@ -1,4 +1,10 @@
-"""The scenarios, in the order they run and are reported."""
+"""The scenarios, in the order they run and are reported.
+
+To add one: write a module here with a :class:`~benchmarks._scenario.Scenario`
+subclass (a ``name`` for ``--scenario``, a ``title``, ``run`` and ``markdown``;
+see ``fork_latency.py``), and add an instance to ``SCENARIOS`` below. Its
+number in the report is its position in this tuple.
+"""
 
 from benchmarks._scenario import Scenario
 from benchmarks.scenarios.distributed_suite import DistributedSuite
@@ -10,17 +16,24 @@ from benchmarks.scenarios.history_ops import HistoryOps
 from benchmarks.scenarios.import_time import ImportTime
 from benchmarks.scenarios.persisted_fork import PersistedFork
 from benchmarks.scenarios.rest_fork import RestFork
+from benchmarks.scenarios.seed_fork import SeedFork
+from benchmarks.scenarios.vector_implementation import VectorImplementation
 
 SCENARIOS: tuple[Scenario, ...] = (
     ForkLatency(),
+    SeedFork(),
     ForkMemory(),
     ForkFromEvent(),
     HistoryOps(),
+    VectorImplementation(),
     PersistedFork(),
     FanOut(),
     RestFork(),
     ImportTime(),
     DistributedSuite(),
 )
+
+for _number, _scenario in enumerate(SCENARIOS, start=1):
+    _scenario.number = _number
 
 __all__ = ["SCENARIOS"]

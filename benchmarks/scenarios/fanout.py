@@ -22,7 +22,6 @@ def _missing(error: ImportError) -> Skip:
 
 
 class FanOut(Scenario):
-    number = 6
     name = "fanout"
     title = "A/B fan-out end to end against the local stub LLM"
 
@@ -121,7 +120,9 @@ class FanOut(Scenario):
         panel = Panel(
             title=f"Fan-out from a {human_size(data['history'])}-event conversation",
             xlabel="branches (N)",
-            ylabel="seconds",
+            unit="s",
+            ylabel="time for N branches",
+            x_ticks="data",
             lines=[
                 Line(
                     "run_branches end to end (fork + send + 1 LLM step each)", series("end_to_end")

@@ -10,7 +10,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._measure import Sample, allocated_bytes, human_bytes, human_seconds, human_size
+from benchmarks._measure import (
+    Sample,
+    allocated_bytes,
+    human_bytes,
+    human_seconds,
+    human_size,
+    signed_bytes,
+)
 from benchmarks._scenario import (
     Config,
     Context,
@@ -56,7 +63,6 @@ def _peak(mode: str, size: int, count: int) -> dict[str, Any]:
 
 
 class ForkMemory(Scenario):
-    number = 2
     name = "memory"
     title = "Memory: bytes per fork and process peak for K forks"
 
@@ -137,7 +143,6 @@ class ForkMemory(Scenario):
         worst = max(forks, key=lambda p: p["median"])
         return [
             Target(
-                2,
                 "memory per fork, tracemalloc "
                 f"({human_size(min(data['sizes']))}–{human_size(max(data['sizes']))} events)",
                 "≤ 2 KiB",
@@ -174,7 +179,7 @@ class ForkMemory(Scenario):
         grown = process["cowconv"]["rss_after"] - base
         copied = process["deepcopy"]["rss_after"] - base
         approx = "≈ " if process["deepcopy"]["extrapolated"] else ""
-        return f"cowconv +{human_bytes(grown)}, deepcopy {approx}+{human_bytes(copied)}"
+        return f"cowconv {signed_bytes(grown)}, deepcopy {approx}{signed_bytes(copied)}"
 
     def plot(self, data: dict[str, Any], directory: Path) -> list[str]:
         from benchmarks._plots import Line, Panel, chart
@@ -182,9 +187,10 @@ class ForkMemory(Scenario):
         per_fork = data["per_fork"]
         panel = Panel(
             title="Memory per fork (tracemalloc, median, min–max bars)",
+            unit="B",
             ylabel="bytes per fork",
             lines=[Line(LABELS[name], per_fork[name]) for name in LABELS],
-            hlines=[(FORK_BYTES_LIMIT, "2 KiB target")],
+            hlines=[(FORK_BYTES_LIMIT, "target: 2 KiB")],
         )
         return [chart(directory / "fork_memory.png", [panel])]
 
@@ -210,7 +216,7 @@ class ForkMemory(Scenario):
         forks = process["forks"]
 
         def grown(entry: dict[str, Any]) -> str:
-            return human_bytes(entry["rss_after"] - base["rss_after"])
+            return signed_bytes(entry["rss_after"] - base["rss_after"])
 
         approx = "≈ " if deep["extrapolated"] else ""
 
@@ -244,7 +250,7 @@ class ForkMemory(Scenario):
                 f"+ {forks:,} deep copies of the events"
                 + (f" (extrapolated from {deep['from_count']:,})" if deep["extrapolated"] else ""),
                 f"{approx}{human_bytes(deep['rss_after'])}",
-                f"{approx}{human_bytes(deep['rss_after'] - base['rss_after'])}",
+                f"{approx}{signed_bytes(deep['rss_after'] - base['rss_after'])}",
                 f"{approx}{human_bytes(deep['peak_after'])}",
                 approx + human_seconds(measured_deep["seconds"] * forks / measured_deep["count"]),
                 approx + collect(deep),
@@ -286,8 +292,8 @@ class ForkMemory(Scenario):
         per_copy = (deep["rss_after"] - base["rss_after"]) / forks
         text += [
             "",
-            f"Resident growth per fork: cowconv {human_bytes(per_fork)}, a deep copy "
-            f"{approx}{human_bytes(per_copy)}. Resident sizes move in pages and the allocator "
+            f"Resident growth per fork: cowconv {signed_bytes(per_fork)}, a deep copy "
+            f"{approx}{signed_bytes(per_copy)}. Resident sizes move in pages and the allocator "
             "reuses memory freed while the history was built, so small growths are rough "
             "(even negative); tracemalloc above is the precise per-fork figure.",
         ]
@@ -296,7 +302,7 @@ class ForkMemory(Scenario):
             text += [
                 "",
                 f"The deep-copy row is **extrapolated**: {measured_deep['count']:,} copies were "
-                f"made (growth {human_bytes(made)}), scaled linearly to {forks:,} because that "
+                f"made (growth {signed_bytes(made)}), scaled linearly to {forks:,} because that "
                 "many would not fit in this "
                 "shared machine's memory budget for the suite.",
             ]

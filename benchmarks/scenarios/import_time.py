@@ -11,24 +11,42 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._measure import Sample, human_seconds
-from benchmarks._scenario import Config, Context, Scenario, Target, cell, table
+from benchmarks._scenario import (
+    Config,
+    Context,
+    Scenario,
+    Target,
+    cell,
+    fmt_ratio,
+    ratio,
+    table,
+)
 
 IMPORT_LIMIT_S = 0.150
+PYDANTIC_FACTOR = 2.5
+"""``import cowconv`` against ``from pydantic import BaseModel``, the floor it builds on: a
+ratio measured side by side, which load on a shared machine moves far less than the time."""
 HEAVY = ("litellm", "fastapi", "uvicorn", "httpx", "matplotlib", "rich", "openai")
 ROOT = Path(__file__).resolve().parents[2]
 
 _PROBE = """
 import json, sys, time
 start = time.perf_counter()
-import cowconv
+STATEMENT
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds, "heavy": [m for m in HEAVY if m in sys.modules]}))
 """.replace("HEAVY", repr(HEAVY))
+COWCONV = "import cowconv"
+PYDANTIC = "from pydantic import BaseModel"
 
 
-def _probe() -> dict[str, Any]:
+def _probe(statement: str = COWCONV) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-c", _PROBE.replace("STATEMENT", statement)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -54,7 +72,6 @@ def _slowest_imports(limit: int = 10) -> list[dict[str, Any]]:
 
 
 class ImportTime(Scenario):
-    number = 8
     name = "import"
     title = "import cowconv"
     uses_events = False
@@ -66,14 +83,18 @@ class ImportTime(Scenario):
         return 2
 
     def run(self, ctx: Context) -> dict[str, Any]:
-        ctx.tick("import cowconv in fresh interpreters")
-        _probe()  # warm-up: the first run pays for cold file caches
-        runs = [_probe() for _ in range(self._runs(ctx.config))]
+        ctx.tick("import cowconv and pydantic in fresh interpreters, alternating")
+        _probe(), _probe(PYDANTIC)  # warm-up: the first runs pay for cold file caches
+        runs, baseline = [], []
+        for _ in range(self._runs(ctx.config)):
+            runs.append(_probe())
+            baseline.append(_probe(PYDANTIC)["seconds"])
         ctx.tick("import cowconv -X importtime")
         seconds = [run["seconds"] for run in runs]
         heavy = sorted({module for run in runs for module in run["heavy"]})
         return {
             "seconds": {"size": 0, **Sample.of(seconds).to_json(), "extrapolated": False},
+            "pydantic": {"size": 0, **Sample.of(baseline).to_json(), "extrapolated": False},
             "heavy_modules": heavy,
             "slowest": _slowest_imports(),
             "median_s": statistics.median(seconds),
@@ -82,16 +103,22 @@ class ImportTime(Scenario):
     def targets(self, data: dict[str, Any]) -> list[Target]:
         median = data["seconds"]["median"]
         heavy = data["heavy_modules"]
+        by_pydantic = ratio(data["seconds"], data.get("pydantic"))
         return [
             Target(
-                2,
+                f"import cowconv against `{PYDANTIC}`, side by side (medians)",
+                f"≤ {PYDANTIC_FACTOR:g}×",
+                "not measured" if by_pydantic is None else f"{by_pydantic:.2f}×",
+                None if by_pydantic is None else by_pydantic <= PYDANTIC_FACTOR,
+            ),
+            Target(
                 "import cowconv in a fresh interpreter (median)",
                 "< 150 ms",
                 human_seconds(median),
                 median < IMPORT_LIMIT_S,
+                absolute=True,
             ),
             Target(
-                2,
                 "import cowconv does not import litellm",
                 "not in sys.modules",
                 "litellm imported" if "litellm" in heavy else "not imported",
@@ -101,7 +128,14 @@ class ImportTime(Scenario):
 
     def summary(self, data: dict[str, Any]) -> list[tuple[str, str]]:
         heavy = ", ".join(data["heavy_modules"]) or "none"
-        return [("import cowconv", f"{human_seconds(data['seconds']['median'])}; heavy: {heavy}")]
+        by_pydantic = ratio(data["seconds"], data.get("pydantic"))
+        return [
+            (
+                "import cowconv",
+                f"{human_seconds(data['seconds']['median'])}"
+                f" ({fmt_ratio(by_pydantic)} of {PYDANTIC}); heavy: {heavy}",
+            )
+        ]
 
     def markdown(self, data: dict[str, Any], plots: Sequence[str]) -> str:
         rows = [
@@ -113,7 +147,10 @@ class ImportTime(Scenario):
             [
                 "`import cowconv` timed inside a fresh `python -c` (interpreter start-up "
                 f"excluded), {data['seconds']['repeats']} runs after one warm-up: "
-                f"**{cell(data['seconds'], human_seconds)}**. Of "
+                f"**{cell(data['seconds'], human_seconds)}**; `{PYDANTIC}` in the same way, "
+                "alternating with it: "
+                f"**{cell(data.get('pydantic'), human_seconds)}** (ratio of medians "
+                f"{fmt_ratio(ratio(data['seconds'], data.get('pydantic')))}). Of "
                 f"{', '.join(HEAVY)} it imported: {heavy}.",
                 "",
                 "Largest cumulative import times in one `python -X importtime -c 'import cowconv'` "

@@ -21,7 +21,6 @@ from benchmarks._scenario import (
 
 
 class RestFork(Scenario):
-    number = 7
     name = "rest"
     title = "REST fork latency through the agent server"
 
@@ -105,7 +104,8 @@ class RestFork(Scenario):
         floor = [{**data["floor"], "size": p["size"]} for p in data["fork"]]
         panel = Panel(
             title="REST fork through the agent server (real HTTP)",
-            ylabel="seconds per request",
+            unit="s",
+            ylabel="time per request",
             lines=[
                 Line("POST /api/conversations/{id}/fork", data["fork"]),
                 Line("GET /api/conversations/{id}", data["info"]),
