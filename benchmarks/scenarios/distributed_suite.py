@@ -121,7 +121,6 @@ def _scaling(make_executor: Callable[[], Any], stub: Any, workspace: Path, quick
 
 
 class DistributedSuite(Scenario):
-    number = 9
     name = "distributed"
     title = "Branch suites on Ray, Dask and worker processes"
     uses_events = False
