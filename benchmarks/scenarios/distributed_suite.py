@@ -251,8 +251,7 @@ def targets(data: dict[str, Any]) -> list[Target]:
     for engine, row in data["engines"].items():
         found.append(
             Target(
-                issue=14,
-                description=f"{engine}: bytes moved vs shipping each fork whole",
+                promise=f"{engine}: bytes moved vs shipping each fork whole",
                 threshold=f"≥ {BYTES_TARGET:.0f}× fewer at 10k events × 100 branches",
                 measured=f"{row['bytes_ratio']:.0f}×"
                 + ("" if full else f" at {data['events']:,} × {data['branches']} (quick run)"),
@@ -262,8 +261,7 @@ def targets(data: dict[str, Any]) -> list[Target]:
         loads = row["shared"]["max_prefix_loads_per_worker"]
         found.append(
             Target(
-                issue=14,
-                description=f"{engine}: shared-prefix deserialisations per worker",
+                promise=f"{engine}: shared-prefix deserialisations per worker",
                 threshold="≤ 1",
                 measured=str(loads),
                 passed=loads <= 1,
@@ -273,8 +271,7 @@ def targets(data: dict[str, Any]) -> list[Target]:
     measured = scaling is not None and scaling["sizes"] == [100, 5_000]
     found.append(
         Target(
-            issue=14,
-            description="run_branches with an executor: 5,000 events vs 100 events",
+            promise="run_branches with an executor: 5,000 events vs 100 events",
             threshold=f"≤ {SCALING_TARGET:.0f}×",
             measured=f"{scaling['ratio']:.2f}× (thread pool: {scaling['threads_ratio']:.2f}×)"
             if measured and scaling is not None
@@ -359,6 +356,6 @@ if __name__ == "__main__":
         figures = measure(args.quick, Path(scratch))
     print(report(figures))
     for target in targets(figures):
-        print(f"{target.status:>12}  {target.description}: {target.measured} ({target.threshold})")
+        print(f"{target.status:>12}  {target.promise}: {target.measured} ({target.threshold})")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
