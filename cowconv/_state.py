@@ -91,8 +91,15 @@ class TokenUsage(CheckedModel):
 class Usage(CheckedModel):
     """Cost and tokens spent.
 
-    >>> Usage(accumulated_cost=0.5, prompt_tokens=10) + Usage(completion_tokens=3)
-    Usage(accumulated_cost=0.5, prompt_tokens=10, completion_tokens=3)
+    ``prompt_tokens`` counts every prompt token; ``cache_read_tokens`` of
+    them were served from the provider's prompt cache (billed at its cache
+    rate), ``cache_write_tokens`` were written to it.
+
+    >>> total = Usage(accumulated_cost=0.5, prompt_tokens=10) + Usage(completion_tokens=3)
+    >>> total.accumulated_cost, total.prompt_tokens, total.completion_tokens
+    (0.5, 10, 3)
+    >>> (Usage(prompt_tokens=10, cache_read_tokens=8) + total).cache_read_tokens
+    8
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
@@ -100,6 +107,8 @@ class Usage(CheckedModel):
     accumulated_cost: float = Field(default=0.0, ge=0)
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
+    cache_read_tokens: int = Field(default=0, ge=0)
+    cache_write_tokens: int = Field(default=0, ge=0)
 
     @property
     def accumulated_token_usage(self) -> TokenUsage:
@@ -117,6 +126,8 @@ class Usage(CheckedModel):
             accumulated_cost=self.accumulated_cost + other.accumulated_cost,
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
 
@@ -137,6 +148,8 @@ class ConversationStats(Usage):
                 accumulated_cost=self.accumulated_cost,
                 prompt_tokens=self.prompt_tokens,
                 completion_tokens=self.completion_tokens,
+                cache_read_tokens=self.cache_read_tokens,
+                cache_write_tokens=self.cache_write_tokens,
             )
             + usage
         )

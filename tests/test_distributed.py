@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -79,6 +81,8 @@ def dask_client() -> Iterator[object]:
             threads_per_worker=1,
             host="127.0.0.1",
             dashboard_address=None,
+            # No dashboard; its HTTP server (health checks) on a free port, not on 8787.
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
             processes=True,
             memory_limit="1GiB",
         )
@@ -184,6 +188,36 @@ class TestMergedBack:
         own = [e.id for fork in forks for e in list(fork.state.events)[shared:]]
         assert sorted(seen) == sorted(own)
         assert store.info(source.id).event_count == 1
+
+    def test_cowconv_tree_shows_the_suite(self, stub_agent, tmp_path, executor):
+        """The suite's forks are ordinary forks in the store: ``cowconv tree`` draws them."""
+        source = Conversation(
+            agent=stub_agent, workspace=tmp_path, persistence_dir=tmp_path / "store"
+        )
+        source.set_tag("title", "Suite source")
+        source.send_message("Remember the number 7.")
+        run_branches(
+            source,
+            [Branch("Say A.", title="Arm A"), Branch("Say B.", title="Arm B")],
+            executor=executor,
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "cowconv", "tree", str(tmp_path / "store")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert "3 conversations" in lines[0]
+
+        def depth(text: str) -> int:
+            (line,) = [line for line in lines if text in line]
+            return len(line) - len(line.lstrip(" │├└─"))
+
+        assert depth("Suite source") < depth("Arm A") == depth("Arm B")
+        assert all("forked after 1 events" in line for line in lines if "Arm" in line)
 
     def test_llm_errors_are_recorded_not_raised(self, source, stub, executor):
         """A failed LLM call ends its branch in ``error`` with the reason; nothing is raised."""
