@@ -381,3 +381,47 @@ class TestRayExecutor:
             ExecutionStatus.ERROR,
             ExecutionStatus.FINISHED,
         ]
+
+
+class TestDrive:
+    def test_bounds_runs_in_flight_and_shows_progress(self, capsys):
+        """At most max_in_flight jobs run at once; each yields once; a failing submit yields it."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+        from types import SimpleNamespace
+
+        from cowconv.distributed._driver import drive
+
+        running = peak = 0
+        jobs = [SimpleNamespace(index=n) for n in range(7)]
+
+        def submit(job):
+            nonlocal running, peak
+            if job.index == 3:
+                raise ValueError("cannot submit 3")
+            running += 1
+            peak = max(peak, running)
+            return pool.submit(lambda: b"ran %d" % job.index)
+
+        def collect(future):
+            nonlocal running
+            running -= 1
+            return future.result()
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(
+                drive(
+                    jobs,
+                    submit=submit,
+                    wait_any=lambda handles: wait(handles, return_when=FIRST_COMPLETED).done,
+                    collect=collect,
+                    max_in_flight=2,
+                    progress=True,
+                    description="suite under test",
+                )
+            )
+        assert peak == 2
+        assert sorted(index for index, _ in results) == list(range(7))
+        by_index = dict(results)
+        assert isinstance(by_index[3], ValueError)
+        assert by_index[5] == b"ran 5"
+        assert "suite under test" in capsys.readouterr().err
