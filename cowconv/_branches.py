@@ -258,7 +258,7 @@ def _run_on(
                 index, prefix, fork.state, fork._max_iteration_per_run, ship_api_keys=ship_api_keys
             )
         except Exception as error:
-            failure = BranchError(index, fork.id, f"cannot be prepared: {error}")
+            failure = BranchError(index, str(fork.id), f"cannot be prepared: {error}")
             _fail(fork, failure)
             errors.append(failure)
             continue
@@ -266,7 +266,7 @@ def _run_on(
         pending.add(index)
 
     def failed(index: int, reason: str) -> None:
-        error = BranchError(index, forks[index].id, reason)
+        error = BranchError(index, str(forks[index].id), reason)
         _fail(forks[index], error)
         errors.append(error)
 

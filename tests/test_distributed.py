@@ -64,7 +64,7 @@ _RANDOM_FIELDS = {"id", "timestamp", "tool_call_id", "llm_response_id"}
 def _own_events(fork: Conversation) -> list[tuple[str, str]]:
     """What a fork added after its fork point, without ids and timestamps."""
     state = fork.state
-    start = state.events.index_of(state.forked_from_event_id) + 1
+    start = state.forked_from_event_count
     own = (state.events[i] for i in range(start, len(state.events)))
     return [(type(event).__name__, event.model_dump_json(exclude=_RANDOM_FIELDS)) for event in own]
 
