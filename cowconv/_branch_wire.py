@@ -47,6 +47,7 @@ from cowconv._events import Event
 from cowconv._exceptions import BranchError
 from cowconv._frozen import FrozenJSONMap
 from cowconv._history import EventLog
+from cowconv._ids import ConversationID
 from cowconv._llm import LLMMetrics
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus, Usage
 from cowconv._tools import ToolDefinition, register_tool, resolve_tool
@@ -171,7 +172,7 @@ class BranchJob:
         )
 
     @property
-    def conversation_id(self) -> str:
+    def conversation_id(self) -> ConversationID:
         """The id of the fork this job runs."""
         return self.state.id
 
@@ -182,7 +183,7 @@ class BranchJob:
         except Exception as error:
             raise BranchError(
                 self.index,
-                self.conversation_id,
+                str(self.conversation_id),
                 f"cannot be sent to a worker: {type(error).__name__}: {error} (a branch's agent, "
                 "LLM and tools must pickle; define custom tools in an importable module)",
             ) from error
