@@ -166,7 +166,7 @@ class Conversation:
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
-        workspace = Workspace.coerce(workspace)
+        workspace = Workspace.coerce(workspace).require_directory()
         sink = _store_for(persistence_dir, store)
         if sink is not None and conversation_id is not None and sink.exists(conversation_id):
             state = _resumed(sink, conversation_id, agent, workspace)
