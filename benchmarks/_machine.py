@@ -12,6 +12,8 @@ from typing import Any
 
 import psutil
 
+from cowconv._history import VECTOR_IMPLEMENTATION
+
 PACKAGES = (
     "cowconv",
     "pydantic",
@@ -50,12 +52,7 @@ def versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             found[name] = None
     # pyrsistent falls back to pure Python (several times slower) without its C extension.
-    try:
-        import pvectorc  # type: ignore[import-not-found]  # noqa: F401
-
-        found["pyrsistent C extension"] = "yes"
-    except ImportError:
-        found["pyrsistent C extension"] = "no"
+    found["pyrsistent vector"] = VECTOR_IMPLEMENTATION
     return found
 
 

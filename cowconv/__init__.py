@@ -21,7 +21,7 @@ from cowconv._branch_report import BranchRow, SuiteReport
 from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
 from cowconv._branches import Branch, BranchRuns, run_branches
 from cowconv._condenser import LLMSummarizingCondenser
-from cowconv._conversation import Conversation, EventCallback, StateSink
+from cowconv._conversation import Conversation, EventCallback, LocalConversation, StateSink
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
@@ -44,6 +44,7 @@ from cowconv._exceptions import (
     ConversationNotFoundError,
     CorruptStoreError,
     CowconvError,
+    EventNotFoundError,
     InvalidValueError,
     LLMError,
     RemoteError,
@@ -55,10 +56,12 @@ from cowconv._frozen import MAX_DEPTH, freeze, thaw
 from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
 from cowconv._state import (
+    ConversationExecutionStatus,
     ConversationInfo,
     ConversationState,
     ConversationStats,
     ExecutionStatus,
+    TokenUsage,
     Usage,
 )
 from cowconv._store import SQLiteStore, Store
@@ -70,7 +73,8 @@ from cowconv._tools import (
     registered_tools,
     resolve_tool,
 )
-from cowconv._workspace import Workspace
+from cowconv._visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
+from cowconv._workspace import RemoteWorkspace, Workspace
 
 if TYPE_CHECKING:
     from cowconv._remote import RemoteConversation
@@ -93,15 +97,19 @@ __all__ = [
     "CondensationEvent",
     "Content",
     "Conversation",
+    "ConversationExecutionStatus",
     "ConversationInfo",
     "ConversationNotFoundError",
     "ConversationState",
     "ConversationStats",
+    "ConversationVisualizerBase",
     "CorruptStoreError",
     "CowconvError",
+    "DefaultConversationVisualizer",
     "Event",
     "EventCallback",
     "EventLog",
+    "EventNotFoundError",
     "EventSource",
     "ExecutionStatus",
     "ImageContent",
@@ -112,12 +120,14 @@ __all__ = [
     "LLMResponse",
     "LLMSummarizingCondenser",
     "LLMToolCall",
+    "LocalConversation",
     "MAX_DEPTH",
     "MessageEvent",
     "ObservationEvent",
     "PauseEvent",
     "RemoteConversation",
     "RemoteError",
+    "RemoteWorkspace",
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
@@ -129,6 +139,7 @@ __all__ = [
     "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
+    "TokenUsage",
     "Tool",
     "ToolArgumentError",
     "ToolDefinition",

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -28,13 +27,18 @@ from pyrsistent import PMap, pmap
 
 from cowconv._agent import Agent
 from cowconv._events import Event, MessageEvent, _now
+from cowconv._exceptions import EventNotFoundError
 from cowconv._frozen import check_text, freeze
+from cowconv._guards import guarded, unguarded
+from cowconv._ids import ConversationID, id_text, new_id, public_id
 from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner, check_max_iteration_per_run
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
 from cowconv._store import SQLiteStore, Store
+from cowconv._tree import history_to, navigate
+from cowconv._visualizer import DEFAULT_VISUALIZER, VisualizerSetting, make_visualizer
 from cowconv._workspace import Workspace
 
-__all__ = ["Conversation", "EventCallback", "StateSink", "notify"]
+__all__ = ["Conversation", "EventCallback", "LocalConversation", "StateSink", "notify"]
 
 logger = logging.getLogger("cowconv")
 
@@ -89,12 +93,8 @@ def _check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
     return dict(tags)
 
 
-def _check_id(conversation_id: str | None) -> str:
-    if conversation_id is None:
-        return str(uuid.uuid4())
-    if not isinstance(conversation_id, str) or not conversation_id.strip():
-        raise ValueError(f"conversation_id must be a non-empty string, got {conversation_id!r}")
-    return check_text(conversation_id, "conversation_id")
+def _check_id(conversation_id: ConversationID | None) -> ConversationID:
+    return public_id(new_id() if conversation_id is None else id_text(conversation_id))
 
 
 def _store_for(persistence_dir: str | os.PathLike[str] | None, store: Store | None) -> Store | None:
@@ -139,6 +139,12 @@ class Conversation:
     to the same store. If that store holds ``conversation_id``, the
     conversation resumes from it with the ``agent`` and ``workspace`` given
     here; ``tags`` only apply to a new conversation.
+
+    ``visualizer`` shows each event as it is recorded (see
+    :class:`~cowconv.DefaultConversationVisualizer`): by default only when
+    running interactively, ``None`` for never. ``stuck_detection`` is
+    accepted for the seed SDK's sake; a cowconv run is ``stuck`` when it
+    reaches ``max_iteration_per_run``.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
@@ -157,17 +163,23 @@ class Conversation:
         agent: Agent,
         workspace: Workspace | str | os.PathLike[str],
         *,
-        conversation_id: str | None = None,
+        conversation_id: ConversationID | None = None,
         tags: Mapping[str, str] | None = None,
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
         persistence_dir: str | os.PathLike[str] | None = None,
         store: Store | None = None,
+        visualizer: VisualizerSetting = DEFAULT_VISUALIZER,
+        stuck_detection: bool = True,
     ) -> None:
+        if not isinstance(stuck_detection, bool):
+            raise TypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         workspace = Workspace.coerce(workspace).require_directory()
         sink = _store_for(persistence_dir, store)
+        if conversation_id is not None:
+            conversation_id = id_text(conversation_id)
         if sink is not None and conversation_id is not None and sink.exists(conversation_id):
             state = _resumed(sink, conversation_id, agent, workspace)
         else:
@@ -179,13 +191,23 @@ class Conversation:
             )
             if sink is not None:
                 sink.save(None, state)
+        shown = make_visualizer(visualizer)
         self._setup(
-            state, sink=sink, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
+            state,
+            sink=sink,
+            callbacks=callbacks if shown is None else (shown, *callbacks),
+            max_iteration_per_run=max_iteration_per_run,
         )
+        if shown is not None:
+            shown.initialize(self)
 
     @classmethod
     def resume(
-        cls, store: Store, conversation_id: str, *, callbacks: Iterable[EventCallback] = ()
+        cls,
+        store: Store,
+        conversation_id: ConversationID,
+        *,
+        callbacks: Iterable[EventCallback] = (),
     ) -> Conversation:
         """Reopen a stored conversation with the agent and workspace it was stored with.
 
@@ -200,7 +222,7 @@ class Conversation:
         >>> resumed.agent.llm.api_key.get_secret_value()
         'sk-kept'
         """
-        state = store.load(conversation_id)
+        state = store.load(id_text(conversation_id))
         conversation = cls.__new__(cls)
         conversation._setup(state, sink=store, callbacks=callbacks)
         return conversation
@@ -219,6 +241,7 @@ class Conversation:
         self._runner: Runner | None = None
         self._max_iteration_per_run = max_iteration_per_run
         self._state = state
+        self._view: tuple[ConversationState, ConversationState] | None = None
         self._sink = sink
         self._callbacks = tuple(callbacks)
         self._lock = threading.RLock()
@@ -232,6 +255,7 @@ class Conversation:
         callbacks: Iterable[EventCallback] = (),
     ) -> Conversation:
         conversation = cls.__new__(cls)
+        state = unguarded(state)
         if sink is not None:
             sink.save(None, state)
         conversation._setup(state, sink=sink, callbacks=callbacks)
@@ -241,12 +265,26 @@ class Conversation:
 
     @property
     def state(self) -> ConversationState:
-        """The current snapshot. It never changes; read it again for news."""
-        return self._state
+        """The current snapshot. It never changes; read it again for news.
+
+        Seed idioms that would change it in place do not get lost:
+        ``state.events.append(event)`` records the event on this
+        conversation, and writes to ``state.tags`` or ``state.agent_state``
+        raise ``TypeError`` naming the method to call.
+        """
+        state = self._state
+        view = self._view
+        if view is None or view[0] is not state:
+            view = self._view = (state, guarded(state, self))
+        return view[1]
 
     @property
-    def id(self) -> str:
-        """The conversation id."""
+    def id(self) -> ConversationID:
+        """The conversation id: a ``uuid.UUID`` (as in the seed SDK) or the string it was given.
+
+        Auto-generated ids are UUIDs. ``str(conversation.id)`` is its text
+        form everywhere (``state.id``, stores, URLs).
+        """
         return self._state.id
 
     @property
@@ -337,12 +375,39 @@ class Conversation:
 
         self._commit(change)
 
+    def navigate_to(self, event_id: str | None) -> None:
+        """Move the active branch back to end at ``event_id`` (``None``: empty), in O(1).
+
+        The next message starts a new branch from there; the branch left
+        behind stays in ``state.branches`` and can be navigated back to.
+        ``event_id`` may be on any branch. ``ValueError`` (and ``KeyError``)
+        if no branch has it.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = conversation.send_message("one")
+        >>> second = conversation.send_message("two")
+        >>> conversation.navigate_to(first.id)
+        >>> conversation.state.leaf_event_id == first.id, len(conversation.state.branches)
+        (True, 1)
+        """
+        if event_id is not None and not isinstance(event_id, str):
+            raise TypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
+
+        def change(state: ConversationState) -> ConversationState:
+            try:
+                return navigate(state, event_id)
+            except KeyError as error:
+                raise EventNotFoundError(str(error.args[0])) from None
+
+        self._commit(change)
+
     # -- forking -------------------------------------------------------------
 
     def fork(
         self,
         *,
-        conversation_id: str | None = None,
+        conversation_id: ConversationID | None = None,
         agent: Agent | None = None,
         title: str | None = None,
         tags: Mapping[str, str] | None = None,
@@ -383,13 +448,12 @@ class Conversation:
         events = state.events
         if from_event_id is not None:
             try:
-                events = events.up_to(from_event_id)
+                events = history_to(state, from_event_id)
             except KeyError:
-                raise ValueError(
+                raise EventNotFoundError(
                     f"cannot fork from event {from_event_id!r}: no such event in conversation "
                     f"{state.id!r}"
                 ) from None
-        last = events.last
         now = _now()
         forked = state._replace(
             id=new_id,
@@ -399,9 +463,12 @@ class Conversation:
             stats=_NO_STATS if reset_metrics else state.stats,
             execution_status=ExecutionStatus.IDLE,
             forked_from_conversation_id=state.id,
-            forked_from_event_id=None if last is None else last.id,
+            # As the seed: the event id of a fork at an event; None for a whole fork.
+            forked_from_event_id=from_event_id,
+            forked_from_event_count=len(events),
             created_at=now,
             updated_at=now,
+            other_branches=state.other_branches if from_event_id is None else (),
         )
         fork = type(self)._from_state(forked, sink=self._sink, callbacks=callbacks)
         fork._max_iteration_per_run = self._max_iteration_per_run
@@ -455,3 +522,7 @@ class Conversation:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+LocalConversation = Conversation
+"""The seed SDK's name for a conversation run in this process: an alias of :class:`Conversation`."""

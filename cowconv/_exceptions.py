@@ -6,6 +6,7 @@ catches them all. Errors about bad arguments stay ``ValueError``/``TypeError``
 
     CowconvError
     ├── ConversationNotFoundError (also KeyError)
+    ├── EventNotFoundError (also ValueError and KeyError)
     ├── InvalidValueError (also ValueError)
     ├── LLMError
     ├── StoreError
@@ -34,6 +35,7 @@ __all__ = [
     "ConversationNotFoundError",
     "CorruptStoreError",
     "CowconvError",
+    "EventNotFoundError",
     "InvalidValueError",
     "LLMError",
     "RemoteError",
@@ -72,6 +74,24 @@ class ConversationNotFoundError(CowconvError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class EventNotFoundError(CowconvError, ValueError, KeyError):
+    """No branch of the conversation has the event (``navigate_to``, ``fork(from_event_id=)``).
+
+    A ``ValueError`` as the seed SDK raises, and a ``KeyError`` as a lookup.
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> try:
+    ...     conversation.navigate_to("nope")
+    ... except ValueError as error:
+    ...     print(error)
+    no branch of conversation ... has an event with id 'nope'
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class InvalidValueError(CowconvError, ValueError):

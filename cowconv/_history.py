@@ -68,7 +68,16 @@ from pyrsistent import PVector, pvector
 
 from cowconv._events import AnyEvent, Event
 
-__all__ = ["EventLog"]
+__all__ = ["VECTOR_IMPLEMENTATION", "EventLog"]
+
+VECTOR_IMPLEMENTATION = "C extension" if type(pvector()).__module__ == "pvectorc" else "pure Python"
+"""Which pyrsistent vector holds the histories.
+
+pyrsistent 0.20 ships no C extension for Python 3.13+ (built from its sdist
+there, the extension crashes), so histories fall back to its pure-Python vector:
+the same behaviour, several times slower to index and iterate.
+``cowconv --version`` and the benchmark report say which one is in use.
+"""
 
 _COPY_LIMIT = 32
 _CHUNK_LIMIT = 4096

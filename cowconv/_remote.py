@@ -30,18 +30,43 @@ from types import MappingProxyType
 from typing import Any, overload
 
 import httpx
+from pydantic import ValidationError
 
 from cowconv._agent import Agent
 from cowconv._conversation import EventCallback, _check_tags, notify
 from cowconv._events import Event, MessageEvent
 from cowconv._exceptions import RemoteError
+from cowconv._ids import ConversationID, id_text, public_id
 from cowconv._state import ConversationInfo, ConversationStats, ExecutionStatus
+from cowconv._visualizer import DEFAULT_VISUALIZER, VisualizerSetting, make_visualizer
 from cowconv._workspace import SESSION_API_KEY_HEADER, Workspace
 
 __all__ = ["RemoteConversation", "RemoteEventLog", "RemoteState"]
 
 _PAGE = 100
 _RECONNECTS = 5
+
+
+def _read_info(data: Any) -> ConversationInfo:
+    """A server's conversation summary, as a client that must outlive server versions reads it.
+
+    Fields this cowconv does not know are ignored; an optional field it
+    cannot read (another server's shape of ``stats``, say) is left at its
+    default; a missing ``event_count`` is counted from the events when needed.
+    Only a summary without a usable ``id``, ``execution_status`` or dates fails.
+    """
+    if not isinstance(data, dict):
+        raise RemoteError(0, f"the server sent no conversation summary: {data!r}")
+    fields = ConversationInfo.model_fields
+    known = {key: value for key, value in data.items() if key in fields}
+    try:
+        return ConversationInfo.model_validate(known)
+    except ValidationError as error:
+        unreadable = {str(item["loc"][0]) for item in error.errors() if item["loc"]}
+        if any(fields[name].is_required() for name in unreadable if name in fields):
+            raise
+        readable = {key: value for key, value in known.items() if key not in unreadable}
+        return ConversationInfo.model_validate(readable)
 
 
 def _raise_for_status(response: httpx.Response) -> httpx.Response:
@@ -68,10 +93,20 @@ class RemoteEventLog(Sequence[Event]):
     only grow, so the pages it fetches later are still those events.
     """
 
-    def __init__(self, conversation: RemoteConversation, count: int) -> None:
+    def __init__(self, conversation: RemoteConversation, count: int | None) -> None:
         self._conversation = conversation
-        self._count = count
         self._pages: dict[int, list[Event]] = {}
+        self._count = self._counted() if count is None else count
+
+    def _counted(self) -> int:
+        # A server that does not say how many events there are: read pages until a short one.
+        number = 0
+        while True:
+            page = self._conversation._events(offset=number * _PAGE, limit=_PAGE)
+            self._pages[number] = page
+            if len(page) < _PAGE:
+                return number * _PAGE + len(page)
+            number += 1
 
     def __len__(self) -> int:
         return self._count
@@ -121,7 +156,7 @@ class RemoteState:
         self.events = RemoteEventLog(conversation, info.event_count)
 
     @property
-    def id(self) -> str:
+    def id(self) -> ConversationID:
         """The conversation id."""
         return self.info.id
 
@@ -146,7 +181,7 @@ class RemoteState:
         return self.info.stats
 
     @property
-    def forked_from_conversation_id(self) -> str | None:
+    def forked_from_conversation_id(self) -> ConversationID | None:
         """The conversation this one was forked from."""
         return self.info.forked_from_conversation_id
 
@@ -210,10 +245,12 @@ class RemoteConversation:
         agent: Agent,
         workspace: Workspace,
         *,
-        conversation_id: str | None = None,
+        conversation_id: ConversationID | None = None,
         tags: Mapping[str, str] | None = None,
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int | None = None,
+        visualizer: VisualizerSetting = DEFAULT_VISUALIZER,
+        stuck_detection: bool = True,
     ) -> None:
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
@@ -226,21 +263,26 @@ class RemoteConversation:
             "tags": _check_tags(tags),
         }
         if conversation_id is not None:
-            body["id"] = conversation_id
+            conversation_id = body["id"] = id_text(conversation_id)
         if max_iteration_per_run is not None:
             body["max_iteration_per_run"] = max_iteration_per_run
-        self._open(workspace, callbacks)
+        if not isinstance(stuck_detection, bool):
+            raise TypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
+        shown = make_visualizer(visualizer)
+        self._open(workspace, callbacks if shown is None else (shown, *callbacks))
         self._agent: Agent | None = agent
         try:
             created = self._client.post("/api/conversations", json=body)
             if created.status_code == 409 and conversation_id is not None:
                 info = self._info(conversation_id)
             else:
-                info = ConversationInfo.model_validate(_raise_for_status(created).json())
+                info = _read_info(_raise_for_status(created).json())
         except BaseException:
             self.close()
             raise
-        self._id = info.id
+        self._id = str(info.id)
+        if shown is not None:
+            shown.initialize(self)
 
     def _open(self, workspace: Workspace, callbacks: Iterable[EventCallback]) -> None:
         assert workspace.host is not None
@@ -259,7 +301,7 @@ class RemoteConversation:
     def attach(
         cls,
         host: str,
-        conversation_id: str,
+        conversation_id: ConversationID,
         *,
         api_key: str | None = None,
         working_dir: str | os.PathLike[str] = ".",
@@ -270,7 +312,7 @@ class RemoteConversation:
         ``RemoteError`` with status 404 if it has none.
         """
         workspace = Workspace(host=host, working_dir=working_dir, api_key=api_key)
-        return cls._attach(workspace, conversation_id, callbacks=callbacks)
+        return cls._attach(workspace, id_text(conversation_id), callbacks=callbacks)
 
     @classmethod
     def _attach(
@@ -284,7 +326,7 @@ class RemoteConversation:
         conversation._open(workspace, callbacks)
         conversation._agent = None
         try:
-            conversation._id = conversation._info(conversation_id).id
+            conversation._id = str(conversation._info(conversation_id).id)
         except BaseException:
             conversation.close()
             raise
@@ -297,7 +339,7 @@ class RemoteConversation:
 
     def _info(self, conversation_id: str | None = None) -> ConversationInfo:
         response = _raise_for_status(self._client.get(self._path("", conversation_id)))
-        return ConversationInfo.model_validate(response.json())
+        return _read_info(response.json())
 
     def _events(self, *, offset: int, limit: int) -> list[Event]:
         response = self._client.get(
@@ -312,9 +354,9 @@ class RemoteConversation:
     # -- reading -------------------------------------------------------------
 
     @property
-    def id(self) -> str:
-        """The conversation id."""
-        return self._id
+    def id(self) -> ConversationID:
+        """The conversation id: a ``uuid.UUID`` for UUID ids (as the seed SDK's), else the str."""
+        return public_id(self._id)
 
     @property
     def state(self) -> RemoteState:
@@ -360,8 +402,8 @@ class RemoteConversation:
         if response.status_code == 409:
             start = self._info().event_count
         else:
-            start = ConversationInfo.model_validate(_raise_for_status(response).json()).event_count
-        self._follow(start)
+            start = _read_info(_raise_for_status(response).json()).event_count
+        self._follow(len(self.state.events) if start is None else start)
 
     def _follow(self, cursor: int) -> None:
         for _attempt in range(_RECONNECTS):
@@ -407,7 +449,7 @@ class RemoteConversation:
     def fork(
         self,
         *,
-        conversation_id: str | None = None,
+        conversation_id: ConversationID | None = None,
         agent: Agent | None = None,
         title: str | None = None,
         tags: Mapping[str, str] | None = None,
@@ -421,12 +463,13 @@ class RemoteConversation:
         """
         if agent is not None:
             raise NotImplementedError(
-                "a remote fork keeps the agent the server manages; to fork with another "
-                "agent, fork a local Conversation: Conversation(...).fork(agent=...)"
+                "fork(agent=...) is not supported on a RemoteConversation: a remote fork keeps "
+                "the agent the server manages; to fork with another agent, fork a local "
+                "Conversation: Conversation(...).fork(agent=...)"
             )
         body: dict[str, Any] = {"reset_metrics": reset_metrics}
         if conversation_id is not None:
-            body["id"] = conversation_id
+            body["id"] = id_text(conversation_id)
         if title is not None:
             body["title"] = title
         if tags is not None:
@@ -434,8 +477,8 @@ class RemoteConversation:
         if from_event_id is not None:
             body["from_event_id"] = from_event_id
         response = _raise_for_status(self._client.post(self._path("/fork"), json=body))
-        info = ConversationInfo.model_validate(response.json())
-        return type(self)._attach(self._workspace, info.id)
+        info = _read_info(response.json())
+        return type(self)._attach(self._workspace, str(info.id))
 
     def close(self) -> None:
         """Close the HTTP connection; the conversation stays on the server."""

@@ -345,7 +345,9 @@ class Runner:
         for reference in agent.tools:
             if reference.name in tools:
                 raise ValueError(f"the agent lists tool {reference.name!r} twice")
-            tools[reference.name] = resolve_tool(reference.name).create(workspace, reference.params)
+            tool = resolve_tool(reference.name).create(workspace, reference.params)
+            tool.restore(self._conversation.state.events)
+            tools[reference.name] = tool
         with self._lock:
             old, self._tools, self._tools_agent = self._tools, tools, agent
         for tool in old.values():

@@ -23,7 +23,7 @@ from cowconv._exceptions import InvalidValueError
 from cowconv._frozen import CheckedModel
 from cowconv._llm import dump_secret
 
-__all__ = ["SESSION_API_KEY_HEADER", "Workspace"]
+__all__ = ["SESSION_API_KEY_HEADER", "RemoteWorkspace", "Workspace"]
 
 SESSION_API_KEY_HEADER = "X-Session-API-Key"
 """The header that carries ``Workspace.api_key`` to an agent server."""
@@ -88,3 +88,7 @@ class Workspace(CheckedModel):
         if isinstance(value, str | os.PathLike):
             return cls(working_dir=os.fspath(value))
         raise TypeError(f"workspace must be a Workspace or a path, got {type(value).__name__}")
+
+
+RemoteWorkspace = Workspace
+"""The seed SDK's name for a :class:`Workspace` on an agent server (``host=``): an alias."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -178,7 +179,9 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def _completion(request: Mapping[str, Any], reply: StubReply) -> dict[str, Any]:
+def _completion(
+    request: Mapping[str, Any], reply: StubReply, cached_messages: int = 0
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
         message["tool_calls"] = [
@@ -189,9 +192,18 @@ def _completion(request: Mapping[str, Any], reply: StubReply) -> dict[str, Any]:
             }
             for name, arguments in reply.tool_calls
         ]
-    prompt = json.dumps(request.get("messages") or [])
+    messages = list(request.get("messages") or [])
+    prompt = json.dumps(messages)
     answer = (reply.content or "") + "".join(a for _, a in reply.tool_calls)
     prompt_tokens, completion_tokens = _tokens(prompt), _tokens(answer)
+    cached = min(_tokens(json.dumps(messages[:cached_messages])), prompt_tokens)
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if cached_messages:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -204,12 +216,20 @@ def _completion(request: Mapping[str, Any], reply: StubReply) -> dict[str, Any]:
                 "finish_reason": "tool_calls" if reply.tool_calls else "stop",
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": usage,
     }
+
+
+def _prefix_keys(request: Mapping[str, Any]) -> list[bytes]:
+    """One key per message: a digest of the model, the tools and the messages up to it."""
+    digest = hashlib.blake2b(digest_size=16)
+    head = {"model": request.get("model"), "tools": request.get("tools")}
+    digest.update(json.dumps(head, sort_keys=True).encode())
+    keys = []
+    for message in request.get("messages") or ():
+        digest.update(json.dumps(message, sort_keys=True).encode())
+        keys.append(digest.copy().digest())
+    return keys
 
 
 _ERROR_TYPES = {401: "invalid_request_error", 429: "rate_limit_exceeded"}
@@ -261,7 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as error:
             self._send(400, {"error": {"message": f"bad JSON body: {error}", "type": "invalid"}})
             return
-        reply = self.server.stub._answer(request, dict(self.headers))
+        reply, cached_messages = self.server.stub._answer(request, dict(self.headers))
         if reply.delay:
             time.sleep(reply.delay)
         if reply.status != 200:
@@ -269,7 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = {"error": {"message": reply.error_message, "type": error_type, "code": None}}
             self._send(reply.status, body)
             return
-        self._send(200, _completion(request, reply))
+        self._send(200, _completion(request, reply, cached_messages))
 
 
 class _Server(ThreadingHTTPServer):
@@ -329,14 +349,25 @@ class StubLLMServer:
     ``requests`` holds every request received, in order. ``brain`` answers
     when no scripted reply is left (default: :func:`default_brain`).
 
+    With ``prompt_cache=True`` the stub acts like a provider's prompt cache:
+    it remembers every prefix of messages it was sent (with the same model
+    and tools) and reports the tokens of the longest one seen before as
+    ``usage.prompt_tokens_details.cached_tokens``, so prompt caching is
+    tested offline. Tokens are counted as about four characters of the JSON
+    messages.
+
     >>> with StubLLMServer() as stub:
     ...     stub.base_url.startswith("http://127.0.0.1:") and stub.base_url.endswith("/v1")
     True
     """
 
-    def __init__(self, *, port: int = 0, brain: Brain | None = None) -> None:
+    def __init__(
+        self, *, port: int = 0, brain: Brain | None = None, prompt_cache: bool = False
+    ) -> None:
         self.port = port
         self.brain: Brain = brain if brain is not None else default_brain
+        self.prompt_cache = prompt_cache
+        self._seen_prefixes: set[bytes] = set()
         self._script: collections.deque[StubReply] = collections.deque()
         self._requests: list[StubRequest] = []
         self._lock = threading.Lock()
@@ -383,17 +414,24 @@ class StubLLMServer:
         with self._lock:
             return len(self._script)
 
-    def _answer(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> StubReply:
+    def _answer(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[StubReply, int]:
+        """The reply, and how many leading messages the prompt cache already held."""
+        keys = _prefix_keys(body) if self.prompt_cache else []
         with self._lock:
             self._requests.append(
                 StubRequest(body=body, headers={k.lower(): v for k, v in headers.items()})
             )
+            cached = 0
+            for count, key in enumerate(keys, 1):
+                if key in self._seen_prefixes:
+                    cached = count
+            self._seen_prefixes.update(keys)
             if self._script:
-                return self._script.popleft()
+                return self._script.popleft(), cached
         try:
-            return self.brain(body)
+            return self.brain(body), cached
         except Exception as error:  # a broken custom brain answers 500 instead of hanging
-            return StubReply.error(500, f"stub brain failed: {error!r}")
+            return StubReply.error(500, f"stub brain failed: {error!r}"), cached
 
     def start(self) -> StubLLMServer:
         """Bind 127.0.0.1 and serve in a daemon thread."""

@@ -18,6 +18,13 @@ def stub() -> Iterator[StubLLMServer]:
 
 
 @pytest.fixture
+def caching_stub() -> Iterator[StubLLMServer]:
+    """A stub that reports cached tokens for message prefixes it has seen, like a provider."""
+    with StubLLMServer(prompt_cache=True) as server:
+        yield server
+
+
+@pytest.fixture
 def stub_llm(stub: StubLLMServer) -> LLM:
     """An LLM pointed at the stub, retrying without waiting."""
     return LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)

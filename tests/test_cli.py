@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import shutil
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from cowconv import LLM, Agent, Conversation, SQLiteStore
 from cowconv import __version__ as cowconv_version
+from cowconv._history import VECTOR_IMPLEMENTATION
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = Agent(llm=LLM(model="openai/stub-model"))
@@ -176,10 +178,14 @@ class TestTree:
 
 class TestVersion:
     def test_version(self):
-        """cowconv --version prints the installed version."""
+        """cowconv --version prints the installed version, the Python, and pyrsistent's vector."""
         result = cowconv("--version")
         assert result.returncode == 0
-        assert result.stdout.strip() == f"cowconv {cowconv_version}"
+        python = platform.python_version()
+        expected = (
+            f"cowconv {cowconv_version} (Python {python}, pyrsistent {VECTOR_IMPLEMENTATION})"
+        )
+        assert result.stdout.strip() == expected
 
 
 class TestServe:

@@ -264,3 +264,14 @@ class TestValueSemantics:
         holder = Holder(events=log_of(n)[0])
         assert Holder.model_validate_json(holder.model_dump_json()) == holder
         assert Holder.model_validate(holder.model_dump()).events == holder.events
+
+
+class TestVectorImplementation:
+    def test_vector_implementation_is_the_one_in_use(self):
+        """VECTOR_IMPLEMENTATION names the vector type pyrsistent hands out in this interpreter."""
+        try:
+            import pvectorc  # noqa: F401
+        except ImportError:
+            assert _history.VECTOR_IMPLEMENTATION == "pure Python"
+        else:
+            assert _history.VECTOR_IMPLEMENTATION == "C extension"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
+import os
 import pickle
 import subprocess
 import sys
@@ -11,7 +13,8 @@ import threading
 
 import pytest
 
-from cowconv import LLM, Agent, LLMError, LLMMetrics
+from cowconv import LLM, Agent, Conversation, LLMError, LLMMetrics
+from cowconv._llm import needs_cache_marks
 from cowconv.testing import StubLLMServer, StubReply
 
 TERMINAL_SPEC = {
@@ -165,6 +168,53 @@ class TestMetrics:
         assert stub_llm.metrics.prompt_tokens == 25 * single.prompt_tokens
 
 
+class TestPromptCaching:
+    def test_cached_tokens_are_counted_and_priced_at_the_cache_rate(self, caching_stub):
+        """A prompt whose prefix the provider cached is cheaper, and its cached tokens count."""
+        # gpt-4o's prices (litellm's local price list): cached input costs half.
+        stub = caching_stub
+        llm = LLM(model="openai/gpt-4o", base_url=stub.base_url, api_key="k")
+        prompt = [{"role": "user", "content": "x" * 4000}]
+        stub.script(StubReply.text("a"), StubReply.text("a"))
+        first = llm.completion(prompt)
+        second = llm.completion(prompt)
+        assert first.cache_read_tokens == 0
+        assert 900 <= second.cache_read_tokens <= second.prompt_tokens == first.prompt_tokens
+        assert 0 < second.cost < first.cost
+        assert llm.metrics.cache_read_tokens == second.cache_read_tokens
+        assert llm.metrics.usage.cache_read_tokens == second.cache_read_tokens
+        assert second.usage.cache_read_tokens == second.cache_read_tokens
+
+    def test_a_fork_reads_its_source_prefix_from_the_cache(self, caching_stub, tmp_path):
+        """A fork's first step is served its source's prompt from the cache; stats say so."""
+        stub_agent = Agent(llm=LLM(**caching_stub.llm_settings()))
+        source = Conversation(agent=stub_agent, workspace=tmp_path)
+        source.send_message("x" * 2000)
+        source.run()
+        assert source.state.stats.cache_read_tokens == 0
+        fork = source.fork()
+        fork.send_message("and then?")
+        fork.run()
+        stats = fork.state.stats
+        assert 500 <= stats.cache_read_tokens < stats.prompt_tokens
+        assert stats.by_usage_id[stub_agent.llm.usage_id].cache_read_tokens == (
+            stats.cache_read_tokens
+        )
+
+    def test_cache_marks_go_where_the_provider_needs_them(self):
+        """Anthropic's models get cache_control marks; providers that cache on their own do not."""
+        assert needs_cache_marks("anthropic/claude-sonnet-4-5-20250929")
+        assert needs_cache_marks("bedrock/anthropic.claude-3-5-sonnet-20240620-v1:0")
+        assert not needs_cache_marks("openai/gpt-4o")
+        assert not needs_cache_marks("bedrock/amazon.nova-pro-v1:0")
+        assert not needs_cache_marks("openai/stub-model")
+
+    def test_no_marks_reach_a_provider_that_caches_on_its_own(self, stub):
+        """The request to an OpenAI-compatible endpoint carries no cache_control keys."""
+        LLM(**stub.llm_settings()).completion([*HELLO, {"role": "user", "content": "again"}])
+        assert "cache_control" not in json.dumps(stub.requests[-1].body)
+
+
 class TestIdentity:
     def test_equality_ignores_metrics(self, stub, stub_llm):
         """Two LLMs with one configuration are equal and hash alike, whatever they spent."""
@@ -208,16 +258,44 @@ class TestSecrets:
 
 
 class TestLazyImport:
-    def test_litellm_is_imported_on_first_call_only(self):
-        """Making LLMs and agents does not import litellm; only a call does."""
+    def test_import_cowconv_does_not_import_litellm(self):
+        """import cowconv (testing and the terminal tool too) leaves litellm unimported."""
         code = (
-            "import sys\n"
-            "from cowconv import LLM, Agent, Conversation, Tool\n"
-            "import cowconv.testing, cowconv.tools.terminal\n"
-            "agent = Agent(llm=LLM(model='openai/gpt-4o'), tools=[Tool(name='terminal')])\n"
-            "Conversation(agent=agent, workspace='.').send_message('hi')\n"
-            "print('litellm' in sys.modules)\n"
+            "import sys, threading\n"
+            "import cowconv, cowconv.testing, cowconv.tools.terminal\n"
+            "print('litellm' in sys.modules, [t.name for t in threading.enumerate()])\n"
         )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == "False"
+        assert out.stdout.strip() == "False ['MainThread']"
+
+    def test_the_first_llm_starts_importing_litellm_in_the_background(self):
+        """LLM() returns at once; a daemon thread imports litellm, which the first call joins."""
+        code = (
+            "import sys, threading\n"
+            "from cowconv import LLM, Agent, Conversation, Tool\n"
+            "agent = Agent(llm=LLM(model='openai/gpt-4o'), tools=[Tool(name='terminal')])\n"
+            "names = [t.name for t in threading.enumerate()]\n"
+            "LLM(model='openai/gpt-4o')  # a second LLM starts no second import\n"
+            "names2 = [t.name for t in threading.enumerate()]\n"
+            "from cowconv._llm import _litellm\n"
+            "_litellm()\n"
+            "print('cowconv-import-litellm' in names, names2.count('cowconv-import-litellm'),"
+            " 'litellm' in sys.modules)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] in ("True 1 True", "True 0 True")
+
+    def test_the_preload_can_be_turned_off(self):
+        """COWCONV_PRELOAD_LITELLM=0: making an LLM imports nothing."""
+        code = (
+            "import sys, threading\n"
+            "from cowconv import LLM\n"
+            "LLM(model='openai/gpt-4o')\n"
+            "print('litellm' in sys.modules, len(threading.enumerate()))\n"
+        )
+        env = {**os.environ, "COWCONV_PRELOAD_LITELLM": "0"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "False 1"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import schemathesis
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from schemathesis.checks import (
     not_a_server_error,
     response_schema_conformance,
@@ -65,3 +67,69 @@ def test_no_server_errors(case: schemathesis.Case) -> None:
     case.call_and_validate(
         checks=[not_a_server_error, status_code_conformance, response_schema_conformance]
     )
+
+
+# -- bodies JSON allows but nothing can store: NaN, infinity, lone surrogates, deep nesting --
+
+POISON = [
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    "\ud800",
+    "text \udfff",
+    {"\udc80": 1},
+    json.loads("[" * 70 + '"deep"' + "]" * 70),  # past MAX_DEPTH
+]
+
+
+def _poisoned(value: Any, data: st.DataObject) -> Any:
+    """``value`` with one leaf (or a key) somewhere inside replaced by a poison value."""
+    if isinstance(value, dict) and value:
+        key = data.draw(st.sampled_from(sorted(value)))
+        if data.draw(st.booleans()):
+            return {**value, key: _poisoned(value[key], data)}
+        return {**value, key + "\ud800": value[key]}
+    if isinstance(value, list) and value:
+        index = data.draw(st.integers(0, len(value) - 1))
+        return [*value[:index], _poisoned(value[index], data), *value[index + 1 :]]
+    return data.draw(st.sampled_from(POISON))
+
+
+# Valid bodies (then poisoned): a body that is invalid anyway is refused for other reasons.
+positive = schemathesis.openapi.from_asgi("/openapi.json", serve_without_lifespan)
+positive.config.generation.update(modes=[schemathesis.GenerationMode.POSITIVE])
+positive = positive.exclude(path_regex=r"/events/stream$").exclude(path_regex=r"/run$")
+
+
+def _mostly_valid(body: Any) -> Any:
+    # The schema cannot say everything the server checks (a workspace names no host; ids
+    # must be new): drop what would be refused anyway, so the poison is what is tested.
+    if not isinstance(body, dict):
+        return body
+    body = {key: value for key, value in body.items() if key not in ("id", "from_event_id")}
+    if "workspace" in body:
+        body["workspace"] = {"working_dir": "."}
+    return body
+
+
+@positive.parametrize()
+@positive.given(data=st.data())
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+def test_unstorable_values_in_bodies(case: schemathesis.Case, data: st.DataObject) -> None:
+    """Generated bodies with NaN, infinity, lone surrogates or deep nesting put anywhere
+    are refused (4xx), never a 5xx, and the listing and events stay readable."""
+    if not isinstance(case.body, dict | list):
+        return
+    _ensure_known(case)
+    from fastapi.testclient import TestClient
+
+    client = TestClient(app)
+    path = case.formatted_path
+    # json.dumps writes NaN/Infinity and \\ud800 escapes, as a hostile client can.
+    content = json.dumps(_poisoned(_mostly_valid(case.body), data)).encode()
+    response = client.request(
+        case.method, path, content=content, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code < 500, (case.method, path, response.text)
+    assert client.get("/api/conversations").status_code == 200
+    assert client.get(f"/api/conversations/{KNOWN}/events").status_code == 200

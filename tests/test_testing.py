@@ -67,6 +67,32 @@ class TestStubLLMServer:
         assert long["prompt_tokens"] > short["prompt_tokens"] > 0
         assert short["total_tokens"] == short["prompt_tokens"] + short["completion_tokens"]
 
+    def test_a_prefix_seen_before_is_reported_as_cached(self, caching_stub):
+        """Tokens of the longest message prefix sent before come back as cached tokens."""
+        stub = caching_stub
+        history = [{"role": "user", "content": "x" * 400}, {"role": "assistant", "content": "ok"}]
+        first = post(stub, {"model": "m", "messages": history})[1]["usage"]
+        assert "prompt_tokens_details" not in first
+        longer = [*history, {"role": "user", "content": "more"}]
+        second = post(stub, {"model": "m", "messages": longer})[1]["usage"]
+        cached = second["prompt_tokens_details"]["cached_tokens"]
+        assert 100 <= cached < second["prompt_tokens"]
+        # The same prefix for another model, or other tools, is a different cache entry.
+        other = post(stub, {"model": "other", "messages": longer})[1]["usage"]
+        assert "prompt_tokens_details" not in other
+        changed = [{"role": "user", "content": "y" * 400}, *longer[1:]]
+        assert (
+            "prompt_tokens_details"
+            not in post(stub, {"model": "m", "messages": changed})[1]["usage"]
+        )
+
+    def test_the_prompt_cache_is_off_by_default(self):
+        """Without prompt_cache=True no request ever reports cached tokens."""
+        with StubLLMServer() as stub:
+            for _ in range(2):
+                usage = post(stub, ask("same"))[1]["usage"]
+            assert "prompt_tokens_details" not in usage
+
     def test_bad_requests(self, stub):
         """Unknown paths are 404, bodies that are not JSON objects are 400."""
         assert post(stub, ask("x"), path="/embeddings")[0] == 404

@@ -10,8 +10,10 @@ process unchanged.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -320,3 +322,123 @@ def test_accepted_values_load_unchanged_in_a_fresh_process(tmp_path: Path):
         timeout=300,
     )
     assert json.loads(loaded.stdout) == json.loads(json.dumps(expected))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_what_the_server_accepts_a_restarted_server_serves_unchanged(tmp_path: Path):
+    """Bodies with any JSON values (NaN, infinity, surrogates, deep nesting among them):
+    what the server answers 2xx to, a new server process on the same data serves the same."""
+    data = tmp_path / "data"
+    accepted: list[str] = []
+    counter = iter(range(10**6))
+
+    with BackgroundServer(create_app(data_dir=data)) as server:
+
+        @given(
+            params=anything,
+            agent_state_like=anything,
+            tags=st.dictionaries(
+                st.text(max_size=4) | st.sampled_from(SURROGATES),
+                st.text(max_size=4) | st.sampled_from(SURROGATES),
+                max_size=2,
+            ),
+            wait=st.floats(),
+            text=st.text(max_size=10) | st.sampled_from(SURROGATES),
+            title=st.none() | st.text(max_size=5) | st.sampled_from(SURROGATES),
+        )
+        @settings(max_examples=40, deadline=None)
+        def exchange(params, agent_state_like, tags, wait, text, title):
+            conversation_id = f"c{next(counter)}"
+            created = raw_post(
+                server,
+                "/api/conversations",
+                {
+                    "id": conversation_id,
+                    "agent": {
+                        "llm": {"model": "openai/gpt-4o", "api_key": "sk", "retry_max_wait": wait},
+                        "tools": [
+                            {"name": "terminal", "params": {"p": params, "q": agent_state_like}}
+                        ],
+                    },
+                    "workspace": {"working_dir": "."},
+                    "tags": tags,
+                },
+            )
+            assert created.status_code in (201, 422), created.text
+            if created.status_code != 201:
+                return
+            accepted.append(conversation_id)
+            sent = raw_post(
+                server, f"/api/conversations/{conversation_id}/messages", {"text": text}
+            )
+            assert sent.status_code in (201, 422)
+            forked = raw_post(
+                server,
+                f"/api/conversations/{conversation_id}/fork",
+                {"id": f"{conversation_id}-fork", "title": title},
+            )
+            assert forked.status_code in (201, 422)
+            if forked.status_code == 201:
+                accepted.append(f"{conversation_id}-fork")
+
+        exchange()
+        before = {name: served(server.url, name) for name in accepted}
+
+    port = free_port()
+    log = tmp_path / "server.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cowconv.agent_server",
+                "--data-dir",
+                str(data),
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the restarted server did not come up"
+            time.sleep(0.1)
+        after = {name: served(url, name) for name in accepted}
+        listed = httpx.get(f"{url}/api/conversations", params={"limit": 1000})
+        assert listed.status_code == 200
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert accepted, "the strategies never produced an acceptable body"
+    assert after == before
+    assert sorted(item["id"] for item in listed.json()["items"]) == sorted(accepted)
+
+
+def served(url: str, conversation_id: str) -> dict[str, Any]:
+    """What the server shows of a conversation: summary, agent and every event."""
+    base = f"{url}/api/conversations/{conversation_id}"
+    answers = {
+        "info": httpx.get(base),
+        "agent": httpx.get(f"{base}/agent"),
+        "events": httpx.get(f"{base}/events", params={"limit": 1000}),
+    }
+    for name, answer in answers.items():
+        assert answer.status_code == 200, (name, answer.text)
+    return {name: answer.json() for name, answer in answers.items()}

@@ -7,6 +7,7 @@ number in the report is its position in this tuple.
 """
 
 from benchmarks._scenario import Scenario
+from benchmarks.scenarios.distributed_suite import DistributedSuite
 from benchmarks.scenarios.fanout import FanOut
 from benchmarks.scenarios.fork_from_event import ForkFromEvent
 from benchmarks.scenarios.fork_latency import ForkLatency
@@ -16,6 +17,7 @@ from benchmarks.scenarios.import_time import ImportTime
 from benchmarks.scenarios.persisted_fork import PersistedFork
 from benchmarks.scenarios.rest_fork import RestFork
 from benchmarks.scenarios.seed_fork import SeedFork
+from benchmarks.scenarios.vector_implementation import VectorImplementation
 
 SCENARIOS: tuple[Scenario, ...] = (
     ForkLatency(),
@@ -23,10 +25,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     ForkMemory(),
     ForkFromEvent(),
     HistoryOps(),
+    VectorImplementation(),
     PersistedFork(),
     FanOut(),
     RestFork(),
     ImportTime(),
+    DistributedSuite(),
 )
 
 for _number, _scenario in enumerate(SCENARIOS, start=1):

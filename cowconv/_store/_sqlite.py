@@ -42,6 +42,7 @@ from cowconv._exceptions import (
     StoreLockedError,
 )
 from cowconv._history import EventLog
+from cowconv._ids import ConversationID, id_text, public_id
 from cowconv._state import ConversationInfo, ConversationState
 from cowconv._store._base import (
     ExportRecord,
@@ -307,7 +308,8 @@ class SQLiteStore:
                     db.execute("ROLLBACK")
                 raise
 
-    def _row(self, db: sqlite3.Connection, conversation_id: str) -> _Row:
+    def _row(self, db: sqlite3.Connection, conversation_id: ConversationID) -> _Row:
+        conversation_id = id_text(conversation_id)
         found = db.execute(
             "SELECT key, parent, fork_len, event_count, state, generation, version "
             "FROM conversations WHERE id = ?",
@@ -395,7 +397,7 @@ class SQLiteStore:
             weakref.finalize(state, self._bases.pop, key, None)
         self._bases[key] = token
 
-    def exists(self, conversation_id: str) -> bool:
+    def exists(self, conversation_id: ConversationID) -> bool:
         """Whether a conversation with this id is stored.
 
         >>> SQLiteStore(":memory:").exists("nope")
@@ -403,11 +405,11 @@ class SQLiteStore:
         """
         with self._transaction(write=False) as db:
             found = db.execute(
-                "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+                "SELECT 1 FROM conversations WHERE id = ?", (id_text(conversation_id),)
             ).fetchone()
         return found is not None
 
-    def load(self, conversation_id: str) -> ConversationState:
+    def load(self, conversation_id: ConversationID) -> ConversationState:
         """The stored snapshot; ``ConversationNotFoundError`` if there is none.
 
         Events are validated from JSON when first read, so opening a long
@@ -421,11 +423,11 @@ class SQLiteStore:
         with self._transaction(write=False) as db:
             row = self._row(db, conversation_id)
             events = self._history(db, row.key, row.event_count)
-        state = self._state(row, events, conversation_id)
+        state = self._state(row, events, id_text(conversation_id))
         self._track(state, row.token)
         return state
 
-    def info(self, conversation_id: str) -> ConversationInfo:
+    def info(self, conversation_id: ConversationID) -> ConversationInfo:
         """The stored conversation's summary, without reading its events.
 
         >>> SQLiteStore(":memory:").info("nope")
@@ -435,13 +437,19 @@ class SQLiteStore:
         """
         with self._transaction(write=False) as db:
             row = self._row(db, conversation_id)
-        return self._info(conversation_id, row.state, row.event_count)
+            leaf = self._leaf(db, row.key, row.event_count)
+        return self._info(id_text(conversation_id), row.state, row.event_count, leaf)
+
+    def _leaf(self, db: sqlite3.Connection, key: int, event_count: int) -> str | None:
+        """The id of the last event of a stored history (its leaf), or ``None``."""
+        return self._event_id_at(db, key, event_count - 1) if event_count else None
 
     def _info(
-        self, conversation_id: str, state_json: str | None, event_count: int
+        self, conversation_id: str, state_json: str | None, event_count: int, leaf: str | None
     ) -> ConversationInfo:
         state = self._state(_Row(0, None, 0, 0, state_json), EventLog(), conversation_id)
-        return ConversationInfo.of(state).model_copy(update={"event_count": event_count})
+        update = {"event_count": event_count, "leaf_event_id": leaf}
+        return ConversationInfo.of(state).model_copy(update=update)
 
     def list(
         self, *, tags: Mapping[str, str] | None = None, limit: int | None = None, offset: int = 0
@@ -459,7 +467,7 @@ class SQLiteStore:
             raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
-        query = "SELECT id, state, event_count FROM conversations WHERE id IS NOT NULL"
+        query = "SELECT id, state, event_count, key FROM conversations WHERE id IS NOT NULL"
         parameters: list[object] = []
         for key, value in (tags or {}).items():
             if not isinstance(key, str) or not isinstance(value, str):
@@ -474,7 +482,7 @@ class SQLiteStore:
         parameters += [-1 if limit is None else min(limit, _MAX_ROWS), min(offset, _MAX_ROWS)]
         with self._transaction(write=False) as db:
             rows = db.execute(query, parameters).fetchall()
-        infos, unreadable = self._infos(rows)
+            infos, unreadable = self._infos(db, rows)
         if unreadable:
             logger.warning(
                 "the store %s holds conversations whose state cannot be read (delete them or "
@@ -485,12 +493,13 @@ class SQLiteStore:
         return infos
 
     def _infos(
-        self, rows: builtins.list[tuple[str, str, int]]
+        self, db: sqlite3.Connection, rows: builtins.list[tuple[str, str, int, int]]
     ) -> tuple[builtins.list[ConversationInfo], builtins.list[str]]:
         infos, unreadable = [], []
-        for conversation_id, state_json, event_count in rows:
+        for conversation_id, state_json, event_count, key in rows:
             try:
-                infos.append(self._info(conversation_id, state_json, event_count))
+                leaf = self._leaf(db, key, event_count)
+                infos.append(self._info(conversation_id, state_json, event_count, leaf))
             except CorruptStoreError:
                 unreadable.append(conversation_id)
         return infos, unreadable
@@ -506,9 +515,10 @@ class SQLiteStore:
         """
         with self._transaction(write=False) as db:
             rows = db.execute(
-                "SELECT id, state, event_count FROM conversations WHERE id IS NOT NULL ORDER BY key"
+                "SELECT id, state, event_count, key FROM conversations WHERE id IS NOT NULL "
+                "ORDER BY key"
             ).fetchall()
-        return self._infos(rows)[1]
+            return self._infos(db, rows)[1]
 
     # -- writing -------------------------------------------------------------------
 
@@ -538,14 +548,15 @@ class SQLiteStore:
         self, db: sqlite3.Connection, state: ConversationState
     ) -> tuple[int | None, int]:
         """Where ``state`` branches off a stored conversation: (parent key, events shared)."""
-        parent_id, event_id = state.forked_from_conversation_id, state.forked_from_event_id
-        if parent_id is None or event_id is None:
+        parent_id, count = state.forked_from_conversation_id, state.forked_from_event_count
+        if parent_id is None or not count or count > len(state.events):
             return None, 0
         found = db.execute(
-            "SELECT key, event_count FROM conversations WHERE id = ?", (parent_id,)
+            "SELECT key, event_count FROM conversations WHERE id = ?", (str(parent_id),)
         ).fetchone()
-        position = state.events._position(event_id)
-        if found is None or position is None or position >= found[1]:
+        position = count - 1
+        event_id = state.events[position].id
+        if found is None or position >= found[1]:
             return None, 0
         if self._event_id_at(db, found[0], position) != event_id:
             return None, 0  # a different history under that id: share nothing
@@ -565,7 +576,7 @@ class SQLiteStore:
     def _insert(
         self, db: sqlite3.Connection, state: ConversationState, parent: int | None, fork_len: int
     ) -> _Token:
-        if db.execute("SELECT 1 FROM conversations WHERE id = ?", (state.id,)).fetchone():
+        if db.execute("SELECT 1 FROM conversations WHERE id = ?", (str(state.id),)).fetchone():
             raise ValueError(f"a conversation with id {state.id!r} is already stored")
         if fork_len == 0:
             parent = None
@@ -574,7 +585,7 @@ class SQLiteStore:
         cursor = db.execute(
             "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (state.id, parent, fork_len, len(state.events), _state_json(state), generation),
+            (str(state.id), parent, fork_len, len(state.events), _state_json(state), generation),
         )
         key = cursor.lastrowid
         assert key is not None
@@ -640,7 +651,7 @@ class SQLiteStore:
             ),
         )
 
-    def delete(self, conversation_id: str) -> None:
+    def delete(self, conversation_id: ConversationID) -> None:
         """Forget a conversation; forks of it keep their histories.
 
         The row stays as a hidden tombstone (its id and state, secrets
@@ -685,7 +696,11 @@ class SQLiteStore:
     # -- export and import ---------------------------------------------------
 
     def export_conversation(
-        self, conversation_id: str, *, with_forks: bool = False, include_secrets: bool = False
+        self,
+        conversation_id: ConversationID,
+        *,
+        with_forks: bool = False,
+        include_secrets: bool = False,
     ) -> str:
         """A conversation (and with ``with_forks`` its fork tree) as versioned JSON.
 
@@ -704,12 +719,14 @@ class SQLiteStore:
             records = [
                 ExportRecord(
                     self._state(
-                        root, self._history(db, root.key, root.event_count), conversation_id
+                        root,
+                        self._history(db, root.key, root.event_count),
+                        id_text(conversation_id),
                     )
                 )
             ]
             # Forks of tombstones belong to the nearest exported ancestor.
-            pending = [(root.key, conversation_id, root.event_count)] if with_forks else []
+            pending = [(root.key, id_text(conversation_id), root.event_count)] if with_forks else []
             while pending:
                 key, ancestor, shared = pending.pop(0)
                 children = db.execute(
@@ -729,7 +746,7 @@ class SQLiteStore:
                     pending.append((child.key, child_id, child.event_count))
         return export_document(records, include_secrets=include_secrets)
 
-    def import_conversations(self, data: str | bytes) -> builtins.list[str]:
+    def import_conversations(self, data: str | bytes) -> builtins.list[ConversationID]:
         """Store the conversations of an export, forks sharing as they did; returns their ids.
 
         All or nothing: a bad document or an id already stored raises
@@ -746,8 +763,8 @@ class SQLiteStore:
             for record in records:
                 parent = None if record.parent is None else keys[record.parent]
                 fork_len = record.fork_len if parent is not None else 0
-                keys[record.state.id] = self._insert(db, record.state, parent, fork_len)[0]
-        return list(keys)
+                keys[str(record.state.id)] = self._insert(db, record.state, parent, fork_len)[0]
+        return [public_id(key) for key in keys]
 
     # -- measuring ---------------------------------------------------------------
 

@@ -28,8 +28,10 @@ from cowconv._agent import Agent
 from cowconv._conversation import Conversation
 from cowconv._events import Event
 from cowconv._exceptions import ConversationNotFoundError, CowconvError
+from cowconv._ids import ConversationID, id_text
 from cowconv._state import ConversationInfo, ConversationState
 from cowconv._store import Store
+from cowconv._tree import history_to
 from cowconv._workspace import Workspace
 
 __all__ = ["ConversationConflictError", "ConversationRegistry", "EventNotFoundError"]
@@ -135,8 +137,9 @@ class ConversationRegistry:
             or (self._store is not None and self._store.exists(conversation_id))
         )
 
-    def get(self, conversation_id: str) -> Conversation:
+    def get(self, conversation_id: ConversationID) -> Conversation:
         """The live conversation ``conversation_id``, reopened from the store if needed."""
+        conversation_id = id_text(conversation_id)
         with self._lock:
             conversation = self._live.get(conversation_id)
             if conversation is not None:
@@ -176,7 +179,7 @@ class ConversationRegistry:
             for state in states
             if all(state.tags.get(key) == value for key, value in wanted.items())
         ]
-        chosen.sort(key=lambda state: (state.created_at, state.id))
+        chosen.sort(key=lambda state: (state.created_at, str(state.id)))
         return [ConversationInfo.of(state) for state in chosen[offset : offset + limit]]
 
     def is_running(self, conversation_id: str) -> bool:
@@ -198,8 +201,8 @@ class ConversationRegistry:
 
     def _adopt(self, conversation: Conversation) -> Conversation:
         with self._lock:
-            self._reserved.discard(conversation.id)
-            self._live[conversation.id] = conversation
+            self._reserved.discard(str(conversation.state.id))
+            self._live[str(conversation.state.id)] = conversation
         return conversation
 
     def create(
@@ -223,6 +226,7 @@ class ConversationRegistry:
                 conversation_id=chosen,
                 tags=tags,
                 callbacks=[self._hub(chosen).notify],
+                visualizer=None,  # a server prints no events
                 **extra,
             )
         except BaseException:
@@ -233,7 +237,7 @@ class ConversationRegistry:
 
     def fork(
         self,
-        conversation_id: str,
+        conversation_id: ConversationID,
         *,
         fork_id: str | None = None,
         title: str | None = None,
@@ -243,9 +247,11 @@ class ConversationRegistry:
     ) -> Conversation:
         """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials."""
         source = self.get(conversation_id)
-        if from_event_id is not None and source.state.events.get(from_event_id) is None:
-            # Histories only grow, so an event missing now is missing at the fork too.
-            raise EventNotFoundError(conversation_id, from_event_id)
+        if from_event_id is not None:
+            try:
+                history_to(source.state, from_event_id)
+            except KeyError:
+                raise EventNotFoundError(str(conversation_id), from_event_id) from None
         chosen = self._reserve(fork_id)
         try:
             fork = source.fork(
@@ -296,8 +302,8 @@ class ConversationRegistry:
             logger.exception("run of conversation %s failed", conversation.id)
         finally:
             with self._lock:
-                self._runs.pop(conversation.id, None)
-            self._hub(conversation.id).notify()
+                self._runs.pop(str(conversation.state.id), None)
+            self._hub(str(conversation.state.id)).notify()
 
     def pause(self, conversation_id: str) -> ConversationState:
         """Ask a running conversation to pause (thread-safe); the current snapshot."""

@@ -1,0 +1,149 @@
+"""The conversation tree: leaf_event_id, navigate_to, branches, and fork's agreement with them."""
+
+from __future__ import annotations
+
+import pytest
+
+from cowconv import (
+    LLM,
+    Agent,
+    Conversation,
+    EventLog,
+    EventNotFoundError,
+    MessageEvent,
+)
+from cowconv._tree import is_prefix
+
+AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))
+
+
+def texts(history) -> list[str]:
+    return [event.text for event in history]
+
+
+def three(conversation: Conversation) -> list[MessageEvent]:
+    return [conversation.send_message(text) for text in ("root", "a1", "a2")]
+
+
+@pytest.fixture
+def conversation() -> Conversation:
+    return Conversation(agent=AGENT, workspace=".", visualizer=None)
+
+
+class TestLeafEventId:
+    def test_follows_the_last_event(self, conversation):
+        """leaf_event_id is the id of the last event of the active branch, None when empty."""
+        assert conversation.state.leaf_event_id is None
+        e0, e1, e2 = three(conversation)
+        assert conversation.state.leaf_event_id == e2.id
+
+
+class TestNavigateTo:
+    def test_then_a_message_starts_a_sibling_branch(self, conversation):
+        """After navigate_to(root), the next message branches off the root; a1, a2 are kept."""
+        e0, e1, e2 = three(conversation)
+        conversation.navigate_to(e0.id)
+        assert conversation.state.leaf_event_id == e0.id
+        assert texts(conversation.state.events) == ["root"]
+        conversation.send_message("b1")
+        assert texts(conversation.state.events) == ["root", "b1"]
+        assert [texts(b) for b in conversation.state.branches] == [
+            ["root", "a1", "a2"],
+            ["root", "b1"],
+        ]
+
+    def test_back_to_the_old_leaf_restores_the_old_branch(self, conversation):
+        """Navigating to the old leaf makes the old branch active again, the new one kept."""
+        e0, e1, e2 = three(conversation)
+        conversation.navigate_to(e0.id)
+        b1 = conversation.send_message("b1")
+        conversation.navigate_to(e2.id)
+        assert texts(conversation.state.events) == ["root", "a1", "a2"]
+        assert conversation.state.other_branches[0][-1] == b1
+        assert len(conversation.state.branches) == 2
+
+    def test_to_none_empties_the_active_branch(self, conversation):
+        """navigate_to(None) leaves an empty active branch; the next event is a new root."""
+        three(conversation)
+        conversation.navigate_to(None)
+        assert conversation.state.leaf_event_id is None and len(conversation.state.events) == 0
+        conversation.send_message("fresh")
+        assert [texts(b) for b in conversation.state.branches] == [
+            ["root", "a1", "a2"],
+            ["fresh"],
+        ]
+
+    @pytest.mark.parametrize("operation", ["navigate_to", "fork"])
+    def test_unknown_event_id_raises(self, conversation, operation):
+        """An unknown id is a ValueError (the seed's) and a KeyError naming it; nothing changes."""
+        three(conversation)
+        before = conversation.state
+        with pytest.raises(ValueError, match="nope") as raised:
+            if operation == "navigate_to":
+                conversation.navigate_to("nope")
+            else:
+                conversation.fork(from_event_id="nope")
+        assert isinstance(raised.value, KeyError | EventNotFoundError)
+        assert conversation.state is before
+
+    def test_shares_structure(self, conversation):
+        """Navigating copies nothing: the new active branch is a prefix view of the old one."""
+        for n in range(100):
+            conversation.send_message(f"m{n}")
+        old = conversation.state.events
+        conversation.navigate_to(old[49].id)
+        new = conversation.state.events
+        assert len(new) == 50 and new._chunks[0] is old._chunks[0]
+        assert conversation.state.other_branches[0]._chunks is old._chunks
+
+    def test_to_the_current_leaf_changes_nothing(self, conversation):
+        """Navigating to where the conversation already is keeps the same snapshot."""
+        e0, e1, e2 = three(conversation)
+        before = conversation.state
+        conversation.navigate_to(e2.id)
+        assert conversation.state is before
+
+
+class TestForkAndTheTree:
+    def test_fork_from_an_event_on_an_abandoned_branch(self, conversation):
+        """fork(from_event_id=) takes the history up to the event, on whichever branch holds it."""
+        e0, e1, e2 = three(conversation)
+        conversation.navigate_to(e0.id)
+        conversation.send_message("b1")
+        fork = conversation.fork(from_event_id=e2.id)
+        assert texts(fork.state.events) == ["root", "a1", "a2"]
+        assert fork.state.leaf_event_id == e2.id
+        assert fork.state.other_branches == ()
+        assert len(conversation.state.events) == 2  # the source is untouched
+
+    def test_whole_fork_keeps_every_branch_and_the_leaf(self, conversation):
+        """A whole-conversation fork carries all branches and the source's leaf (as the seed)."""
+        e0, e1, e2 = three(conversation)
+        conversation.navigate_to(e0.id)
+        fork = conversation.fork()
+        assert fork.state.leaf_event_id == e0.id
+        assert [texts(b) for b in fork.state.branches] == [["root", "a1", "a2"]]
+
+    def test_navigation_agrees_with_fork(self, conversation):
+        """navigate_to(e) and fork(from_event_id=e) give the same history, for every event."""
+        e0, e1, e2 = three(conversation)
+        conversation.navigate_to(e1.id)
+        conversation.send_message("b2")
+        for branch in conversation.state.branches:
+            for event in branch:
+                fork = conversation.fork(from_event_id=event.id)
+                probe = conversation.fork()
+                probe.navigate_to(event.id)
+                assert list(fork.state.events) == list(probe.state.events)
+                assert fork.state.events[-1] == event
+
+
+class TestIsPrefix:
+    def test_cases(self):
+        """is_prefix compares the shared prefix: empty, equal, shorter, diverging, longer."""
+        events = [MessageEvent(source="user", role="user", content=t) for t in "abc"]
+        other = MessageEvent(source="user", role="user", content="x")
+        log = EventLog(events)
+        diverged = log.take(1).append(other)
+        assert is_prefix(log.take(0), log) and is_prefix(log, log) and is_prefix(log.take(2), log)
+        assert not is_prefix(diverged, log) and not is_prefix(log, log.take(2))
