@@ -231,11 +231,15 @@ def _add_usage(fork: Conversation, outcome: BranchOutcome) -> None:
     latencies = outcome.latencies or ((0.0,) if usage.accumulated_cost else ())
     metrics = fork.agent.llm.metrics
     for position, latency in enumerate(latencies):
+        # The worker sends its calls' totals and each call's latency: the totals go with the
+        # first call, so the metrics here end with the same totals and the same latencies.
         first = position == 0
         metrics.add(
             cost=usage.accumulated_cost if first else 0.0,
             prompt_tokens=usage.prompt_tokens if first else 0,
             completion_tokens=usage.completion_tokens if first else 0,
+            cache_read_tokens=usage.cache_read_tokens if first else 0,
+            cache_write_tokens=usage.cache_write_tokens if first else 0,
             latency=latency,
         )
 

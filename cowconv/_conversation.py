@@ -176,7 +176,7 @@ class Conversation:
             raise TypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
-        workspace = Workspace.coerce(workspace)
+        workspace = Workspace.coerce(workspace).require_directory()
         sink = _store_for(persistence_dir, store)
         if conversation_id is not None:
             conversation_id = id_text(conversation_id)

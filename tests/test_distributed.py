@@ -34,7 +34,7 @@ from cowconv import (
     run_branches,
 )
 from cowconv.distributed import PicklingExecutor, ProcessExecutor, prefix_loads
-from cowconv.testing import StubReply
+from cowconv.testing import StubLLMServer, StubReply
 
 
 class ShoutParams(BaseModel):
@@ -144,6 +144,22 @@ class TestSameAsThreads:
         assert [row.title for row in rows] == ["A", "B", None]
         assert rows[0].final_answer is not None and "alpha" in rows[0].final_answer
         assert all(row.wall_seconds is not None and row.steps >= 1 for row in rows)
+
+    def test_usage_made_on_workers_is_added_back_cached_tokens_too(self, executor, tmp_path):
+        """The caller's llm.metrics grow by exactly the forks' stats, cached tokens included."""
+        with StubLLMServer(prompt_cache=True) as cached_stub:
+            llm = LLM(**cached_stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+            source = Conversation(agent=Agent(llm=llm), workspace=tmp_path)
+            source.send_message("A long shared question. " * 50)
+            source.run()
+            before = llm.metrics.usage
+            calls = len(llm.metrics.latencies)
+            forks = run_branches(source, ["Say A.", "Say B.", "Say C."], executor=executor)
+        spent = {k: v - before.model_dump()[k] for k, v in llm.metrics.usage.model_dump().items()}
+        totals = {k: sum(f.state.stats.model_dump()[k] for f in forks) for k in spent}
+        assert spent == totals
+        assert totals["cache_read_tokens"] > 0
+        assert len(llm.metrics.latencies) - calls == 3
 
     def test_the_prefix_travels_once_not_once_per_branch(self, source, stub_agent):
         """Bytes sent: the shared history once plus small jobs, far below one copy per branch."""
@@ -381,3 +397,47 @@ class TestRayExecutor:
             ExecutionStatus.ERROR,
             ExecutionStatus.FINISHED,
         ]
+
+
+class TestDrive:
+    def test_bounds_runs_in_flight_and_shows_progress(self, capsys):
+        """At most max_in_flight jobs run at once; each yields once; a failing submit yields it."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+        from types import SimpleNamespace
+
+        from cowconv.distributed._driver import drive
+
+        running = peak = 0
+        jobs = [SimpleNamespace(index=n) for n in range(7)]
+
+        def submit(job):
+            nonlocal running, peak
+            if job.index == 3:
+                raise ValueError("cannot submit 3")
+            running += 1
+            peak = max(peak, running)
+            return pool.submit(lambda: b"ran %d" % job.index)
+
+        def collect(future):
+            nonlocal running
+            running -= 1
+            return future.result()
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(
+                drive(
+                    jobs,
+                    submit=submit,
+                    wait_any=lambda handles: wait(handles, return_when=FIRST_COMPLETED).done,
+                    collect=collect,
+                    max_in_flight=2,
+                    progress=True,
+                    description="suite under test",
+                )
+            )
+        assert peak == 2
+        assert sorted(index for index, _ in results) == list(range(7))
+        by_index = dict(results)
+        assert isinstance(by_index[3], ValueError)
+        assert by_index[5] == b"ran 5"
+        assert "suite under test" in capsys.readouterr().err
