@@ -11,6 +11,7 @@ from cowconv import (
     EventLog,
     EventNotFoundError,
     MessageEvent,
+    SQLiteStore,
 )
 from cowconv._tree import is_prefix
 
@@ -25,9 +26,19 @@ def three(conversation: Conversation) -> list[MessageEvent]:
     return [conversation.send_message(text) for text in ("root", "a1", "a2")]
 
 
-@pytest.fixture
-def conversation() -> Conversation:
+@pytest.fixture(params=["memory", "sqlite"])
+def conversation(request, tmp_path) -> Conversation:
+    if request.param == "sqlite":
+        return Conversation(agent=AGENT, workspace=".", visualizer=None, persistence_dir=tmp_path)
     return Conversation(agent=AGENT, workspace=".", visualizer=None)
+
+
+def reopened(conversation: Conversation) -> Conversation:
+    """The conversation as a new process sees it (the same one when it is not stored)."""
+    store = conversation._sink
+    if store is None:
+        return conversation
+    return Conversation.resume(SQLiteStore(store.path), conversation.id)
 
 
 class TestLeafEventId:
@@ -147,3 +158,59 @@ class TestIsPrefix:
         diverged = log.take(1).append(other)
         assert is_prefix(log.take(0), log) and is_prefix(log, log) and is_prefix(log.take(2), log)
         assert not is_prefix(diverged, log) and not is_prefix(log, log.take(2))
+
+
+class TestPersistedTree:
+    def test_resume_keeps_every_branch_and_the_leaf(self, conversation):
+        """A reopened conversation has the same branches, in order, and the same leaf."""
+        e0, e1, e2 = three(conversation)
+        conversation.navigate_to(e0.id)
+        b1 = conversation.send_message("b1")
+        conversation.navigate_to(e1.id)
+        conversation.send_message("c2")
+        conversation.navigate_to(b1.id)
+        again = reopened(conversation)
+        assert [texts(b) for b in again.state.branches] == [
+            texts(b) for b in conversation.state.branches
+        ]
+        assert [texts(b) for b in again.state.branches] == [
+            ["root", "a1", "a2"],
+            ["root", "a1", "c2"],
+            ["root", "b1"],
+        ]
+        assert again.state.leaf_event_id == b1.id
+        again.send_message("b2")  # and it goes on from there
+        assert texts(reopened(again).state.events) == ["root", "b1", "b2"]
+
+    def test_navigating_copies_no_event(self, tmp_path):
+        """In SQLite, navigating and branching write rows, never events again."""
+        import sqlite3
+        from contextlib import closing
+
+        conversation = Conversation(
+            agent=AGENT, workspace=".", visualizer=None, persistence_dir=tmp_path
+        )
+        events = [conversation.send_message(f"m{n}") for n in range(50)]
+        for target in (events[10], events[40], events[49], events[0]):
+            conversation.navigate_to(target.id)
+        conversation.send_message("new")
+        with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:
+            assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 51
+
+    def test_delete_removes_every_branch_but_forks_keep_theirs(self, tmp_path):
+        """Deleting a conversation reclaims its branches; a fork's history survives."""
+        import sqlite3
+        from contextlib import closing
+
+        conversation = Conversation(
+            agent=AGENT, workspace=".", visualizer=None, persistence_dir=tmp_path
+        )
+        e0, e1, e2 = three(conversation)
+        fork = conversation.fork()
+        conversation.navigate_to(e0.id)
+        conversation.send_message("b1")
+        store = conversation._sink
+        store.delete(conversation.id)
+        assert texts(store.load(fork.id).events) == ["root", "a1", "a2"]
+        with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:
+            assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 3
