@@ -395,6 +395,10 @@ class Conversation:
             raise TypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
 
         def change(state: ConversationState) -> ConversationState:
+            if state.execution_status is ExecutionStatus.RUNNING:
+                raise RuntimeError(
+                    f"conversation {state.id} is running; pause() it before navigate_to()"
+                )
             try:
                 return navigate(state, event_id)
             except KeyError as error:
