@@ -302,11 +302,16 @@ class TestVisualizer:
             def on_event(self, event):
                 self.events.append(event)
 
-        make_local(visualizer=Recorder).send_message("hi")
+        source = make_local(visualizer=Recorder)
+        source.send_message("hi")
         assert [e.text for e in Recorder.made[0].events] == ["hi"]
         assert Recorder.made[0].conversation_stats is not None
         make_local(visualizer=None).send_message("quiet")
         assert len(Recorder.made) == 1
+        fork = source.fork()  # as the seed: a new visualiser of the same kind
+        fork.send_message("on the fork")
+        assert [e.text for e in Recorder.made[1].events] == ["on the fork"]
+        assert [e.text for e in Recorder.made[0].events] == ["hi"]
 
     def test_default_is_on_in_a_terminal_and_off_when_piped(self, tmp_path):
         """Left out, the visualiser prints when stdout is a terminal, nothing when piped."""
