@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from cowconv._agent import Agent, Tool
 from cowconv._backend import Backend, EventCallback
 from cowconv._condenser import LLMSummarizingCondenser
-from cowconv._conversation import Conversation, RemoteConversation
+from cowconv._conversation import Conversation, LocalConversation, RemoteConversation
 from cowconv._events import (
     ActionEvent,
     AgentErrorEvent,
@@ -57,13 +57,16 @@ from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
 from cowconv._local import StateSink
 from cowconv._state import (
+    ConversationExecutionStatus,
     ConversationInfo,
     ConversationState,
     ConversationStats,
     ExecutionStatus,
+    TokenUsage,
+    Usage,
 )
-from cowconv._usage import Usage
-from cowconv._workspace import Workspace
+from cowconv._visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
+from cowconv._workspace import RemoteWorkspace, Workspace
 
 __version__ = "0.1.0"
 
@@ -139,12 +142,15 @@ __all__ = [
     "Conversation",
     "ConversationConflictError",
     "ConversationExistsError",
+    "ConversationExecutionStatus",
     "ConversationInfo",
     "ConversationNotFoundError",
     "ConversationState",
     "ConversationStats",
+    "ConversationVisualizerBase",
     "CorruptStoreError",
     "CowconvError",
+    "DefaultConversationVisualizer",
     "Event",
     "EventCallback",
     "EventLog",
@@ -159,6 +165,7 @@ __all__ = [
     "LLMResponse",
     "LLMSummarizingCondenser",
     "LLMToolCall",
+    "LocalConversation",
     "MAX_DEPTH",
     "MemoryStore",
     "MessageEvent",
@@ -166,6 +173,7 @@ __all__ = [
     "PauseEvent",
     "RemoteConversation",
     "RemoteError",
+    "RemoteWorkspace",
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
@@ -177,6 +185,7 @@ __all__ = [
     "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
+    "TokenUsage",
     "Tool",
     "ToolArgumentError",
     "ToolDefinition",

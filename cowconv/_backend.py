@@ -31,6 +31,7 @@ from pyrsistent import PMap
 
 from cowconv._agent import Agent
 from cowconv._events import Event
+from cowconv._ids import ConversationID
 from cowconv._state import ConversationState
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "Change",
     "EventCallback",
     "ForkSpec",
+    "NavigateTo",
     "SetTag",
     "UpdateAgentState",
     "check_max_iteration_per_run",
@@ -156,6 +158,31 @@ class ActivateSkill:
 
 
 @dataclass(frozen=True)
+class NavigateTo:
+    """Move the active branch to end at ``event_id`` (``None``: empty); refused while running.
+
+    >>> NavigateTo(None).event_id is None
+    True
+    """
+
+    event_id: str | None
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        from cowconv._exceptions import EventNotFoundError
+        from cowconv._state import ExecutionStatus
+        from cowconv._tree import navigate
+
+        if state.execution_status is ExecutionStatus.RUNNING:
+            raise RuntimeError(
+                f"conversation {state.id} is running; pause() it before navigate_to()"
+            )
+        try:
+            return navigate(state, self.event_id)
+        except KeyError as error:
+            raise EventNotFoundError(str(error.args[0])) from None
+
+
+@dataclass(frozen=True)
 class ForkSpec:
     """What a fork is asked for, checked by :meth:`Conversation.fork <cowconv.Conversation.fork>`.
 
@@ -166,7 +193,7 @@ class ForkSpec:
     True
     """
 
-    conversation_id: str | None = None
+    conversation_id: ConversationID | None = None
     agent: Agent | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
     title: str | None = None

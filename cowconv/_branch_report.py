@@ -62,9 +62,7 @@ class BranchRow:
         """The row of one fork of a suite."""
         state = fork.state
         events = state.events
-        start = 0
-        if state.forked_from_event_id is not None:
-            start = (events.index_of(state.forked_from_event_id) + 1) if events else 0
+        start = state.forked_from_event_count or 0  # the events the fork inherited
         answers: set[str] = set()
         steps = 0
         final: str | None = None
@@ -84,7 +82,7 @@ class BranchRow:
         stats = state.stats.model_dump()
         return cls(
             index=index,
-            conversation_id=state.id,
+            conversation_id=str(state.id),
             title=state.title,
             tags={key: value for key, value in state.tags.items() if key != "title"},
             status=state.execution_status.value,

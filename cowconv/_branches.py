@@ -232,11 +232,15 @@ def _add_usage(fork: Conversation, outcome: BranchOutcome) -> None:
     latencies = outcome.latencies or ((0.0,) if usage.accumulated_cost else ())
     metrics = fork.agent.llm.metrics
     for position, latency in enumerate(latencies):
+        # The worker sends its calls' totals and each call's latency: the totals go with the
+        # first call, so the metrics here end with the same totals and the same latencies.
         first = position == 0
         metrics.add(
             cost=usage.accumulated_cost if first else 0.0,
             prompt_tokens=usage.prompt_tokens if first else 0,
             completion_tokens=usage.completion_tokens if first else 0,
+            cache_read_tokens=usage.cache_read_tokens if first else 0,
+            cache_write_tokens=usage.cache_write_tokens if first else 0,
             latency=latency,
         )
 
@@ -255,7 +259,7 @@ def _run_on(
                 index, prefix, fork.state, fork.max_iteration_per_run, ship_api_keys=ship_api_keys
             )
         except Exception as error:
-            failure = BranchError(index, fork.id, f"cannot be prepared: {error}")
+            failure = BranchError(index, str(fork.id), f"cannot be prepared: {error}")
             _fail(fork, failure)
             errors.append(failure)
             continue
@@ -263,7 +267,7 @@ def _run_on(
         pending.add(index)
 
     def failed(index: int, reason: str) -> None:
-        error = BranchError(index, forks[index].id, reason)
+        error = BranchError(index, str(forks[index].id), reason)
         _fail(forks[index], error)
         errors.append(error)
 

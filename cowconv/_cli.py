@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cowconv._ids import ConversationID, public_id
 from cowconv._state import ConversationInfo
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
     from rich.text import Text
 
-    from cowconv._store import Store
 
 __all__ = ["fork_forest", "main", "serve_main"]
 
@@ -266,7 +266,7 @@ def tree(
 
 def fork_forest(
     infos: Sequence[ConversationInfo],
-) -> tuple[list[ConversationInfo], dict[str, list[ConversationInfo]]]:
+) -> tuple[list[ConversationInfo], dict[ConversationID, list[ConversationInfo]]]:
     """Roots and children of the fork forest that ``infos`` form.
 
     A conversation whose source is not among ``infos`` is a root. Ids can be
@@ -290,11 +290,11 @@ def fork_forest(
     """
     by_id = {info.id: info for info in infos}
     ordered = sorted(by_id.values(), key=lambda i: i.created_at)
-    cut: set[str] = set()  # conversations whose parent link is ignored (they close a cycle)
-    settled: set[str] = set()
+    cut: set[ConversationID] = set()  # conversations whose parent link is ignored (cycles)
+    settled: set[ConversationID] = set()
     for start in ordered:
-        path: list[str] = []
-        current: str | None = start.id
+        path: list[ConversationID] = []
+        current: ConversationID | None = start.id
         while current is not None and current in by_id and current not in settled:
             if current in path:
                 cycle = path[path.index(current) :]
@@ -304,7 +304,7 @@ def fork_forest(
             current = by_id[current].forked_from_conversation_id
         settled.update(path)
     roots: list[ConversationInfo] = []
-    children: dict[str, list[ConversationInfo]] = {}
+    children: dict[ConversationID, list[ConversationInfo]] = {}
     for info in ordered:
         parent = info.forked_from_conversation_id
         if parent is not None and parent in by_id and info.id not in cut:
@@ -332,7 +332,10 @@ def _tree(path: Path, conversation_id: str | None) -> int:
         store = SQLiteStore(database)
         try:
             infos = store.list()
-            positions = {info.id: _fork_position(store, info) for info in infos}
+            # How many events each fork inherited (None for a conversation that is no fork).
+            positions = {info.id: info.forked_from_event_count for info in infos}
+            # The branches inside each conversation (navigate_to), beside the active one.
+            inside = {info.id: store._other_branches(info.id) for info in infos}
         finally:
             store.close()
     except (CowconvError, OSError) as error:
@@ -342,9 +345,9 @@ def _tree(path: Path, conversation_id: str | None) -> int:
         parents = {
             child.id: parent for parent, kids in children.items() for child in kids
         }  # links of the forest, so the walk to the root ends even where ids formed a cycle
-        if conversation_id not in {info.id for info in infos}:
+        if public_id(conversation_id) not in {info.id for info in infos}:
             raise fail(f"no conversation {conversation_id!r} in {path}")
-        root_id = conversation_id
+        root_id = public_id(conversation_id)
         while root_id in parents:
             root_id = parents[root_id]
         roots = [info for info in roots if info.id == root_id]
@@ -353,6 +356,13 @@ def _tree(path: Path, conversation_id: str | None) -> int:
 
     def grow(node: Tree, info: ConversationInfo) -> None:
         branch = node.add(_label(info, positions.get(info.id)))
+        others = inside.get(info.id)
+        if others:
+            for leaf, count in others:
+                branch.add(_text(("branch", "italic"), f"  {count} events  leaf ", (leaf, "dim")))
+            leaf = info.leaf_event_id or "-"
+            active = f"  {info.event_count} events  leaf "
+            branch.add(_text(("active branch", "italic"), active, (leaf, "dim")))
         for child in children.get(info.id, []):
             grow(branch, child)
 
@@ -376,23 +386,10 @@ def _label(info: ConversationInfo, fork_point: int | None) -> "Text":
     parts: list[str | tuple[str, str]] = []
     if info.title:
         parts += [(info.title, "bold"), "  "]
-    parts += [(info.id, "dim"), f"  {info.event_count} events  {info.execution_status.value}"]
+    parts += [(str(info.id), "dim"), f"  {info.event_count} events  {info.execution_status.value}"]
     if fork_point is not None:
         parts.append(f"  forked after {fork_point} events")
     return _text(*parts)
-
-
-def _fork_position(store: "Store", info: ConversationInfo) -> int | None:
-    # The number of events the fork inherited: the position of its fork event, plus one.
-    if info.forked_from_conversation_id is None:
-        return None
-    if info.forked_from_event_id is None:
-        return 0
-    try:
-        source = store.load(info.forked_from_conversation_id)
-        return source.events.index_of(info.forked_from_event_id) + 1
-    except (KeyError, LookupError):
-        return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,7 +19,6 @@ differences an agent server brings are listed in ``docs/remote.md``.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,31 +32,36 @@ from cowconv._backend import (
     Change,
     EventCallback,
     ForkSpec,
+    NavigateTo,
     SetTag,
     UpdateAgentState,
 )
 from cowconv._events import Event, MessageEvent, utc_now
 from cowconv._exceptions import ConversationExistsError
 from cowconv._frozen import check_text, freeze
+from cowconv._guards import guarded, unguarded
+from cowconv._ids import ConversationID, id_text, new_id, public_id
 from cowconv._local import LocalBackend, StateSink
 from cowconv._state import ConversationState, check_tags
 from cowconv._store._base import Store
+from cowconv._visualizer import (
+    DEFAULT_VISUALIZER,
+    ConversationVisualizerBase,
+    VisualizerSetting,
+    make_visualizer,
+)
 from cowconv._workspace import Workspace
 
-__all__ = ["Conversation", "RemoteConversation", "check_conversation_id"]
+__all__ = ["Conversation", "LocalConversation", "RemoteConversation", "check_conversation_id"]
 
 
-def check_conversation_id(conversation_id: str | None) -> str:
-    """``conversation_id``, or a new random id for ``None``; ``ValueError`` if blank.
+def check_conversation_id(conversation_id: ConversationID | None) -> ConversationID:
+    """``conversation_id`` as the id a conversation hands out, or a new UUID for ``None``.
 
-    >>> check_conversation_id("c1"), len(check_conversation_id(None))
-    ('c1', 36)
+    >>> check_conversation_id("c1"), check_conversation_id(None).version
+    ('c1', 4)
     """
-    if conversation_id is None:
-        return str(uuid.uuid4())
-    if not isinstance(conversation_id, str) or not conversation_id.strip():
-        raise ValueError(f"conversation_id must be a non-empty string, got {conversation_id!r}")
-    return check_text(conversation_id, "conversation_id")
+    return public_id(new_id() if conversation_id is None else id_text(conversation_id))
 
 
 def _open_store(directory_or_store: str | os.PathLike[str] | Store) -> Store:
@@ -127,17 +131,24 @@ class Conversation:
         agent: Agent,
         workspace: Workspace | str | os.PathLike[str],
         *,
-        conversation_id: str | None = None,
+        conversation_id: ConversationID | None = None,
         tags: Mapping[str, str] | None = None,
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
         persistence_dir: str | os.PathLike[str] | None = None,
         store: Store | None = None,
+        visualizer: VisualizerSetting = DEFAULT_VISUALIZER,
+        stuck_detection: bool = True,
     ) -> None:
+        if not isinstance(stuck_detection, bool):
+            raise TypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         workspace = Workspace.coerce(workspace)
         tags = check_tags(tags)
+        shown = make_visualizer(visualizer)
+        if shown is not None:
+            callbacks = (shown, *callbacks)
         backend: Backend
         if workspace.is_remote:
             if persistence_dir is not None or store is not None:
@@ -150,16 +161,17 @@ class Conversation:
             backend = RemoteBackend.create(
                 agent,
                 workspace,
-                conversation_id=conversation_id,
+                conversation_id=None if conversation_id is None else id_text(conversation_id),
                 tags=tags,
                 callbacks=callbacks,
                 max_iteration_per_run=max_iteration_per_run,
             )
         else:
+            workspace = workspace.require_directory()
             conversation_id = check_conversation_id(conversation_id)
             sink = _store_for(persistence_dir, store)
-            if sink is not None and sink.exists(conversation_id):
-                state = _resumed(sink, conversation_id, agent, workspace)
+            if sink is not None and sink.exists(id_text(conversation_id)):
+                state = _resumed(sink, id_text(conversation_id), agent, workspace)
                 backend = LocalBackend(
                     state,
                     sink=sink,
@@ -177,6 +189,10 @@ class Conversation:
                     max_iteration_per_run=max_iteration_per_run,
                 )
         self._backend: Backend = backend
+        self._view: tuple[ConversationState, ConversationState] | None = None
+        self._visualizer: ConversationVisualizerBase | None = shown
+        if shown is not None:
+            shown.initialize(self)
 
     @classmethod
     def from_backend(cls, backend: Backend) -> Conversation:
@@ -191,6 +207,8 @@ class Conversation:
         """
         conversation = object.__new__(cls)
         conversation._backend = backend
+        conversation._view = None
+        conversation._visualizer = None
         return conversation
 
     @classmethod
@@ -210,7 +228,10 @@ class Conversation:
         'copy'
         """
         backend = LocalBackend.create(
-            state, sink=store, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
+            unguarded(state),
+            sink=store,
+            callbacks=callbacks,
+            max_iteration_per_run=max_iteration_per_run,
         )
         return cls.from_backend(backend)
 
@@ -238,7 +259,7 @@ class Conversation:
         'sk-kept'
         """
         opened = _open_store(store)
-        state = opened.load(conversation_id)
+        state = opened.load(id_text(conversation_id))
         return cls.from_backend(LocalBackend(state, sink=opened, callbacks=callbacks))
 
     # -- reading -------------------------------------------------------------
@@ -255,13 +276,27 @@ class Conversation:
 
     @property
     def state(self) -> ConversationState:
-        """The current snapshot. It never changes; read it again for news."""
-        return self._backend.snapshot()
+        """The current snapshot. It never changes; read it again for news.
+
+        Seed idioms that would change it in place do not get lost:
+        ``state.events.append(event)`` records the event on this
+        conversation, and writes to ``state.tags`` or ``state.agent_state``
+        raise ``TypeError`` naming the method to call.
+        """
+        state = self._backend.snapshot()
+        view = self._view
+        if view is None or view[0] is not state:
+            view = self._view = (state, guarded(state, self))
+        return view[1]
 
     @property
-    def id(self) -> str:
-        """The conversation id."""
-        return self._backend.id
+    def id(self) -> ConversationID:
+        """The conversation id: a ``uuid.UUID`` (as in the seed SDK) or the string it was given.
+
+        Auto-generated ids are UUIDs. ``str(conversation.id)`` is its text
+        form everywhere (``state.id``, stores, URLs).
+        """
+        return public_id(id_text(self._backend.id))
 
     @property
     def agent(self) -> Agent:
@@ -326,12 +361,33 @@ class Conversation:
             raise ValueError(f"skill name must be a non-empty string, got {name!r}")
         self._backend.commit(ActivateSkill(name))
 
+    def navigate_to(self, event_id: str | None) -> None:
+        """Move the active branch back to end at ``event_id`` (``None``: empty), in O(1).
+
+        The next message starts a new branch from there; the branch left
+        behind stays in ``state.branches`` and can be navigated back to.
+        ``event_id`` may be on any branch. ``ValueError`` (and ``KeyError``)
+        if no branch has it.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = conversation.send_message("one")
+        >>> second = conversation.send_message("two")
+        >>> conversation.navigate_to(first.id)
+        >>> conversation.state.leaf_event_id == first.id, len(conversation.state.branches)
+        (True, 1)
+        """
+        if event_id is not None and not isinstance(event_id, str):
+            raise TypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
+
+        self._backend.commit(NavigateTo(event_id))
+
     # -- forking -------------------------------------------------------------
 
     def fork(
         self,
         *,
-        conversation_id: str | None = None,
+        conversation_id: ConversationID | None = None,
         agent: Agent | None = None,
         title: str | None = None,
         tags: Mapping[str, str] | None = None,
@@ -360,7 +416,7 @@ class Conversation:
         """
         new_id = check_conversation_id(conversation_id)
         if new_id == self.id:
-            raise ConversationExistsError(new_id)
+            raise ConversationExistsError(id_text(new_id))
         if agent is not None and not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         if title is not None and not isinstance(title, str):
@@ -377,7 +433,15 @@ class Conversation:
             reset_metrics=bool(reset_metrics),
             from_event_id=from_event_id,
         )
-        return type(self).from_backend(self._backend.fork(spec, callbacks))
+        # As the seed: the fork shows its events with a new visualiser of the source's kind.
+        shown = None if self._visualizer is None else type(self._visualizer)()
+        if shown is not None:
+            callbacks = (shown, *callbacks)
+        fork = type(self).from_backend(self._backend.fork(spec, callbacks))
+        if shown is not None:
+            shown.initialize(fork)
+            fork._visualizer = shown
+        return fork
 
     # -- running -------------------------------------------------------------
 
@@ -419,6 +483,10 @@ class Conversation:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+LocalConversation = Conversation
+"""The seed SDK's name for a conversation run in this process: an alias of :class:`Conversation`."""
 
 
 class RemoteConversation(Conversation):

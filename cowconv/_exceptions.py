@@ -6,7 +6,7 @@ catches them all. Errors about bad arguments stay ``ValueError``/``TypeError``
 
     CowconvError
     ├── ConversationNotFoundError (also KeyError)
-    ├── EventNotFoundError (also KeyError)
+    ├── EventNotFoundError (also ValueError and KeyError)
     ├── ConversationConflictError
     │   └── ConversationExistsError (also ValueError)
     ├── InvalidValueError (also ValueError)
@@ -85,25 +85,22 @@ class ConversationNotFoundError(CowconvError, KeyError):
         return str(self.args[0])
 
 
-class EventNotFoundError(CowconvError, KeyError):
-    """No event of the conversation has the given id (e.g. ``fork(from_event_id=...)``).
+class EventNotFoundError(CowconvError, ValueError, KeyError):
+    """No branch of the conversation has the event (``navigate_to``, ``fork(from_event_id=)``).
+
+    A ``ValueError`` as the seed SDK raises, and a ``KeyError`` as a lookup.
 
     >>> from cowconv import LLM, Agent, Conversation
     >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
     >>> try:
-    ...     conversation.fork(from_event_id="e9")
-    ... except EventNotFoundError as error:
-    ...     print(error.event_id, "|", error)
-    e9 | conversation ... has no event with id 'e9'
+    ...     conversation.navigate_to("nope")
+    ... except ValueError as error:
+    ...     print(error)
+    no branch of conversation ... has an event with id 'nope'
     """
 
-    def __init__(self, conversation_id: str, event_id: str) -> None:
-        super().__init__(f"conversation {conversation_id!r} has no event with id {event_id!r}")
-        self.conversation_id = conversation_id
-        self.event_id = event_id
-
     def __str__(self) -> str:
-        return str(self.args[0])
+        return str(self.args[0]) if self.args else ""
 
 
 class ConversationConflictError(CowconvError):
@@ -126,8 +123,8 @@ class ConversationExistsError(ConversationConflictError, ValueError):
     >>> try:
     ...     source.fork(conversation_id=source.fork().id)
     ... except ConversationExistsError as error:
-    ...     print(error.conversation_id == store.list()[1].id)
-    True
+    ...     print(isinstance(error, ValueError), "already exists" in str(error))
+    True True
     """
 
     def __init__(self, conversation_id: str) -> None:

@@ -340,6 +340,55 @@ class LLM(CheckedModel):
         """Cost, tokens and latencies of every call made through this object."""
         return self._metrics
 
+    @classmethod
+    def from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:
+        """An LLM configured from ``LLM_*`` environment variables; ``settings`` win over them.
+
+        Each field is read from ``{prefix}{FIELD}`` (``LLM_MODEL``,
+        ``LLM_API_KEY``, ``LLM_BASE_URL``, ``LLM_USAGE_ID``, ``LLM_TIMEOUT``,
+        ...); unset or empty variables leave the field's default. Only this
+        constructor reads the environment: ``LLM(...)`` never does, so
+        explicit arguments are never overridden behind your back.
+        ``LLM.load_from_env`` is the seed SDK's name for it.
+
+        >>> import os
+        >>> os.environ.update(LLM_MODEL="openai/gpt-4o", LLM_API_KEY="sk-env")
+        >>> llm = LLM.from_env(usage_id="alt")
+        >>> llm.model, llm.api_key.get_secret_value(), llm.usage_id
+        ('openai/gpt-4o', 'sk-env', 'alt')
+        >>> del os.environ["LLM_MODEL"], os.environ["LLM_API_KEY"]
+
+        A value that does not fit its field is a ``ValueError`` naming the variable.
+        """
+        from pydantic import ValidationError
+
+        from_environment: dict[str, str] = {}
+        for name in cls.model_fields:
+            value = os.environ.get(f"{prefix}{name.upper()}", "")
+            if value and name not in settings:
+                from_environment[name] = value
+        try:
+            return cls.model_validate({**from_environment, **settings})
+        except ValidationError as error:
+            bad = sorted(
+                f"{prefix}{str(item['loc'][0]).upper()}"
+                for item in error.errors()
+                if item["loc"] and item["loc"][0] in from_environment
+            )
+            if not bad:
+                raise
+            names = ", ".join(bad)
+            raise ValueError(f"invalid LLM setting in the environment ({names}): {error}") from None
+
+    @classmethod
+    def load_from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:
+        """The seed SDK's name for :meth:`from_env` (the same call).
+
+        >>> LLM.load_from_env(model="openai/gpt-4o").model
+        'openai/gpt-4o'
+        """
+        return cls.from_env(prefix, **settings)
+
     def completion(
         self,
         messages: Sequence[Mapping[str, Any]],

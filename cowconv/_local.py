@@ -36,7 +36,9 @@ from cowconv._backend import (
 )
 from cowconv._events import utc_now
 from cowconv._exceptions import EventNotFoundError
+from cowconv._ids import id_text
 from cowconv._state import NO_STATS, ConversationState, ExecutionStatus
+from cowconv._tree import history_to
 
 if TYPE_CHECKING:
     from cowconv._runtime import Runner
@@ -115,8 +117,8 @@ class LocalBackend:
 
     @property
     def id(self) -> str:
-        """The conversation id."""
-        return self._state.id
+        """The conversation id (its text)."""
+        return id_text(self._state.id)
 
     def snapshot(self) -> ConversationState:
         """The current snapshot; no lock (a swap is atomic)."""
@@ -143,11 +145,13 @@ class LocalBackend:
         events = state.events
         if spec.from_event_id is not None:
             try:
-                events = events.up_to(spec.from_event_id)
+                events = history_to(state, spec.from_event_id)  # on any branch
             except KeyError:
-                raise EventNotFoundError(state.id, spec.from_event_id) from None
+                raise EventNotFoundError(
+                    f"cannot fork from event {spec.from_event_id!r}: no such event in "
+                    f"conversation {str(state.id)!r}"
+                ) from None
         assert spec.conversation_id is not None
-        last = events.last
         now = utc_now()
         forked = state._replace(
             id=spec.conversation_id,
@@ -157,9 +161,12 @@ class LocalBackend:
             stats=NO_STATS if spec.reset_metrics else state.stats,
             execution_status=ExecutionStatus.IDLE,
             forked_from_conversation_id=state.id,
-            forked_from_event_id=None if last is None else last.id,
+            # As the seed: the event id of a fork at an event; None for a whole fork.
+            forked_from_event_id=spec.from_event_id,
+            forked_from_event_count=len(events),
             created_at=now,
             updated_at=now,
+            other_branches=state.other_branches if spec.from_event_id is None else (),
         )
         return LocalBackend.create(
             forked,

@@ -40,6 +40,7 @@ from cowconv._backend import (
     Change,
     EventCallback,
     ForkSpec,
+    NavigateTo,
     SetTag,
     UpdateAgentState,
     notify,
@@ -55,6 +56,7 @@ from cowconv._exceptions import (
 )
 from cowconv._frozen import thaw
 from cowconv._history import EventLog
+from cowconv._ids import id_text
 from cowconv._state import ConversationState
 from cowconv._workspace import SESSION_API_KEY_HEADER, Workspace
 
@@ -315,7 +317,7 @@ class RemoteBackend:
 
     @property
     def id(self) -> str:
-        """The conversation id."""
+        """The conversation id (its text)."""
         return self._id
 
     @property
@@ -377,6 +379,9 @@ class RemoteBackend:
             raise_for_status(
                 self._client.patch(self._path("/agent_state"), json=thaw(change.changes))
             )
+        elif isinstance(change, NavigateTo):
+            body = {"event_id": change.event_id}
+            raise_for_status(self._client.post(self._path("/navigate"), json=body))
         elif isinstance(change, ActivateSkill):
             raise_for_status(self._client.post(self._path("/skills"), json={"name": change.name}))
         else:
@@ -395,7 +400,7 @@ class RemoteBackend:
                 "Conversation"
             )
         body: dict[str, Any] = {
-            "id": spec.conversation_id,
+            "id": None if spec.conversation_id is None else id_text(spec.conversation_id),
             "tags": dict(spec.tags),
             "reset_metrics": spec.reset_metrics,
             "from_event_id": spec.from_event_id,

@@ -27,15 +27,19 @@ from cowconv._agent import Agent
 from cowconv._events import utc_now
 from cowconv._frozen import CheckedModel, FrozenJSONMap, FrozenMap, FrozenStrMap, check_text
 from cowconv._history import EventLog
-from cowconv._usage import Usage
+from cowconv._ids import ConversationIDField
+from cowconv._usage import TokenUsage, Usage
 from cowconv._workspace import Workspace
 
 __all__ = [
+    "ConversationExecutionStatus",
     "ConversationInfo",
     "ConversationState",
     "ConversationStats",
     "ExecutionStatus",
     "NO_STATS",
+    "TokenUsage",
+    "Usage",
     "check_tags",
 ]
 
@@ -63,18 +67,37 @@ def check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
 
 
 class ExecutionStatus(StrEnum):
-    """Where a conversation's run stands.
+    """Where a conversation's run stands; the seed SDK calls it ``ConversationExecutionStatus``.
+
+    The values are the seed's. cowconv never sets ``waiting_for_confirmation``
+    (it has no confirmation mode) nor ``deleting`` (deleting is one step);
+    they exist so that seed code naming them, and a seed server's answers,
+    keep working.
 
     >>> ExecutionStatus("paused") is ExecutionStatus.PAUSED
     True
+    >>> [status.value for status in ExecutionStatus if status.is_terminal()]
+    ['finished', 'error', 'stuck']
     """
 
     IDLE = "idle"
     RUNNING = "running"
     PAUSED = "paused"
+    WAITING_FOR_CONFIRMATION = "waiting_for_confirmation"
     FINISHED = "finished"
     ERROR = "error"
     STUCK = "stuck"
+    DELETING = "deleting"
+
+    def is_terminal(self) -> bool:
+        """Whether a run ended here (``finished``, ``error``, ``stuck``); ``idle`` is a start."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({ExecutionStatus.FINISHED, ExecutionStatus.ERROR, ExecutionStatus.STUCK})
+
+ConversationExecutionStatus = ExecutionStatus
+"""The seed SDK's name for :class:`ExecutionStatus` (an alias: the same enum)."""
 
 
 class ConversationStats(Usage):
@@ -103,6 +126,26 @@ class ConversationStats(Usage):
         by_usage_id = {**self.by_usage_id, usage_id: previous + usage}
         return ConversationStats(**total.model_dump(), by_usage_id=by_usage_id)
 
+    def get_combined_metrics(self) -> Usage:
+        """The totals over every LLM, as the seed SDK's ``stats.get_combined_metrics()``.
+
+        >>> stats = ConversationStats().record("a", Usage(accumulated_cost=0.5, prompt_tokens=7))
+        >>> stats = stats.record("b", Usage(accumulated_cost=0.25, completion_tokens=2))
+        >>> combined = stats.get_combined_metrics()
+        >>> combined.accumulated_cost, combined.accumulated_token_usage.completion_tokens
+        (0.75, 2)
+        """
+        return Usage.model_construct(
+            accumulated_cost=self.accumulated_cost,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+        )
+
+    @property
+    def usage_to_metrics(self) -> Mapping[str, Usage]:
+        """``by_usage_id`` under the seed SDK's name (read only: stats are values)."""
+        return self.by_usage_id
+
 
 # Built without validation: validating here would build the model's schema (and load
 # pydantic's plugin machinery) on every `import cowconv`, not on first use.
@@ -128,7 +171,7 @@ class ConversationState(CheckedModel):
         frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
     )
 
-    id: str = Field(min_length=1)
+    id: ConversationIDField
     agent: Agent
     workspace: Workspace
     events: EventLog = EventLog()
@@ -137,15 +180,51 @@ class ConversationState(CheckedModel):
     stats: ConversationStats = NO_STATS
     tags: FrozenStrMap = pmap()
     execution_status: ExecutionStatus = ExecutionStatus.IDLE
-    forked_from_conversation_id: str | None = None
+    forked_from_conversation_id: ConversationIDField | None = None
     forked_from_event_id: str | None = None
+    forked_from_event_count: int | None = Field(default=None, ge=0)
     created_at: datetime = Field(default_factory=utc_now)
     updated_at: datetime = Field(default_factory=utc_now)
+    other_branches: tuple[EventLog, ...] = ()
 
     @property
     def title(self) -> str | None:
         """``tags["title"]``, if set."""
         return self.tags.get("title")
+
+    @property
+    def leaf_event_id(self) -> str | None:
+        """The id of the last event of the active branch (``None`` when it is empty).
+
+        ``Conversation.navigate_to`` moves it back; the next event extends the
+        branch from there. (The seed SDK's name.)
+        """
+        last = self.events.last
+        return None if last is None else last.id
+
+    @property
+    def branches(self) -> tuple[EventLog, ...]:
+        """Every branch of the conversation tree, each up to its leaf; the active one last.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = conversation.send_message("one")
+        >>> _ = conversation.send_message("two")
+        >>> conversation.navigate_to(first.id)
+        >>> _ = conversation.send_message("three")
+        >>> [[e.text for e in branch] for branch in conversation.state.branches]
+        [['one', 'two'], ['one', 'three']]
+        """
+        from cowconv._tree import branches
+
+        return branches(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"ConversationState is an immutable snapshot; cannot set {name!r}. Change a "
+            "conversation through its methods (append_event, set_tag, update_agent_state, "
+            "activate_skill, navigate_to), or make a new snapshot with state.evolve(...)"
+        )
 
     def evolve(self, **changes: Any) -> ConversationState:
         """A new snapshot with ``changes`` applied and validated."""
@@ -178,16 +257,18 @@ class ConversationInfo(CheckedModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    id: str
+    id: ConversationIDField
     title: str | None = None
     tags: FrozenStrMap = pmap()
     execution_status: ExecutionStatus
     stats: ConversationStats = NO_STATS
     created_at: datetime
     updated_at: datetime
-    forked_from_conversation_id: str | None = None
+    forked_from_conversation_id: ConversationIDField | None = None
     forked_from_event_id: str | None = None
-    event_count: int = Field(ge=0)
+    forked_from_event_count: int | None = Field(default=None, ge=0)
+    event_count: int | None = Field(default=None, ge=0)
+    leaf_event_id: str | None = None
 
     @classmethod
     def of(cls, state: ConversationState) -> ConversationInfo:
@@ -202,5 +283,7 @@ class ConversationInfo(CheckedModel):
             updated_at=state.updated_at,
             forked_from_conversation_id=state.forked_from_conversation_id,
             forked_from_event_id=state.forked_from_event_id,
+            forked_from_event_count=state.forked_from_event_count,
             event_count=len(state.events),
+            leaf_event_id=state.leaf_event_id,
         )

@@ -36,12 +36,13 @@ import inspect
 import json
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from cowconv._events import Event
 from cowconv._workspace import Workspace
 
 __all__ = [
@@ -175,6 +176,14 @@ class ToolDefinition(ABC, Generic[P]):
     @abstractmethod
     def execute(self, params: P) -> ToolResult:
         """Run the tool. Raising means the tool crashed (the run stops with an error)."""
+
+    def restore(self, events: Sequence[Event]) -> None:
+        """Take up what this tool left in a conversation's history (the default: nothing).
+
+        Called once, with the conversation's history, before the first
+        ``execute`` of an instance; a fork's tools get the fork's history,
+        so they can start where the source's stood at the fork point.
+        """
 
     def close(self) -> None:
         """Release processes or connections (the default holds none)."""

@@ -13,7 +13,20 @@ from pydantic import ConfigDict, Field
 
 from cowconv._frozen import CheckedModel
 
-__all__ = ["Usage"]
+__all__ = ["TokenUsage", "Usage"]
+
+
+class TokenUsage(CheckedModel):
+    """Tokens spent, shaped like the seed SDK's ``TokenUsage`` (``Usage.accumulated_token_usage``).
+
+    >>> TokenUsage(prompt_tokens=10, completion_tokens=3).completion_tokens
+    3
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
 
 
 class Usage(CheckedModel):
@@ -37,6 +50,17 @@ class Usage(CheckedModel):
     completion_tokens: int = Field(default=0, ge=0)
     cache_read_tokens: int = Field(default=0, ge=0)
     cache_write_tokens: int = Field(default=0, ge=0)
+
+    @property
+    def accumulated_token_usage(self) -> TokenUsage:
+        """The token counts, under the seed SDK's name for them.
+
+        >>> Usage(prompt_tokens=10, completion_tokens=3).accumulated_token_usage.prompt_tokens
+        10
+        """
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens
+        )
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(

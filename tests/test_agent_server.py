@@ -414,7 +414,8 @@ class TestRunAndPause:
                     e["id"]
                     for e in http.get(f"/api/conversations/{fork['id']}/events").json()["items"]
                 ]
-                assert ids == final[: len(ids)] and fork["forked_from_event_id"] == ids[-1]
+                assert ids == final[: len(ids)] and fork["forked_from_event_count"] == len(ids)
+                assert fork["forked_from_event_id"] is None
             assert len({fork["event_count"] for fork in forks}) > 1
 
 

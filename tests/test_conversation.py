@@ -73,6 +73,16 @@ class Model:
     tokens: int = 0
     status: ExecutionStatus = ExecutionStatus.IDLE
     forked_from: str | None = None
+    # Every history the conversation's active branch ever was (as event ids): its
+    # branches must be exactly the ones no other contains.
+    # (A dict: insertion order keeps hypothesis's draws reproducible.)
+    seen: dict = field(default_factory=lambda: {(): None})
+
+    def record(self) -> None:
+        self.seen.setdefault(tuple(e.id for e in self.events), None)
+
+    def leaves(self) -> set:
+        return {h for h in self.seen if not any(o[: len(h)] == h and o != h for o in self.seen)}
 
 
 def check(state: ConversationState, model: Model) -> None:
@@ -110,6 +120,7 @@ class ForkIsolation(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.pairs: list[tuple[Conversation, Model]] = []
+        self.every_event: dict = {}
 
     def _add(self, conversation: Conversation, model: Model) -> tuple[Conversation, Model]:
         self.pairs.append((conversation, model))
@@ -127,6 +138,7 @@ class ForkIsolation(RuleBasedStateMachine):
         event = conversation.send_message(text)
         assert event.text == text and event.source == "user"
         model.events.append(event)
+        model.record()
 
     @rule(pair=conversations, event=events)
     def append_event(self, pair, event):
@@ -135,6 +147,7 @@ class ForkIsolation(RuleBasedStateMachine):
             return
         conversation.append_event(event)
         model.events.append(event)
+        model.record()
 
     @rule(pair=conversations, key=keys, value=st.none() | texts)
     def set_tag(self, pair, key, value):
@@ -209,6 +222,8 @@ class ForkIsolation(RuleBasedStateMachine):
         copied.id = fork.id
         if at is not None:
             copied.events = copied.events[: at + 1]
+            copied.seen = {(): None}  # a fork from an event takes that one history only
+            copied.record()
         copied.tags = dict(tags or {})
         if title is not None:
             copied.tags["title"] = title
@@ -219,6 +234,23 @@ class ForkIsolation(RuleBasedStateMachine):
         copied.status = ExecutionStatus.IDLE
         copied.forked_from = model.id
         return self._add(fork, copied)
+
+    @rule(pair=conversations, data=st.data())
+    def navigate(self, pair, data):
+        """Move the active branch to any event of any branch (or to empty)."""
+        conversation, model = pair
+        every = list(dict.fromkeys(event_id for history in model.seen for event_id in history))
+        event_id = data.draw(st.none() | st.sampled_from(every) if every else st.none())
+        conversation.navigate_to(event_id)
+        if event_id is None:
+            model.events = []
+        else:
+            history = next(h for h in model.seen if event_id in h)
+            wanted = history[: history.index(event_id) + 1]
+            by_id = {e.id: e for c, m in self.pairs for e in m.events}
+            by_id.update(self.every_event)
+            model.events = [by_id[i] for i in wanted]
+        model.record()
 
     @rule(pair=conversations, data=st.data())
     def try_to_mutate(self, pair, data):
@@ -279,7 +311,7 @@ class TestFork:
         source = backend.new(agents[0])
         source.send_message("Analyse the sales report.")
         fork = source.fork()
-        assert fork.id != source.id and uuid.UUID(fork.id).version == 4
+        assert fork.id != source.id and isinstance(fork.id, uuid.UUID) and fork.id.version == 4
         assert list(fork.state.events) == list(source.state.events)
 
     def test_shares_instead_of_copying(self):
@@ -288,8 +320,9 @@ class TestFork:
         source.send_message("hi")
         source.update_agent_state({"plan": ["a", "b"]})
         fork = source.fork()
-        assert fork.state.events is source.state.events
-        assert fork.state.agent_state is source.state.agent_state
+        # Each conversation's .state guards its own view of the same structures.
+        assert fork.state.events._chunks is source.state.events._chunks
+        assert fork.state.agent_state._buckets is source.state.agent_state._buckets
         assert fork.agent is source.agent
 
     def test_source_stays_unchanged(self, backend, agents):
@@ -398,9 +431,12 @@ class TestFork:
         tip = source.fork()
         early = source.fork(from_event_id=first.id)
         assert tip.state.forked_from_conversation_id == source.id
-        assert tip.state.forked_from_event_id == last.id
+        # As the seed: a whole-conversation fork names no event; the count says where.
+        assert tip.state.forked_from_event_id is None
+        assert tip.state.forked_from_event_count == 2 and tip.state.events[-1] == last
         assert early.state.forked_from_event_id == first.id
-        assert backend.new(agents[0]).fork().state.forked_from_event_id is None
+        assert early.state.forked_from_event_count == 1
+        assert backend.new(agents[0]).fork().state.forked_from_event_count == 0
 
     def test_from_event_id(self, backend, agents):
         """from_event_id keeps the history up to and including that event."""
@@ -442,6 +478,22 @@ class TestConversation:
     def test_workspace_from_path(self):
         """A path string becomes a Workspace."""
         assert new_conversation().workspace == Workspace(working_dir="/tmp")
+
+    @pytest.mark.parametrize("kind", ["missing", "file"])
+    def test_rejects_a_workspace_that_is_not_a_directory(self, tmp_path, kind):
+        """A missing workspace directory (or a file) is refused at Conversation(), unsaved."""
+        from cowconv import InvalidValueError, SQLiteStore
+
+        workspace = tmp_path / "workspace"
+        if kind == "file":
+            workspace.write_text("not a directory")
+        with pytest.raises(InvalidValueError, match="workspace directory") as raised:
+            Conversation(agent=AGENT, workspace=workspace, persistence_dir=tmp_path / "data")
+        assert isinstance(raised.value, ValueError)
+        assert (
+            not (tmp_path / "data").exists()
+            or SQLiteStore(tmp_path / "data" / "cowconv.db").list() == []
+        )
 
     def test_rejects_non_agent(self, backend):
         """agent must be an Agent."""

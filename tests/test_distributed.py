@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -32,7 +34,7 @@ from cowconv import (
     run_branches,
 )
 from cowconv.distributed import PicklingExecutor, ProcessExecutor, prefix_loads
-from cowconv.testing import StubReply
+from cowconv.testing import StubLLMServer, StubReply
 
 
 class ShoutParams(BaseModel):
@@ -62,7 +64,7 @@ _RANDOM_FIELDS = {"id", "timestamp", "tool_call_id", "llm_response_id"}
 def _own_events(fork: Conversation) -> list[tuple[str, str]]:
     """What a fork added after its fork point, without ids and timestamps."""
     state = fork.state
-    start = state.events.index_of(state.forked_from_event_id) + 1
+    start = state.forked_from_event_count
     own = (state.events[i] for i in range(start, len(state.events)))
     return [(type(event).__name__, event.model_dump_json(exclude=_RANDOM_FIELDS)) for event in own]
 
@@ -79,6 +81,8 @@ def dask_client() -> Iterator[object]:
             threads_per_worker=1,
             host="127.0.0.1",
             dashboard_address=None,
+            # No dashboard; its HTTP server (health checks) on a free port, not on 8787.
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
             processes=True,
             memory_limit="1GiB",
         )
@@ -141,6 +145,22 @@ class TestSameAsThreads:
         assert rows[0].final_answer is not None and "alpha" in rows[0].final_answer
         assert all(row.wall_seconds is not None and row.steps >= 1 for row in rows)
 
+    def test_usage_made_on_workers_is_added_back_cached_tokens_too(self, executor, tmp_path):
+        """The caller's llm.metrics grow by exactly the forks' stats, cached tokens included."""
+        with StubLLMServer(prompt_cache=True) as cached_stub:
+            llm = LLM(**cached_stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+            source = Conversation(agent=Agent(llm=llm), workspace=tmp_path)
+            source.send_message("A long shared question. " * 50)
+            source.run()
+            before = llm.metrics.usage
+            calls = len(llm.metrics.latencies)
+            forks = run_branches(source, ["Say A.", "Say B.", "Say C."], executor=executor)
+        spent = {k: v - before.model_dump()[k] for k, v in llm.metrics.usage.model_dump().items()}
+        totals = {k: sum(f.state.stats.model_dump()[k] for f in forks) for k in spent}
+        assert spent == totals
+        assert totals["cache_read_tokens"] > 0
+        assert len(llm.metrics.latencies) - calls == 3
+
     def test_the_prefix_travels_once_not_once_per_branch(self, source, stub_agent):
         """Bytes sent: the shared history once plus small jobs, far below one copy per branch."""
         executor = PicklingExecutor(max_workers=2)
@@ -184,6 +204,36 @@ class TestMergedBack:
         own = [e.id for fork in forks for e in list(fork.state.events)[shared:]]
         assert sorted(seen) == sorted(own)
         assert store.info(source.id).event_count == 1
+
+    def test_cowconv_tree_shows_the_suite(self, stub_agent, tmp_path, executor):
+        """The suite's forks are ordinary forks in the store: ``cowconv tree`` draws them."""
+        source = Conversation(
+            agent=stub_agent, workspace=tmp_path, persistence_dir=tmp_path / "store"
+        )
+        source.set_tag("title", "Suite source")
+        source.send_message("Remember the number 7.")
+        run_branches(
+            source,
+            [Branch("Say A.", title="Arm A"), Branch("Say B.", title="Arm B")],
+            executor=executor,
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "cowconv", "tree", str(tmp_path / "store")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert "3 conversations" in lines[0]
+
+        def depth(text: str) -> int:
+            (line,) = [line for line in lines if text in line]
+            return len(line) - len(line.lstrip(" │├└─"))
+
+        assert depth("Suite source") < depth("Arm A") == depth("Arm B")
+        assert all("forked after 1 events" in line for line in lines if "Arm" in line)
 
     def test_llm_errors_are_recorded_not_raised(self, source, stub, executor):
         """A failed LLM call ends its branch in ``error`` with the reason; nothing is raised."""
@@ -347,3 +397,47 @@ class TestRayExecutor:
             ExecutionStatus.ERROR,
             ExecutionStatus.FINISHED,
         ]
+
+
+class TestDrive:
+    def test_bounds_runs_in_flight_and_shows_progress(self, capsys):
+        """At most max_in_flight jobs run at once; each yields once; a failing submit yields it."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+        from types import SimpleNamespace
+
+        from cowconv.distributed._driver import drive
+
+        running = peak = 0
+        jobs = [SimpleNamespace(index=n) for n in range(7)]
+
+        def submit(job):
+            nonlocal running, peak
+            if job.index == 3:
+                raise ValueError("cannot submit 3")
+            running += 1
+            peak = max(peak, running)
+            return pool.submit(lambda: b"ran %d" % job.index)
+
+        def collect(future):
+            nonlocal running
+            running -= 1
+            return future.result()
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(
+                drive(
+                    jobs,
+                    submit=submit,
+                    wait_any=lambda handles: wait(handles, return_when=FIRST_COMPLETED).done,
+                    collect=collect,
+                    max_in_flight=2,
+                    progress=True,
+                    description="suite under test",
+                )
+            )
+        assert peak == 2
+        assert sorted(index for index, _ in results) == list(range(7))
+        by_index = dict(results)
+        assert isinstance(by_index[3], ValueError)
+        assert by_index[5] == b"ran 5"
+        assert "suite under test" in capsys.readouterr().err

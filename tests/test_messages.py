@@ -24,6 +24,7 @@ from cowconv._messages import (
     build_messages,
     render,
 )
+from cowconv._runtime import _last_system_prompt
 from tests.strategies import paired_events
 
 
@@ -92,6 +93,29 @@ class TestRender:
             assert build_messages(log) == reference_messages(list(log))
         for log in logs:
             assert build_messages(log) == reference_messages(list(log))
+
+    @settings(max_examples=200, deadline=None)
+    @given(steps)
+    def test_the_last_system_prompt_is_found_on_every_branch(
+        self, plan: list[tuple[int, int, list[Event]]]
+    ) -> None:
+        """The runner's cached lookup of the current system prompt equals a full scan."""
+        logs = [EventLog()]
+        for pick, cut, new in plan:
+            base = logs[pick % len(logs)]
+            if not new:
+                log = base.take(cut % (len(base) + 1))
+            else:
+                log = base.extend(
+                    event.model_copy(update={"id": f"p{len(logs)}-{i}"})
+                    for i, event in enumerate(new)
+                )
+            logs.append(log)
+            prompts = [e for e in log if isinstance(e, SystemPromptEvent)]
+            assert _last_system_prompt(log) == (prompts[-1] if prompts else None)
+        for log in logs:
+            prompts = [e for e in log if isinstance(e, SystemPromptEvent)]
+            assert _last_system_prompt(log) == (prompts[-1] if prompts else None)
 
     def test_a_fork_continues_from_its_source_rendering(self) -> None:
         """A fork's first render reuses the source's: only the new event is rendered."""

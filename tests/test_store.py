@@ -400,7 +400,8 @@ class TestList:
         assert infos[0].event_count == 3 and infos[1].event_count == 3
         assert infos[1].title == "Fork"
         assert infos[1].forked_from_conversation_id == "a"
-        assert infos[1].forked_from_event_id == source.state.events[-1].id
+        assert infos[1].forked_from_event_id is None  # a whole fork, as the seed says
+        assert infos[1].forked_from_event_count == 3
         assert infos[1].created_at == fork.state.created_at
         assert infos[0].updated_at == source.state.updated_at
         assert store.info("b") == infos[1]
@@ -576,15 +577,17 @@ class TestConversationPersistence:
     def test_resume_uses_the_agent_given(self, tmp_path: Path):
         """Resuming with a new agent (a new API key) uses and stores that agent."""
         Conversation(agent=AGENT, workspace="/tmp", persistence_dir=tmp_path, conversation_id="c1")
+        new = tmp_path / "new"  # a workspace must exist when a conversation is made
+        new.mkdir()
         again = Conversation(
-            agent=NEW_AGENT, workspace="/new", persistence_dir=tmp_path, conversation_id="c1"
+            agent=NEW_AGENT, workspace=new, persistence_dir=tmp_path, conversation_id="c1"
         )
-        assert again.agent == NEW_AGENT and again.workspace.working_dir == "/new"
+        assert again.agent == NEW_AGENT and again.workspace.working_dir == str(new)
         with SQLiteStore(tmp_path / "cowconv.db") as store:
             stored = store.load("c1")
         assert stored.agent.llm.api_key is not None
         assert stored.agent.llm.api_key.get_secret_value() == "sk-brought-later"
-        assert stored.workspace.working_dir == "/new"
+        assert stored.workspace.working_dir == str(new)
 
     def test_one_file_name_everywhere(self, tmp_path: Path):
         """persistence_dir, SQLiteStore(dir), resume(dir) and the server open one file."""
@@ -660,7 +663,7 @@ READER = """
 import json, sys
 from cowconv import SQLiteStore
 with SQLiteStore(sys.argv[1]) as store:
-    out = {info.id: json.dumps(
+    out = {str(info.id): json.dumps(
         store.load(info.id).model_dump(mode="json", context={"expose_secrets": True}),
         sort_keys=True) for info in store.list()}
 print(json.dumps(out))
@@ -712,7 +715,7 @@ class TestRandomForkTrees:
             path = Path(directory) / "cowconv.db"
             with SQLiteStore(path) as store:
                 live, appended, deleted = apply(store, steps)
-                expected = {c.id: dump(as_reloaded(c.state)) for c in live}
+                expected = {str(c.id): dump(as_reloaded(c.state)) for c in live}
             rows = event_rows(path)
             assert rows <= appended
             if not deleted:

@@ -7,19 +7,29 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cowconv import ToolArgumentError, Workspace, registered_tools, resolve_tool
+from cowconv import (
+    Conversation,
+    ObservationEvent,
+    ToolArgumentError,
+    Workspace,
+    registered_tools,
+    resolve_tool,
+)
 from cowconv.tools.terminal import TerminalParams, TerminalTool, _Capture
 
 
 @pytest.fixture
-def terminal(tmp_path: Path) -> TerminalTool:
-    return TerminalTool.create(Workspace(working_dir=str(tmp_path)))
+def terminal(tmp_path: Path) -> Iterator[TerminalTool]:
+    tool = TerminalTool.create(Workspace(working_dir=str(tmp_path)))
+    yield tool
+    tool.close()
 
 
 def run(terminal: TerminalTool, command: str, timeout: float | None = None):
@@ -36,12 +46,12 @@ def alive(pid: int) -> bool:
 
 
 class TestExecute:
-    def test_output_and_exit_code(self, terminal):
-        """stdout and stderr come back merged, with the exit code."""
-        result = run(terminal, "echo out; echo err >&2; exit 7")
+    def test_output_and_exit_code(self, terminal, tmp_path):
+        """stdout and stderr come back merged, with the exit code and the directory."""
+        result = run(terminal, "echo out; echo err >&2; (exit 7)")
         assert result.output == "out\nerr\n"
         assert result.exit_code == 7
-        assert result.extra == {"timed_out": False, "output_bytes": 8}
+        assert result.extra == {"timed_out": False, "output_bytes": 8, "cwd": str(tmp_path)}
 
     def test_runs_in_the_workspace(self, terminal, tmp_path):
         """Commands run in the workspace's working directory."""
@@ -49,10 +59,62 @@ class TestExecute:
         assert (tmp_path / "made-here.txt").read_text() == "data\n"
         assert run(terminal, "pwd").output.strip() == str(tmp_path)
 
-    def test_each_command_is_its_own_process(self, terminal):
-        """Shell state (cd, variables) does not carry over between commands."""
-        run(terminal, "cd / && export FOO=bar")
-        assert run(terminal, "echo ${FOO:-unset}").output == "unset\n"
+    def test_shell_state_carries_over(self, terminal, tmp_path):
+        """cd, exported and plain variables, functions and a sourced 'virtualenv' persist."""
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "activate").write_text('export PATH="/opt/venv-bin:$PATH"; VIRTUAL_ENV=/v\n')
+        run(terminal, "cd sub && export FOO=bar && plain=1")
+        run(terminal, 'greet() { echo "hi $1"; }')
+        run(terminal, "source ../activate")
+        result = run(terminal, 'pwd; echo $FOO $plain $VIRTUAL_ENV; greet you; echo "${PATH%%:*}"')
+        assert result.output == f"{tmp_path / 'sub'}\nbar 1 /v\nhi you\n/opt/venv-bin\n"
+        assert result.extra is not None and result.extra["cwd"] == str(tmp_path / "sub")
+
+    def test_any_text_is_one_command(self, terminal):
+        """Several lines, quotes and heredocs are one command; a syntax error changes nothing."""
+        result = run(terminal, "cat <<'EOF'\nline one\n'quoted' \"too\"\nEOF\necho after")
+        assert result.output == "line one\n'quoted' \"too\"\nafter\n"
+        run(terminal, "export KEPT=yes")
+        broken = run(terminal, "echo never; if then")
+        assert broken.exit_code == 2 and "syntax error" in broken.output
+        assert "never\n" not in broken.output  # nothing of it ran
+        assert run(terminal, "echo $KEPT").output == "yes\n"
+
+    def test_exit_ends_the_session_and_the_next_command_starts_a_new_one(self, terminal, tmp_path):
+        """exit N returns N; the next command runs in a fresh shell in the last directory."""
+        (tmp_path / "sub").mkdir()
+        run(terminal, "cd sub; export GONE=1")
+        result = run(terminal, "echo bye; exit 7")
+        assert result.exit_code == 7
+        assert result.output.startswith("bye\n") and "the shell exited" in result.output
+        again = run(terminal, "pwd; echo ${GONE:-unset}")
+        assert again.output == f"{tmp_path / 'sub'}\nunset\n"
+
+    def test_commands_do_not_read_the_terminal(self, terminal):
+        """A command reading standard input gets end of file at once, as from /dev/null."""
+        assert run(terminal, "cat; echo done", timeout=10).output == "done\n"
+
+    def test_restore_starts_where_the_history_left_off(self, tmp_path):
+        """A new terminal given a history starts in the directory of its last terminal command."""
+        (tmp_path / "deep").mkdir()
+        history = [
+            ObservationEvent(
+                tool_name="terminal", tool_call_id="c", output="", extra={"cwd": str(tmp_path)}
+            ),
+            ObservationEvent(
+                tool_name="terminal",
+                tool_call_id="d",
+                output="",
+                extra={"cwd": str(tmp_path / "deep")},
+            ),
+            ObservationEvent(tool_name="other", tool_call_id="e", output="", extra={"cwd": "/"}),
+        ]
+        tool = TerminalTool.create(Workspace(working_dir=str(tmp_path)))
+        tool.restore(history)
+        try:
+            assert run(tool, "pwd").output == f"{tmp_path / 'deep'}\n"
+        finally:
+            tool.close()
 
     def test_background_process_does_not_block(self, terminal):
         """A command that leaves a background process behind still returns."""
@@ -77,23 +139,41 @@ class TestExecute:
 class TestTimeout:
     def test_timeout_kills_the_process_group(self, terminal, tmp_path):
         """On timeout the command and its children are killed, and the output says so."""
+        (tmp_path / "sub").mkdir()
+        run(terminal, "cd sub")
         result = run(terminal, "sleep 60 & echo $! > child.pid; echo waiting; sleep 60", 0.5)
         assert result.extra is not None and result.extra["timed_out"] is True
         assert result.exit_code == -9
         assert result.output.startswith("waiting\n")
         assert "timed out after 0.5 s" in result.output
-        child = int((tmp_path / "child.pid").read_text())
+        child = int((tmp_path / "sub" / "child.pid").read_text())
         for _ in range(100):  # the kernel may take a moment to reap the orphan
             if not alive(child):
                 break
             time.sleep(0.05)
         assert not alive(child)
+        # A new shell, in the directory the old one was in.
+        assert run(terminal, "pwd").output == f"{tmp_path / 'sub'}\n"
 
     def test_settings_timeout_is_the_default(self, tmp_path):
         """Without a timeout argument, Tool(params={"timeout": ...}) applies."""
         tool = TerminalTool.create(Workspace(working_dir=str(tmp_path)), {"timeout": 0.3})
         result = run(tool, "sleep 30")
         assert result.extra is not None and result.extra["timed_out"] is True
+
+    @pytest.mark.parametrize("asked", [1e9, 30.0, 0.31])
+    def test_the_model_cannot_raise_the_operator_timeout(self, tmp_path, asked):
+        """A timeout argument above the operator's setting is cut down to it."""
+        tool = TerminalTool.create(Workspace(working_dir=str(tmp_path)), {"timeout": 0.3})
+        result = run(tool, "sleep 30", timeout=asked)
+        assert result.extra is not None and result.extra["timed_out"] is True
+        assert "timed out after 0.3 s" in result.output
+
+    def test_the_model_can_shorten_the_timeout(self, tmp_path):
+        """A timeout argument below the operator's setting applies."""
+        tool = TerminalTool.create(Workspace(working_dir=str(tmp_path)), {"timeout": 60})
+        result = run(tool, "sleep 30", timeout=0.2)
+        assert "timed out after 0.2 s" in result.output
 
     def test_close_kills_running_commands(self, terminal):
         """close() kills a command still running in another thread."""
@@ -208,3 +288,25 @@ class TestRegistry:
         """resolve_tool("terminal") is TerminalTool, whose name is "terminal"."""
         assert resolve_tool(TerminalTool.name) is TerminalTool
         assert TerminalTool.name == "terminal"
+
+
+class TestConversationShells:
+    def test_a_fork_gets_its_own_shell_in_the_directory_at_the_fork_point(
+        self, stub_agent, tmp_path
+    ):
+        """The fork starts in the source's last directory, without its variables; both go on."""
+        (tmp_path / "sub").mkdir()
+        with Conversation(agent=stub_agent, workspace=tmp_path) as source:
+            source.send_message("Run `cd sub && export SECRET=source-only` please.")
+            source.run()
+            with source.fork() as fork:
+                fork.send_message("Run `pwd; echo ${SECRET:-unset}` please.")
+                fork.run()
+                observed = [e for e in fork.state.events if isinstance(e, ObservationEvent)]
+                assert observed[-1].output == f"{tmp_path / 'sub'}\nunset\n"
+                fork.send_message("Run `cd .. && pwd` please.")
+                fork.run()
+            source.send_message("Run `pwd; echo $SECRET` please.")
+            source.run()
+            observed = [e for e in source.state.events if isinstance(e, ObservationEvent)]
+            assert observed[-1].output == f"{tmp_path / 'sub'}\nsource-only\n"

@@ -7,6 +7,8 @@ number in the report is its position in this tuple.
 """
 
 from benchmarks._scenario import Scenario
+from benchmarks.scenarios.branch_runtime import BranchRuntime
+from benchmarks.scenarios.distributed_suite import DistributedSuite
 from benchmarks.scenarios.fanout import FanOut
 from benchmarks.scenarios.fork_from_event import ForkFromEvent
 from benchmarks.scenarios.fork_latency import ForkLatency
@@ -31,6 +33,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     RestFork(),
     RemoteLatency(),
     ImportTime(),
+    DistributedSuite(),
+    BranchRuntime(),
 )
 
 for _number, _scenario in enumerate(SCENARIOS, start=1):

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from cowconv._events import Event
+from cowconv._ids import ConversationID
 from cowconv._state import ConversationInfo, ConversationState, ExecutionStatus
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "ExportRecord", "Store"]
@@ -54,15 +55,15 @@ class Store(Protocol):
         """Make ``current`` durable; raise and store nothing if that fails."""
         ...
 
-    def exists(self, conversation_id: str) -> bool:
+    def exists(self, conversation_id: ConversationID) -> bool:
         """Whether a conversation with this id is stored."""
         ...
 
-    def load(self, conversation_id: str) -> ConversationState:
+    def load(self, conversation_id: ConversationID) -> ConversationState:
         """The stored snapshot; ``ConversationNotFoundError`` if there is none."""
         ...
 
-    def info(self, conversation_id: str) -> ConversationInfo:
+    def info(self, conversation_id: ConversationID) -> ConversationInfo:
         """The stored conversation's summary, without reading its events."""
         ...
 
@@ -72,17 +73,21 @@ class Store(Protocol):
         """Summaries of the stored conversations carrying all ``tags``, oldest first."""
         ...
 
-    def delete(self, conversation_id: str) -> None:
+    def delete(self, conversation_id: ConversationID) -> None:
         """Forget a conversation; forks of it keep their histories."""
         ...
 
     def export_conversation(
-        self, conversation_id: str, *, with_forks: bool = False, include_secrets: bool = False
+        self,
+        conversation_id: ConversationID,
+        *,
+        with_forks: bool = False,
+        include_secrets: bool = False,
     ) -> str:
         """A conversation (and with ``with_forks`` its fork tree) as versioned JSON."""
         ...
 
-    def import_conversations(self, data: str | bytes) -> builtins.list[str]:
+    def import_conversations(self, data: str | bytes) -> builtins.list[ConversationID]:
         """Store the conversations of an export; returns their ids."""
         ...
 
@@ -126,10 +131,12 @@ def _strip_secrets(exposed: Any, masked: Any) -> Any:
 
 def dump_state(state: ConversationState, *, include_secrets: bool = True) -> dict[str, Any]:
     """Everything of ``state`` but its events as JSON data; secrets in clear or ``None``."""
-    exposed = state.model_dump(mode="json", exclude={"events"}, context={"expose_secrets": True})
+    # Exports carry the active branch of each conversation (not its other branches).
+    skipped = {"events", "other_branches"}
+    exposed = state.model_dump(mode="json", exclude=skipped, context={"expose_secrets": True})
     if include_secrets:
         return exposed
-    return _strip_secrets(exposed, state.model_dump(mode="json", exclude={"events"}))  # type: ignore[no-any-return]
+    return _strip_secrets(exposed, state.model_dump(mode="json", exclude=skipped))  # type: ignore[no-any-return]
 
 
 def export_document(records: Iterable[ExportRecord], *, include_secrets: bool) -> str:
@@ -198,11 +205,11 @@ def _parse_export(data: str | bytes) -> Iterator[ExportRecord]:
             raise ValueError(f"conversation {state.id!r} has an invalid fork_len {fork_len!r}")
         else:
             base = seen[parent].events.take(fork_len)
-        if state.id in seen:
+        if str(state.id) in seen:
             raise ValueError(f"conversation {state.id!r} appears twice in the export")
         try:
             state = state._replace(events=base.extend(own))
         except ValueError as error:
             raise ValueError(f"conversation {state.id!r}: {error}") from None
-        seen[state.id] = state
+        seen[str(state.id)] = state
         yield ExportRecord(state, parent, fork_len)

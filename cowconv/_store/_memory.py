@@ -20,6 +20,7 @@ import threading
 from collections.abc import Mapping
 
 from cowconv._exceptions import ConversationExistsError, ConversationNotFoundError, StoreError
+from cowconv._ids import ConversationID, id_text
 from cowconv._state import ConversationInfo, ConversationState, check_tags
 from cowconv._store._base import ExportRecord, export_document, parse_export
 
@@ -46,38 +47,40 @@ class MemoryStore:
         """Keep ``current``, checked as :meth:`SQLiteStore.save <cowconv.SQLiteStore.save>` does."""
         with self._lock:
             states = self._held()
+            key = id_text(current.id)
             if previous is None:
-                if current.id in states:
-                    raise ConversationExistsError(current.id)
+                if key in states:
+                    raise ConversationExistsError(key)
             else:
                 if current.id != previous.id:
                     raise ValueError(
                         f"cannot save conversation {current.id!r} over {previous.id!r}"
                     )
-                held = states.get(current.id)
+                held = states.get(key)
                 if held is None:
-                    raise ConversationNotFoundError(current.id)
+                    raise ConversationNotFoundError(key)
                 if held is not previous:
                     raise StoreError(
                         f"conversation {current.id!r} was changed by another writer since this "
                         "writer read it"
                     )
-            states[current.id] = current
+            states[key] = current
 
-    def exists(self, conversation_id: str) -> bool:
+    def exists(self, conversation_id: ConversationID) -> bool:
         """Whether a conversation with this id is kept."""
         with self._lock:
-            return conversation_id in self._held()
+            return id_text(conversation_id) in self._held()
 
-    def load(self, conversation_id: str) -> ConversationState:
+    def load(self, conversation_id: ConversationID) -> ConversationState:
         """The kept snapshot; ``ConversationNotFoundError`` if there is none."""
+        key = id_text(conversation_id)
         with self._lock:
-            state = self._held().get(conversation_id)
+            state = self._held().get(key)
         if state is None:
-            raise ConversationNotFoundError(conversation_id)
+            raise ConversationNotFoundError(key)
         return state
 
-    def info(self, conversation_id: str) -> ConversationInfo:
+    def info(self, conversation_id: ConversationID) -> ConversationInfo:
         """The kept conversation's summary."""
         return ConversationInfo.of(self.load(conversation_id))
 
@@ -100,14 +103,19 @@ class MemoryStore:
         end = None if limit is None else offset + limit
         return [ConversationInfo.of(state) for state in chosen[offset:end]]
 
-    def delete(self, conversation_id: str) -> None:
+    def delete(self, conversation_id: ConversationID) -> None:
         """Forget a conversation; its forks keep their histories (they share, not refer)."""
+        key = id_text(conversation_id)
         with self._lock:
-            if self._held().pop(conversation_id, None) is None:
-                raise ConversationNotFoundError(conversation_id)
+            if self._held().pop(key, None) is None:
+                raise ConversationNotFoundError(key)
 
     def export_conversation(
-        self, conversation_id: str, *, with_forks: bool = False, include_secrets: bool = False
+        self,
+        conversation_id: ConversationID,
+        *,
+        with_forks: bool = False,
+        include_secrets: bool = False,
     ) -> str:
         """A conversation (and with ``with_forks`` its fork tree) as versioned JSON."""
         root = self.load(conversation_id)
@@ -115,26 +123,27 @@ class MemoryStore:
         if with_forks:
             with self._lock:
                 states = builtins.list(self._held().values())
-            exported = {root.id: root}
+            exported = {id_text(root.id): root}
             for state in states:  # oldest first: a parent comes before its forks
-                parent = exported.get(state.forked_from_conversation_id or "")
-                if parent is None or state.id in exported:
+                source = state.forked_from_conversation_id
+                parent = None if source is None else exported.get(id_text(source))
+                if parent is None or id_text(state.id) in exported:
                     continue
-                shared = _shared_prefix(parent, state)
-                records.append(ExportRecord(state, parent.id, shared))
-                exported[state.id] = state
+                shared = state.forked_from_event_count or 0
+                records.append(ExportRecord(state, id_text(parent.id), shared))
+                exported[id_text(state.id)] = state
         return export_document(records, include_secrets=include_secrets)
 
-    def import_conversations(self, data: str | bytes) -> builtins.list[str]:
+    def import_conversations(self, data: str | bytes) -> builtins.list[ConversationID]:
         """Keep the conversations of an export (all or nothing); returns their ids."""
         records = builtins.list(parse_export(data))
         with self._lock:
             states = self._held()
             for record in records:
-                if record.state.id in states:
-                    raise ConversationExistsError(record.state.id)
+                if id_text(record.state.id) in states:
+                    raise ConversationExistsError(id_text(record.state.id))
             for record in records:
-                states[record.state.id] = record.state
+                states[id_text(record.state.id)] = record.state
         return [record.state.id for record in records]
 
     def close(self) -> None:
@@ -150,11 +159,3 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return "MemoryStore()"
-
-
-def _shared_prefix(parent: ConversationState, fork: ConversationState) -> int:
-    event_id = fork.forked_from_event_id
-    position = None if event_id is None else parent.events.position_of(event_id)
-    if position is None or fork.events.position_of(event_id or "") != position:
-        return 0
-    return position + 1

@@ -42,16 +42,20 @@ from cowconv._exceptions import (
 from cowconv._history import EventLog
 from cowconv._state import ConversationInfo
 from cowconv._store import STORE_FILE_NAME, SQLiteStore, Store
+from cowconv._tree import is_prefix
 from cowconv._workspace import SESSION_API_KEY_HEADER
 from cowconv.agent_server._models import (
     ActivateSkillRequest,
     AppendEventRequest,
+    BranchInfo,
+    BranchList,
     ConversationPage,
     CreateConversationRequest,
     ErrorResponse,
     EventPage,
     ForkRequest,
     HealthResponse,
+    NavigateRequest,
     SendMessageRequest,
     StateResponse,
     StreamStatus,
@@ -110,7 +114,9 @@ def _start(events: EventLog, conversation_id: str, offset: int | None, after: st
     try:
         return events.index_of(after) + 1
     except KeyError:
-        raise EventNotFoundError(conversation_id, after) from None
+        raise EventNotFoundError(
+            f"conversation {conversation_id!r} has no event with id {after!r}"
+        ) from None
 
 
 def create_app(
@@ -245,6 +251,16 @@ def _add_error_handlers(app: FastAPI) -> None:
         app.add_exception_handler(kind, known_error)
 
 
+def _page(events: EventLog, start: int, limit: int) -> EventPage:
+    end = min(start + limit, len(events))
+    return EventPage(
+        items=list(events[start:end]),
+        offset=start,
+        total=len(events),
+        next_offset=end if end < len(events) else None,
+    )
+
+
 def _session_dependencies(session_api_key: str | None) -> list[Any]:
     """The dependency that checks ``X-Session-API-Key`` (none without a key)."""
     if session_api_key is None:
@@ -376,6 +392,19 @@ def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         """Add a user message; answers with its event."""
         return registry.get(conversation_id).send_message(request.text)
 
+    @api.post(
+        "/{conversation_id}/navigate",
+        response_model=ConversationInfo,
+        responses=_errors(404, 409),
+    )
+    def navigate(conversation_id: str, request: NavigateRequest) -> ConversationInfo:
+        """Move the active branch to end at ``event_id`` (the seed SDK's route and body).
+
+        The next message starts a new branch from there; the branch left
+        behind is kept. 404 for an unknown event, 409 while a run is going.
+        """
+        return ConversationInfo.of(registry.navigate(conversation_id, request.event_id))
+
     @api.patch("/{conversation_id}/tags", response_model=ConversationInfo, responses=_errors(404))
     def set_tags(conversation_id: str, tags: dict[str, str | None]) -> ConversationInfo:
         """Set tags; a ``null`` value removes the tag (JSON merge patch)."""
@@ -416,13 +445,41 @@ def _add_event_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         """A page of events, oldest first, from ``offset`` or after the event ``after``."""
         _one_position(offset, after)
         events = registry.get(conversation_id).state.events
-        start = _start(events, conversation_id, offset, after)
-        end = min(start + limit, len(events))
-        return EventPage(
-            items=list(events[start:end]),
-            offset=start,
-            total=len(events),
-            next_offset=end if end < len(events) else None,
+        return _page(events, _start(events, conversation_id, offset, after), limit)
+
+    @api.get("/{conversation_id}/branches", response_model=BranchList, responses=_errors(404))
+    def list_branches(conversation_id: str) -> BranchList:
+        """Every branch of the conversation tree, each by its leaf event; the active one last."""
+        state = registry.get(conversation_id).state
+        return BranchList(
+            items=[
+                BranchInfo(
+                    leaf_event_id=None if branch.last is None else branch.last.id,
+                    event_count=len(branch),
+                    active=len(branch) == len(state.events) and is_prefix(state.events, branch),
+                )
+                for branch in state.branches
+            ]
+        )
+
+    @api.get(
+        "/{conversation_id}/branches/{leaf_event_id}/events",
+        response_model=EventPage,
+        responses=_errors(404),
+    )
+    def list_branch_events(
+        conversation_id: str,
+        leaf_event_id: str,
+        offset: Annotated[int, Query(ge=0, le=_MAX_OFFSET)] = 0,
+        limit: Annotated[int, Query(ge=0, le=_MAX_PAGE)] = 100,
+    ) -> EventPage:
+        """A page of the events of the branch ending at ``leaf_event_id``."""
+        state = registry.get(conversation_id).state
+        for branch in state.branches:
+            if branch.last is not None and branch.last.id == leaf_event_id:
+                return _page(branch, min(offset, len(branch)), limit)
+        raise EventNotFoundError(
+            f"conversation {conversation_id!r} has no branch ending at event {leaf_event_id!r}"
         )
 
     def stream_start(

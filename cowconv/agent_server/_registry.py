@@ -26,6 +26,7 @@ from cowconv._agent import Agent
 from cowconv._conversation import Conversation, check_conversation_id
 from cowconv._events import Event
 from cowconv._exceptions import ConversationConflictError, ConversationNotFoundError
+from cowconv._ids import ConversationID, id_text
 from cowconv._local import LocalBackend
 from cowconv._state import ConversationInfo, ConversationState, check_tags
 from cowconv._store import MemoryStore, Store
@@ -98,8 +99,9 @@ class ConversationRegistry:
                 hub = self._hubs[conversation_id] = _Hub()
             return hub
 
-    def get(self, conversation_id: str) -> Conversation:
+    def get(self, conversation_id: ConversationID) -> Conversation:
         """The live conversation ``conversation_id``, reopened from the store if needed."""
+        conversation_id = id_text(conversation_id)
         with self._lock:
             conversation = self._live.get(conversation_id)
             if conversation is None:
@@ -130,7 +132,7 @@ class ConversationRegistry:
     # -- creating --------------------------------------------------------------
 
     def _adopt(
-        self, make: Callable[[str], Conversation], conversation_id: str | None
+        self, make: Callable[[ConversationID], Conversation], conversation_id: str | None
     ) -> Conversation:
         # The store's save refuses a taken id (ConversationExistsError, a 409): the one check.
         chosen = check_conversation_id(conversation_id)
@@ -138,7 +140,7 @@ class ConversationRegistry:
             if self._closed:
                 raise ConversationConflictError("the server is shutting down")
             conversation = make(chosen)
-            self._live[chosen] = conversation
+            self._live[id_text(chosen)] = conversation
         return conversation
 
     def create(
@@ -158,12 +160,12 @@ class ConversationRegistry:
             else {"max_iteration_per_run": max_iteration_per_run}
         )
 
-        def make(chosen: str) -> Conversation:
+        def make(chosen: ConversationID) -> Conversation:
             state = ConversationState(
                 id=chosen, agent=agent, workspace=Workspace.coerce(workspace), tags=state_tags
             )
             backend = LocalBackend.create(
-                state, sink=self._store, callbacks=[self._hub(chosen).notify], **options
+                state, sink=self._store, callbacks=[self._hub(id_text(chosen)).notify], **options
             )
             return Conversation.from_backend(backend)
 
@@ -182,14 +184,14 @@ class ConversationRegistry:
         """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials."""
         source = self.get(conversation_id)
 
-        def make(chosen: str) -> Conversation:
+        def make(chosen: ConversationID) -> Conversation:
             return source.fork(
                 conversation_id=chosen,
                 title=title,
                 tags=tags,
                 reset_metrics=reset_metrics,
                 from_event_id=from_event_id,
-                callbacks=[self._hub(chosen).notify],
+                callbacks=[self._hub(id_text(chosen)).notify],
             )
 
         return self._adopt(make, fork_id)
@@ -228,8 +230,22 @@ class ConversationRegistry:
             logger.exception("run of conversation %s failed", conversation.id)
         finally:
             with self._lock:
-                self._runs.pop(conversation.id, None)
-            self._hub(conversation.id).notify()
+                self._runs.pop(id_text(conversation.id), None)
+            self._hub(id_text(conversation.id)).notify()
+
+    def navigate(self, conversation_id: str, event_id: str | None) -> ConversationState:
+        """Move the active branch to ``event_id`` (thread-safe); the new snapshot.
+
+        :class:`~cowconv.ConversationConflictError` while a run is going.
+        """
+        conversation = self.get(conversation_id)
+        with self._lock:
+            if id_text(conversation_id) in self._runs:
+                raise ConversationConflictError(
+                    f"conversation {conversation_id!r} is running; pause it before navigating"
+                )
+            conversation.navigate_to(event_id)
+        return conversation.state
 
     def pause(self, conversation_id: str) -> ConversationState:
         """Ask a running conversation to pause (thread-safe); the current snapshot."""

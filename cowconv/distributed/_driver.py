@@ -60,9 +60,11 @@ def progress_bar(
 
         yield log
         return
+    from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(transient=False) as bar:
+    # On stderr, so a script's own output on stdout stays clean.
+    with Progress(console=Console(stderr=True), transient=False) as bar:
         task = bar.add_task(description, total=total)
         yield lambda: bar.advance(task)
 

@@ -1,42 +1,69 @@
-"""``TerminalTool``: run shell commands in the workspace.
+"""``TerminalTool``: a persistent shell session in the workspace.
 
 >>> import tempfile
 >>> from cowconv import Workspace
 >>> terminal = TerminalTool.create(Workspace(working_dir=tempfile.gettempdir()))
->>> result = terminal.execute(TerminalParams(command="echo hello; exit 3"))
+>>> terminal.execute(TerminalParams(command="cd / && export GREETING=hello")).exit_code
+0
+>>> result = terminal.execute(TerminalParams(command="echo $GREETING from $PWD; false"))
 >>> result.output, result.exit_code
-('hello\\n', 3)
->>> TerminalTool.name
-'terminal'
+('hello from /\\n', 1)
+>>> terminal.close()
 
-Each command runs in its own ``bash -c`` process (``/bin/sh`` where bash is
-missing) in the workspace's working directory, with standard output and
-error merged, so shell state such as ``cd`` does not carry over between
-commands. A command that outlives its timeout is killed together with every
-process it started (its whole process group). Background processes a command
-leaves behind keep running; their later output is not collected.
+Each conversation gets one bash session (``/bin/sh`` where bash is missing)
+on a pseudo-terminal, started in the workspace's working directory, so
+``cd``, ``export``, an activated virtualenv and shell functions carry over
+from one command to the next, as in the seed SDK. Standard output and error
+are merged; commands read standard input from ``/dev/null``. A command is
+sourced from a file, so any text (quotes, heredocs, several lines) is one
+command, and a syntax error is reported without touching the session.
+
+A command that outlives its timeout is killed together with every process
+the session started (its whole process group); the next command gets a new
+session in the last working directory, without the variables and functions
+of the old one (the output says so). ``exit`` ends the session the same
+way. Background processes a command leaves behind keep running until then;
+their later output is not collected.
+
+The timeout a model passes is capped by the operator's
+(``Tool(name="terminal", params={"timeout": N})``): the model can shorten
+it, never lengthen it.
+
+A fork of a conversation gets its own session. It starts in the working
+directory the source's session had at the fork point (recorded as
+``extra["cwd"]`` of every terminal observation); variables, functions and
+background processes are not inherited.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
+import termios
 import threading
 import time
+import weakref
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cowconv._events import Event, ObservationEvent
 from cowconv._tools import ToolDefinition, ToolResult, register_tool
 from cowconv._workspace import Workspace
 
 __all__ = ["TerminalParams", "TerminalSettings", "TerminalTool"]
 
 _READ_SIZE = 1 << 16
-# Linux pipes hold at most 1 MiB (the default is 64 KiB).
-_DRAIN_LIMIT = 1 << 20
+# Output after the command's own may be the end marker line: keep this much back.
+_HOLD_BACK = 8192
+# After the session exits, how long to wait for what it wrote before it did.
+_EXIT_DRAIN_S = 0.2
 
 
 class TerminalParams(BaseModel):
@@ -52,12 +79,15 @@ class TerminalParams(BaseModel):
     timeout: float | None = Field(
         default=None,
         gt=0,
-        description="Seconds to wait before the command and its children are killed.",
+        description="Seconds to wait before the command and its children are killed "
+        "(at most the limit the operator set).",
     )
 
 
 class TerminalSettings(BaseModel):
     """The terminal's configuration: ``Tool(name="terminal", params={...})``.
+
+    ``timeout`` is the default and the ceiling of every command's timeout.
 
     >>> TerminalSettings(timeout=30).max_output_bytes
     30000
@@ -101,127 +131,287 @@ class _Capture:
         return head + marker + tail.decode("utf-8", errors="replace")
 
 
-def _shell() -> list[str]:
-    bash = shutil.which("bash")
-    return [bash, "-c"] if bash else ["/bin/sh", "-c"]
+def _shell() -> str:
+    return shutil.which("bash") or "/bin/sh"
+
+
+class _Session:
+    """One shell process on a pseudo-terminal, and the marker that ends each command."""
+
+    def __init__(self, cwd: str) -> None:
+        self.marker = f"__cowconv_done_{secrets.token_hex(8)}__".encode()
+        self.scratch = tempfile.mkdtemp(prefix="cowconv-terminal-")
+        self.command_file = os.path.join(self.scratch, "command")
+        master, slave = os.openpty()
+        try:
+            attributes = termios.tcgetattr(slave)
+            attributes[1] &= ~termios.OPOST  # no \n -> \r\n
+            attributes[3] &= ~termios.ECHO  # the command line is not echoed back
+            termios.tcsetattr(slave, termios.TCSANOW, attributes)
+            environment = {**os.environ, "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
+            self.process = subprocess.Popen(
+                [_shell(), "--noprofile", "--norc"] if _shell().endswith("bash") else [_shell()],
+                stdin=slave,
+                stdout=slave,
+                # Not a terminal: the shell is not interactive (no prompts, no job control
+                # messages, no history expansion); commands get 2>&1 instead.
+                stderr=subprocess.DEVNULL,
+                cwd=cwd,
+                env=environment,
+                # Its own process group, so a timeout can kill everything it started.
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        self.fd = master
+        # A session nobody closed (a conversation dropped without close()) still ends.
+        self._finalizer = weakref.finalize(self, _end, self.process, master, self.scratch)
+
+    def send(self, command: str) -> None:
+        with open(self.command_file, "w", encoding="utf-8") as file:
+            file.write(command)
+            if not command.endswith("\n"):
+                file.write("\n")
+        marker = self.marker.decode()
+        line = (
+            f". {shlex.quote(self.command_file)} </dev/null 2>&1; "
+            f'printf \'\\n{marker} %s %s\\n\' "$?" "$PWD"\n'
+        )
+        os.write(self.fd, line.encode())
+
+    def discard_pending(self) -> None:
+        """Drop output written since the last command ended (background processes)."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.fd, selectors.EVENT_READ)
+            while selector.select(0):
+                try:
+                    if not os.read(self.fd, _READ_SIZE):
+                        return
+                except OSError:
+                    return
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # already gone
+        except PermissionError:
+            self.process.kill()
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _end(process: subprocess.Popen[bytes], fd: int, scratch: str) -> None:
+    """Kill a session's process group, reap its shell, release its terminal and files."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        process.kill()
+    process.wait()
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _Reader:
+    """Splits the session's output into the command's output and the end marker."""
+
+    def __init__(self, marker: bytes, capture: _Capture) -> None:
+        self._marker = b"\n" + marker + b" "
+        self._capture = capture
+        self._pending = bytearray()
+        self.status: int | None = None
+        self.cwd: str | None = None
+
+    def add(self, data: bytes) -> bool:
+        """Take output; True once the end marker (exit status and directory) has arrived."""
+        self._pending += data
+        found = self._pending.find(self._marker)
+        if found >= 0:
+            end = self._pending.find(b"\n", found + len(self._marker))
+            if end < 0:
+                return False
+            status, _, cwd = bytes(self._pending[found + len(self._marker) : end]).partition(b" ")
+            self._capture.add(bytes(self._pending[:found]))
+            self._pending.clear()
+            self.status = int(status) if status.strip().lstrip(b"-").isdigit() else None
+            self.cwd = cwd.decode("utf-8", errors="surrogateescape")
+            return True
+        if len(self._pending) > 2 * _HOLD_BACK:
+            self._capture.add(bytes(self._pending[:-_HOLD_BACK]))
+            del self._pending[:-_HOLD_BACK]
+        return False
+
+    def flush(self) -> None:
+        self._capture.add(bytes(self._pending))
+        self._pending.clear()
 
 
 class TerminalTool(ToolDefinition[TerminalParams]):
-    """Run a shell command in the workspace and return its output and exit code.
+    """Run a command in a persistent bash session in the workspace; return output and exit code.
 
     Standard output and standard error are merged. Very long output keeps
-    its beginning and its end around a truncation marker. A command that
-    runs past its timeout is killed with all its child processes.
+    its beginning and its end around a truncation marker. ``cd``,
+    ``export``, virtualenvs and shell functions carry over between
+    commands. A command that runs past its timeout is killed with all its
+    child processes, and the session starts over.
 
     >>> from cowconv import Workspace
     >>> terminal = TerminalTool.create(Workspace(working_dir="."))
-    >>> result = terminal.execute(TerminalParams(command="echo hello; exit 3"))
+    >>> result = terminal.execute(TerminalParams(command="echo hello; false"))
     >>> result.output.strip(), result.exit_code
-    ('hello', 3)
+    ('hello', 1)
     >>> "timed out" in terminal.execute(TerminalParams(command="sleep 5", timeout=0.2)).output
     True
+    >>> terminal.close()
     """
 
     name = "terminal"
+    description = (
+        "Run a shell command in a persistent bash session in the workspace and return its "
+        "output and exit code. cd, exported variables, activated virtualenvs and shell "
+        "functions carry over between calls. Standard input is empty."
+    )
     Params = TerminalParams
     Settings = TerminalSettings
     settings: TerminalSettings
 
     def __init__(self, workspace: Workspace, settings: BaseModel) -> None:
         super().__init__(workspace, settings)
-        self._running: set[subprocess.Popen[bytes]] = set()
-        self._lock = threading.Lock()
+        self._session: _Session | None = None
+        self._cwd: str | None = None
+        self._history: Sequence[Event] = ()
+        self._running = False
+        self._closed_while_running = False
+        self._lock = threading.Lock()  # one command at a time
+        self._state_lock = threading.Lock()
 
-    def execute(self, params: TerminalParams) -> ToolResult:
-        """Run ``params.command``; a timeout kills its process group and says so."""
+    def restore(self, events: Sequence[Event]) -> None:
+        """Start the session where the last terminal command of ``events`` left off."""
+        self._history = events
+
+    def _start_directory(self) -> str:
         working_dir = self.workspace.working_dir
         if not os.path.isdir(working_dir):
             raise FileNotFoundError(f"the workspace directory {working_dir!r} does not exist")
-        timeout = params.timeout if params.timeout is not None else self.settings.timeout
-        process = subprocess.Popen(
-            [*_shell(), params.command],
-            cwd=working_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            # Its own process group, so a timeout can kill everything it started.
-            start_new_session=True,
-        )
+        if self._cwd is None:
+            self._cwd = _last_directory(self._history) or working_dir
+            self._history = ()
+        return self._cwd if os.path.isdir(self._cwd) else working_dir
+
+    def execute(self, params: TerminalParams) -> ToolResult:
+        """Run ``params.command`` in the session; a timeout kills its process group and says so."""
+        limit = self.settings.timeout
+        timeout = min(params.timeout, limit) if params.timeout is not None else limit
         with self._lock:
-            self._running.add(process)
-        try:
+            restarted = self._session is not None and self._session.process.poll() is not None
+            if self._session is None or restarted:
+                if self._session is not None:
+                    self._session.close()
+                self._session = _Session(self._start_directory())
+            session = self._session
+            session.discard_pending()
             capture = _Capture(self.settings.max_output_bytes)
-            timed_out = self._collect(process, capture, timeout)
-        finally:
-            with self._lock:
-                self._running.discard(process)
-            if process.stdout is not None:
-                process.stdout.close()
+            reader = _Reader(session.marker, capture)
+            with self._state_lock:
+                self._running = True
+                self._closed_while_running = False
+            try:
+                session.send(params.command)
+                timed_out = self._collect(session, reader, timeout)
+            finally:
+                with self._state_lock:
+                    self._running = False
+                    closed = self._closed_while_running
+            ended = timed_out or closed or reader.status is None
+            if ended:
+                session.close()
+                self._session = None
+                exit_code: int | None = session.process.returncode
+            else:
+                exit_code = reader.status
+            if reader.cwd is not None:
+                self._cwd = reader.cwd
         output = capture.text()
         if timed_out:
             output += (
-                f"\n[command timed out after {timeout:g} s; it was killed with its process group]"
+                f"\n[command timed out after {timeout:g} s; it was killed with its process "
+                f"group. The next command starts a new shell in {self._cwd}: variables and "
+                "functions set before are gone]"
             )
+        elif ended and not closed:
+            output += f"\n[the shell exited; the next command starts a new one in {self._cwd}]"
         return ToolResult(
             output=output,
-            exit_code=process.returncode,
-            extra={"timed_out": timed_out, "output_bytes": capture.total},
+            exit_code=exit_code,
+            extra={"timed_out": timed_out, "output_bytes": capture.total, "cwd": self._cwd},
         )
 
-    def _collect(self, process: subprocess.Popen[bytes], capture: _Capture, timeout: float) -> bool:
-        """Read output until the shell exits (True if it had to be killed)."""
-        assert process.stdout is not None
-        fd = process.stdout.fileno()
+    def _collect(self, session: _Session, reader: _Reader, timeout: float) -> bool:
+        """Read output until the end marker (True if the command had to be killed)."""
         deadline = time.monotonic() + timeout
-        timed_out = False
+        exited_at: float | None = None
         with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
+            selector.register(session.fd, selectors.EVENT_READ)
             while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    timed_out = True
-                    _kill_group(process)
-                    break
-                if selector.select(min(remaining, 0.05)):
-                    data = os.read(fd, _READ_SIZE)
-                    if not data:
-                        break  # every writer closed the pipe
-                    capture.add(data)
-                if process.poll() is not None:
-                    break
-            try:
-                process.wait(timeout=max(deadline - time.monotonic(), 0))
-            except subprocess.TimeoutExpired:
-                # Output closed but the shell lives on past its deadline.
-                timed_out = True
-                _kill_group(process)
-                process.wait()
-            # What the shell wrote before it exited is in the pipe now (at most the pipe's
-            # capacity): take it without waiting for background processes holding the pipe.
-            budget = _DRAIN_LIMIT
-            while budget > 0 and selector.select(0):
-                data = os.read(fd, _READ_SIZE)
+                now = time.monotonic()
+                if now >= deadline:
+                    session.kill()
+                    reader.flush()
+                    return True
+                if exited_at is None and session.process.poll() is not None:
+                    exited_at = now
+                if exited_at is not None and now - exited_at > _EXIT_DRAIN_S:
+                    reader.flush()
+                    return False
+                if not selector.select(min(deadline - now, 0.05)):
+                    continue
+                try:
+                    data = os.read(session.fd, _READ_SIZE)
+                except OSError:  # EIO: every writer is gone (the shell exited)
+                    data = b""
                 if not data:
-                    break
-                capture.add(data)
-                budget -= len(data)
-        return timed_out
+                    reader.flush()
+                    session.process.wait()
+                    return False
+                if reader.add(data):
+                    return False
 
     def close(self) -> None:
-        """Kill every command still running (and its children)."""
-        with self._lock:
-            running = list(self._running)
-        for process in running:
-            _kill_group(process)
+        """End the session: kill the running command (if any) and everything it started."""
+        with self._state_lock:
+            if self._running:
+                self._closed_while_running = True
+            session = self._session
+        if session is not None:
+            session.kill()
+        if not self._lock.acquire(blocking=False):
+            return  # the running command sees the kill, closes the session and returns
+        try:
+            if self._session is not None:
+                self._session.close()
+                self._session = None
+        finally:
+            self._lock.release()
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # already gone
-    except PermissionError:
-        process.kill()
+def _last_directory(events: Sequence[Event]) -> str | None:
+    """The working directory the last terminal command of ``events`` ended in."""
+    for position in range(len(events) - 1, -1, -1):
+        event = events[position]
+        if isinstance(event, ObservationEvent) and event.tool_name == TerminalTool.name:
+            extra = event.extra
+            cwd = extra.get("cwd") if hasattr(extra, "get") else None
+            return cwd if isinstance(cwd, str) else None
+    return None
 
 
 register_tool(TerminalTool)
