@@ -31,6 +31,7 @@ from typing import Any, overload
 
 import httpx
 import httpx_sse
+from pydantic import ValidationError
 
 from cowconv._agent import Agent
 from cowconv._backend import (
@@ -57,10 +58,10 @@ from cowconv._exceptions import (
 from cowconv._frozen import thaw
 from cowconv._history import EventLog
 from cowconv._ids import id_text
-from cowconv._state import ConversationState
+from cowconv._state import ConversationInfo, ConversationState
 from cowconv._workspace import SESSION_API_KEY_HEADER, Workspace
 
-__all__ = ["RemoteBackend", "RemoteEvents"]
+__all__ = ["RemoteBackend", "RemoteEvents", "raise_for_status", "read_info"]
 
 _PAGE = 100
 _RECONNECTS = 5
@@ -129,6 +130,32 @@ def raise_for_status(response: httpx.Response) -> httpx.Response:
     local = _MIRRORED.get(name) if isinstance(name, str) else None
     error_class = RemoteError if local is None else _remote_error_class(local)
     raise error_class(response.status_code, str(detail))
+
+
+def read_info(data: Any) -> ConversationInfo:
+    """A server's conversation summary, as a client that must outlive server versions reads it.
+
+    Fields this cowconv does not know are ignored; an optional field it
+    cannot read (another server's shape of ``stats``, say) is left at its
+    default. Only a summary without a usable ``id``, ``execution_status`` or
+    dates fails.
+
+    >>> read_info({"id": "c1", "execution_status": "idle", "created_at": "2026-01-01T00:00:00Z",
+    ...            "updated_at": "2026-01-01T00:00:00Z", "event_count": 2, "new": 1}).event_count
+    2
+    """
+    if not isinstance(data, dict):
+        raise RemoteError(0, f"the server sent no conversation summary: {data!r}")
+    fields = ConversationInfo.model_fields
+    known = {key: value for key, value in data.items() if key in fields}
+    try:
+        return ConversationInfo.model_validate(known)
+    except ValidationError as error:
+        unreadable = {str(item["loc"][0]) for item in error.errors() if item["loc"]}
+        if any(fields[name].is_required() for name in unreadable if name in fields):
+            raise
+        readable = {key: value for key, value in known.items() if key not in unreadable}
+        return ConversationInfo.model_validate(readable)
 
 
 class _Connection:
@@ -427,7 +454,8 @@ class RemoteBackend:
         if response.status_code == 409:
             start = len(self.snapshot().events)
         else:
-            start = raise_for_status(response).json()["event_count"]
+            counted = read_info(raise_for_status(response).json()).event_count
+            start = len(self.snapshot().events) if counted is None else counted
         for _attempt in range(_RECONNECTS):
             try:
                 start, finished = self._follow(start)

@@ -422,9 +422,9 @@ class TestLineage:
 class TestRemoteClientTolerance:
     def test_reads_a_seed_shaped_conversation_info(self):
         """Unknown fields are ignored; a missing event_count or unreadable stats are tolerated."""
-        from cowconv._remote import _read_info
+        from cowconv._remote import read_info
 
-        info = _read_info(
+        info = read_info(
             {
                 "id": "0b9f8f4e-2f5c-4a37-9e4b-5d3c1b3e2a10",
                 "execution_status": "waiting_for_confirmation",
@@ -445,10 +445,10 @@ class TestRemoteClientTolerance:
         """A summary without its required fields is an error, not a silent default."""
         from pydantic import ValidationError
 
-        from cowconv._remote import _read_info
+        from cowconv._remote import read_info
 
         with pytest.raises(ValidationError):
-            _read_info({"execution_status": "idle"})
+            read_info({"execution_status": "idle"})
 
 
 class TestIdsEverywhere:

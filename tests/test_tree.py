@@ -66,7 +66,7 @@ def reopened(conversation) -> Iterator:
         with BackgroundServer(create_app(data_dir=data)) as server:
             yield RemoteConversation.attach(server.url, conversation.id)
         return
-    store = conversation._sink
+    store = conversation.backend.sink
     yield (
         conversation
         if store is None
@@ -254,7 +254,7 @@ class TestPersistedTree:
         fork = conversation.fork()
         conversation.navigate_to(e0.id)
         conversation.send_message("b1")
-        store = conversation._sink
+        store = conversation.backend.sink
         store.delete(conversation.id)
         assert texts(store.load(fork.id).events) == ["root", "a1", "a2"]
         with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:

@@ -89,7 +89,7 @@ def plain_history(size: int) -> EventLog:
 
 def _conversation(agent: Agent, events: EventLog, workspace: str) -> Conversation:
     base = Conversation(agent=agent, workspace=workspace)
-    return Conversation._from_state(base.state._replace(events=events))
+    return Conversation.from_state(base.state._replace(events=events))
 
 
 def _fork_and_run(source: Conversation) -> float:

@@ -37,7 +37,7 @@ def _suite_source(events: int, stub: Any, workspace: Path) -> Any:
     # The suite's realistic events (messages, tool calls, ~430-character outputs), appended
     # one by one so the history has the chunk layout a real conversation has.
     log = EventLog().extend(make_event(position) for position in range(events))
-    return Conversation._from_state(base.state._replace(events=log))
+    return Conversation.from_state(base.state._replace(events=log))
 
 
 def _measure_engine(
