@@ -146,6 +146,21 @@ class RemoteEventLog(Sequence[Event]):
         """The last event, or ``None`` for an empty history."""
         return self[-1] if self._count else None
 
+    def append(self, event: Event) -> Sequence[Event]:
+        """Record ``event`` on the conversation (as the seed's ``state.events.append``).
+
+        This page of the history does not change; the conversation's new
+        history is returned.
+        """
+        self._conversation.append_event(event)
+        return self._conversation.state.events
+
+    def extend(self, events: Iterable[Event]) -> Sequence[Event]:
+        """Record ``events`` on the conversation, in order; its new history."""
+        for event in events:
+            self._conversation.append_event(event)
+        return self._conversation.state.events
+
     def __repr__(self) -> str:
         return f"<RemoteEventLog of {self._conversation.id} len={self._count}>"
 
@@ -422,6 +437,18 @@ class RemoteConversation:
         return f"<RemoteConversation {self._id} at {self._workspace.host}>"
 
     # -- changing ------------------------------------------------------------
+
+    def append_event(self, event: Event) -> Event:
+        """Record ``event`` at the end of the history on the server and return it.
+
+        ``RemoteError`` 409 if the history already has an event with its id.
+        """
+        if not isinstance(event, Event):
+            raise TypeError(f"expected an Event, got {type(event).__name__}")
+        response = self._client.post(self._path("/events"), json=event.model_dump(mode="json"))
+        recorded: Event = Event.model_validate(_raise_for_status(response).json())
+        self._notify(recorded)
+        return recorded
 
     def send_message(self, text: str) -> MessageEvent:
         """Record a user message on the server and return its event."""

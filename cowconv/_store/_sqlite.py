@@ -435,6 +435,12 @@ class SQLiteStore:
         self._track(state, row.token)
         return state
 
+    def _other_branches(self, conversation_id: ConversationID) -> builtins.list[tuple[str, int]]:
+        """(leaf event id, event count) of each other branch of a conversation, in order."""
+        with self._transaction(write=False) as db:
+            rows = self._branch_rows(db, id_text(conversation_id))
+            return [(self._leaf(db, key, count) or "", count) for key, count in rows]
+
     def _branch_rows(
         self, db: sqlite3.Connection, conversation_id: str
     ) -> builtins.list[tuple[int, int]]:

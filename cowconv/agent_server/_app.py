@@ -17,6 +17,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
+from pydantic import ValidationError
 from pydantic.json_schema import PydanticJsonSchemaWarning
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -432,6 +433,21 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    @api.post(
+        "/{conversation_id}/events",
+        status_code=201,
+        response_model=AnyEvent,
+        responses=_errors(404, 409),
+    )
+    def append_event(conversation_id: str, body: Annotated[dict[str, Any], Body()]) -> Event:
+        """Record any event at the end of the history (409 if its id is already there)."""
+        # Validated here, not by FastAPI: a union of event kinds cannot be a body parameter.
+        try:
+            event: Event = Event.model_validate(body)
+        except ValidationError as error:
+            raise RequestValidationError(error.errors(include_url=False)) from None
+        return registry.append_event(conversation_id, event)
 
     @api.post(
         "/{conversation_id}/messages",

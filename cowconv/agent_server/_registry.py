@@ -305,6 +305,16 @@ class ConversationRegistry:
                 self._runs.pop(str(conversation.state.id), None)
             self._hub(str(conversation.state.id)).notify()
 
+    def append_event(self, conversation_id: str, event: Event) -> Event:
+        """Record ``event``; :class:`ConversationConflictError` if its id is taken."""
+        conversation = self.get(conversation_id)
+        try:
+            return conversation.append_event(event)
+        except ValueError as error:
+            if "already in this history" not in str(error):
+                raise
+            raise ConversationConflictError(str(error)) from None
+
     def navigate(self, conversation_id: str, event_id: str | None) -> ConversationState:
         """Move the active branch to ``event_id`` (thread-safe); the new snapshot.
 
