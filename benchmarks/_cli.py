@@ -70,6 +70,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         action="store_true",
         help="also write the report to docs/benchmarks.md and its plots to docs/img/",
     )
+    parser.add_argument(
+        "--replot",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="measure nothing: rebuild the report and plots from a results.json of an earlier run",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return parser
@@ -120,9 +126,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks") 
         progress=not args.no_progress,
         plots=not args.no_plots,
     )
-    shown = list(argv if argv is not None else sys.argv[1:])
-    command = " ".join([prog, *shown])
-    results = run(config, scenarios, command)
+    if args.replot is not None:
+        # Measure nothing: the figures, and the command that measured them, come from the file.
+        try:
+            results = json.loads(args.replot.read_text())
+        except (OSError, ValueError) as error:
+            parser.error(f"--replot: cannot read {args.replot}: {error}")
+        scenarios = tuple(s for s in scenarios if s.name in results["scenarios"])
+        judge(results, scenarios)
+    else:
+        shown = list(argv if argv is not None else sys.argv[1:])
+        results = run(config, scenarios, " ".join([prog, *shown]))
     written = write(results, scenarios, config, docs=args.docs)
     print_summary(results, scenarios, written)
     failed = [entry for entry in results["scenarios"].values() if entry["status"] == "error"]
@@ -155,6 +169,12 @@ def run(config: Config, scenarios: Sequence[Scenario], command: str) -> dict[str
             results["scenarios"][scenario.name] = _run_one(scenario, config, workload, tick)
     results["duration_s"] = time.perf_counter() - started
     results["load_at_end"] = load_average()
+    judge(results, scenarios)
+    return results
+
+
+def judge(results: dict[str, Any], scenarios: Sequence[Scenario]) -> None:
+    """Check every scenario's targets against its data (and the load it ran under)."""
     targets: list[Target] = []
     cpus = results["machine"]["cpus"]
     for scenario in scenarios:
@@ -167,7 +187,6 @@ def run(config: Config, scenarios: Sequence[Scenario], command: str) -> dict[str
             ]
     results["targets"] = [t.to_json() for t in targets]
     results["targets_markdown"] = targets_table(targets) if targets else "No targets measured."
-    return results
 
 
 def _run_one(

@@ -81,10 +81,11 @@ def chart(path: Path, panels: Sequence[Panel], *, title: str | None = None) -> s
     )
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         xs: set[float] = set()
+        handles: list[tuple[Any, str]] = []  # in drawing order: matplotlib would group by kind
         for index, line in enumerate(panel.lines):
-            xs |= _draw(ax, line, f"C{index}")
+            xs |= _draw(ax, line, f"C{index}", handles)
         for value, label in panel.hlines:
-            ax.axhline(value, color="grey", linestyle=":", linewidth=1.2, label=label)
+            handles.append((ax.axhline(value, color="grey", linestyle=":", linewidth=1.2), label))
         if panel.logx:
             ax.set_xscale("log")
         ax.set_yscale("log")
@@ -112,12 +113,15 @@ def chart(path: Path, panels: Sequence[Panel], *, title: str | None = None) -> s
         ax.set_title(panel.title, fontsize=11)
         ax.grid(True, which="major", alpha=0.3)
         # Below the panel, not on it: a legend inside covers data at one size or another.
-        entries = len(ax.get_legend_handles_labels()[1])
+        # Two columns only when the labels are short enough to fit side by side.
+        widest = max((len(label) for _, label in handles), default=0)
         ax.legend(
+            [handle for handle, _ in handles],
+            [label for _, label in handles],
             fontsize=9,
             loc="upper center",
             bbox_to_anchor=(0.5, -0.22),
-            ncols=2 if entries > 3 else 1,
+            ncols=2 if len(handles) > 3 and widest <= 40 else 1,
             frameon=False,
         )
     if title:
@@ -127,7 +131,7 @@ def chart(path: Path, panels: Sequence[Panel], *, title: str | None = None) -> s
     return path.name
 
 
-def _draw(ax: Any, line: Line, colour: str) -> set[float]:
+def _draw(ax: Any, line: Line, colour: str, handles: list[tuple[Any, str]]) -> set[float]:
     points = sorted(line.series, key=lambda entry: entry[line.x])
     real = [entry for entry in points if not entry["extrapolated"]]
     guessed = [entry for entry in points if entry["extrapolated"]]
@@ -142,19 +146,13 @@ def _draw(ax: Any, line: Line, colour: str) -> set[float]:
             (entry["max"] if entry["max"] is not None else y) - y
             for y, entry in zip(ys, real, strict=True)
         ]
-        ax.errorbar(
-            xs,
-            ys,
-            yerr=[low, high],
-            color=colour,
-            marker="o",
-            markersize=4,
-            capsize=3,
-            label=line.label,
+        drawn = ax.errorbar(
+            xs, ys, yerr=[low, high], color=colour, marker="o", markersize=4, capsize=3
         )
+        handles.append((drawn, line.label))
     if guessed:
         bridge = real[-1:] + guessed
-        ax.plot(
+        (dashed,) = ax.plot(
             [entry[line.x] for entry in bridge],
             [entry["median"] for entry in bridge],
             color=colour,
@@ -162,6 +160,6 @@ def _draw(ax: Any, line: Line, colour: str) -> set[float]:
             marker="o",
             markerfacecolor="none",
             markersize=5,
-            label=f"{line.label} (extrapolated)",
         )
+        handles.append((dashed, f"{line.label} (extrapolated)"))
     return {float(entry[line.x]) for entry in points if math.isfinite(entry[line.x])}

@@ -330,6 +330,8 @@ def _tree(path: Path, conversation_id: str | None) -> int:
             infos = store.list()
             # How many events each fork inherited (None for a conversation that is no fork).
             positions = {info.id: info.forked_from_event_count for info in infos}
+            # The branches inside each conversation (navigate_to), beside the active one.
+            inside = {info.id: store._other_branches(info.id) for info in infos}
         finally:
             store.close()
     except (CowconvError, OSError) as error:
@@ -350,6 +352,13 @@ def _tree(path: Path, conversation_id: str | None) -> int:
 
     def grow(node: Tree, info: ConversationInfo) -> None:
         branch = node.add(_label(info, positions.get(info.id)))
+        others = inside.get(info.id)
+        if others:
+            for leaf, count in others:
+                branch.add(_text(("branch", "italic"), f"  {count} events  leaf ", (leaf, "dim")))
+            leaf = info.leaf_event_id or "-"
+            active = f"  {info.event_count} events  leaf "
+            branch.add(_text(("active branch", "italic"), active, (leaf, "dim")))
         for child in children.get(info.id, []):
             grow(branch, child)
 

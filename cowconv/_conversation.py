@@ -35,7 +35,12 @@ from cowconv._runtime import DEFAULT_MAX_ITERATION_PER_RUN, Runner, check_max_it
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus
 from cowconv._store import SQLiteStore, Store
 from cowconv._tree import history_to, navigate
-from cowconv._visualizer import DEFAULT_VISUALIZER, VisualizerSetting, make_visualizer
+from cowconv._visualizer import (
+    DEFAULT_VISUALIZER,
+    ConversationVisualizerBase,
+    VisualizerSetting,
+    make_visualizer,
+)
 from cowconv._workspace import Workspace
 
 __all__ = ["Conversation", "EventCallback", "LocalConversation", "StateSink", "notify"]
@@ -176,7 +181,7 @@ class Conversation:
             raise TypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
-        workspace = Workspace.coerce(workspace)
+        workspace = Workspace.coerce(workspace).require_directory()
         sink = _store_for(persistence_dir, store)
         if conversation_id is not None:
             conversation_id = id_text(conversation_id)
@@ -200,6 +205,7 @@ class Conversation:
         )
         if shown is not None:
             shown.initialize(self)
+        self._visualizer: ConversationVisualizerBase | None = shown
 
     @classmethod
     def resume(
@@ -241,6 +247,7 @@ class Conversation:
         self._runner: Runner | None = None
         self._max_iteration_per_run = max_iteration_per_run
         self._state = state
+        self._visualizer = None
         self._view: tuple[ConversationState, ConversationState] | None = None
         self._sink = sink
         self._callbacks = tuple(callbacks)
@@ -395,6 +402,10 @@ class Conversation:
             raise TypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
 
         def change(state: ConversationState) -> ConversationState:
+            if state.execution_status is ExecutionStatus.RUNNING:
+                raise RuntimeError(
+                    f"conversation {state.id} is running; pause() it before navigate_to()"
+                )
             try:
                 return navigate(state, event_id)
             except KeyError as error:
@@ -470,8 +481,15 @@ class Conversation:
             updated_at=now,
             other_branches=state.other_branches if from_event_id is None else (),
         )
+        # As the seed: the fork shows its events with a new visualiser of the source's kind.
+        shown = None if self._visualizer is None else type(self._visualizer)()
+        if shown is not None:
+            callbacks = (shown, *callbacks)
         fork = type(self)._from_state(forked, sink=self._sink, callbacks=callbacks)
         fork._max_iteration_per_run = self._max_iteration_per_run
+        if shown is not None:
+            shown.initialize(fork)
+            fork._visualizer = shown
         return fork
 
     # -- running -------------------------------------------------------------

@@ -32,7 +32,8 @@ import json
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from itertools import islice
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from pyrsistent import PMap, PVector, pmap, pvector
 
@@ -49,7 +50,7 @@ from cowconv._events import (
 from cowconv._frozen import thaw
 from cowconv._history import EventLog, _Line
 
-__all__ = ["INVALID_ARGUMENTS_KEY", "Rendering", "build_messages", "render"]
+__all__ = ["INVALID_ARGUMENTS_KEY", "PrefixCache", "Rendering", "build_messages", "render"]
 
 # Arguments that were not a JSON object are kept verbatim under this key, for the record.
 INVALID_ARGUMENTS_KEY = "__invalid_json__"
@@ -213,49 +214,74 @@ class Rendering(NamedTuple):
 
 _EMPTY = Rendering(0, _NO_MESSAGES, None, _NO_COUNTS, _NO_RESULTS, _NO_SLOTS, (), 0)
 
-# Renderings kept per line, by length; a line's entries go when the line does.
-_KEPT_PER_LINE = 16
-# How many ancestor lines a lookup walks before rendering from scratch.
-_MAX_WALK = 64
-_cache: weakref.WeakKeyDictionary[_Line, dict[int, Rendering]] = weakref.WeakKeyDictionary()
-_cache_lock = threading.Lock()
+T = TypeVar("T")
 
 
-def _cached(line: _Line, length: int) -> Rendering:
-    """The longest cached rendering of a prefix of ``line``'s first ``length`` events."""
-    current: _Line | None = line
-    limit = length
-    with _cache_lock:
-        for _ in range(_MAX_WALK):
-            if current is None:
-                break
-            kept = _cache.get(current)
-            if kept:
-                best = max((n for n in kept if n <= limit), default=None)
-                if best is not None:
-                    found = kept.pop(best)
-                    kept[best] = found  # most recently used last
-                    return found
-            limit = min(limit, current.at)
-            current = current.parent
-    return _EMPTY
+class PrefixCache(Generic[T]):
+    """Values computed for prefixes of histories, found again for any log that extends one.
+
+    Values are kept per *line* of an :class:`~cowconv.EventLog` (see
+    ``cowconv._history``): a value kept for a log of length ``n`` on a line
+    holds for every log with that line and at least ``n`` events, and for
+    the logs of child lines that branched at ``n`` or later. A line's
+    entries go when the line does; each line keeps its ``per_line`` most
+    recently used values.
+
+    >>> from cowconv import EventLog, MessageEvent
+    >>> counts: PrefixCache[int] = PrefixCache()
+    >>> log = EventLog([MessageEvent(source="user", role="user", content="a")])
+    >>> counts.find(log)
+    (0, None)
+    >>> counts.keep(log, 1)
+    >>> counts.find(log.append(MessageEvent(source="user", role="user", content="b")))
+    (1, 1)
+    """
+
+    def __init__(self, per_line: int = 16, max_walk: int = 64) -> None:
+        self._per_line = per_line
+        self._max_walk = max_walk
+        self._kept: weakref.WeakKeyDictionary[_Line, dict[int, T]] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def find(self, log: EventLog) -> tuple[int, T | None]:
+        """The longest kept prefix of ``log``: (its length, its value), or (0, None)."""
+        line: _Line | None
+        line, limit = log._lineage()
+        with self._lock:
+            for _ in range(self._max_walk):
+                if line is None:
+                    break
+                kept = self._kept.get(line)
+                if kept:
+                    best = max((n for n in kept if n <= limit), default=None)
+                    if best is not None:
+                        value = kept.pop(best)
+                        kept[best] = value  # most recently used last
+                        return best, value
+                limit = min(limit, line.at)
+                line = line.parent
+        return 0, None
+
+    def keep(self, log: EventLog, value: T) -> None:
+        """Remember ``value`` for ``log`` (all its events)."""
+        line, length = log._lineage()
+        with self._lock:
+            kept = self._kept.get(line)
+            if kept is None:
+                kept = self._kept[line] = {}
+            kept.pop(length, None)
+            kept[length] = value
+            while len(kept) > self._per_line:
+                del kept[next(iter(kept))]
 
 
-def _keep(line: _Line, rendering: Rendering) -> None:
-    with _cache_lock:
-        kept = _cache.get(line)
-        if kept is None:
-            kept = _cache[line] = {}
-        kept.pop(rendering.length, None)
-        kept[rendering.length] = rendering
-        while len(kept) > _KEPT_PER_LINE:
-            del kept[next(iter(kept))]
+_renderings: PrefixCache[Rendering] = PrefixCache()
 
 
-def _events_from(events: EventLog, start: int) -> Iterator[Event]:
+def _events_from(events: EventLog, start: int, stop: int) -> Iterator[Event]:
     if start == 0:
-        return iter(events)
-    return (events[position] for position in range(start, len(events)))
+        return islice(events, stop)
+    return (events[position] for position in range(start, stop))
 
 
 def render(events: Iterable[Event]) -> Rendering:
@@ -273,12 +299,20 @@ def render(events: Iterable[Event]) -> Rendering:
     """
     if not isinstance(events, EventLog):
         return _EMPTY.add(events)
-    line, length = events._lineage()
-    start = _cached(line, length)
+    _, start = _renderings.find(events)
+    if start is None:
+        start = _EMPTY
+    length = len(events)
     if start.length == length:
         return start
-    rendering = start.add(_events_from(events, start.length))
-    _keep(line, rendering)
+    if length - start.length > 1:
+        # Also keep the prefix without the last event: forks of a log nobody rendered
+        # (a loaded history forked many times) then share it from the second fork on.
+        before = start.add(_events_from(events, start.length, length - 1))
+        _renderings.keep(events.take(length - 1), before)
+        start = before
+    rendering = start.add(_events_from(events, start.length, length))
+    _renderings.keep(events, rendering)
     return rendering
 
 

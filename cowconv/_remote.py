@@ -93,8 +93,11 @@ class RemoteEventLog(Sequence[Event]):
     only grow, so the pages it fetches later are still those events.
     """
 
-    def __init__(self, conversation: RemoteConversation, count: int | None) -> None:
+    def __init__(
+        self, conversation: RemoteConversation, count: int | None, leaf: str | None = None
+    ) -> None:
         self._conversation = conversation
+        self._leaf = leaf  # a branch other than the active one: read by its leaf event
         self._pages: dict[int, list[Event]] = {}
         self._count = self._counted() if count is None else count
 
@@ -102,7 +105,7 @@ class RemoteEventLog(Sequence[Event]):
         # A server that does not say how many events there are: read pages until a short one.
         number = 0
         while True:
-            page = self._conversation._events(offset=number * _PAGE, limit=_PAGE)
+            page = self._conversation._events(offset=number * _PAGE, limit=_PAGE, leaf=self._leaf)
             self._pages[number] = page
             if len(page) < _PAGE:
                 return number * _PAGE + len(page)
@@ -116,7 +119,7 @@ class RemoteEventLog(Sequence[Event]):
         if page is None:
             start = number * _PAGE
             limit = min(_PAGE, self._count - start)
-            page = self._conversation._events(offset=start, limit=limit)
+            page = self._conversation._events(offset=start, limit=limit, leaf=self._leaf)
             self._pages[number] = page
         return page
 
@@ -143,6 +146,21 @@ class RemoteEventLog(Sequence[Event]):
         """The last event, or ``None`` for an empty history."""
         return self[-1] if self._count else None
 
+    def append(self, event: Event) -> Sequence[Event]:
+        """Record ``event`` on the conversation (as the seed's ``state.events.append``).
+
+        This page of the history does not change; the conversation's new
+        history is returned.
+        """
+        self._conversation.append_event(event)
+        return self._conversation.state.events
+
+    def extend(self, events: Iterable[Event]) -> Sequence[Event]:
+        """Record ``events`` on the conversation, in order; its new history."""
+        for event in events:
+            self._conversation.append_event(event)
+        return self._conversation.state.events
+
     def __repr__(self) -> str:
         return f"<RemoteEventLog of {self._conversation.id} len={self._count}>"
 
@@ -154,6 +172,7 @@ class RemoteState:
         self._conversation = conversation
         self.info = info
         self.events = RemoteEventLog(conversation, info.event_count)
+        self._listed: list[dict[str, Any]] | None = None
 
     @property
     def id(self) -> ConversationID:
@@ -187,8 +206,47 @@ class RemoteState:
 
     @property
     def forked_from_event_id(self) -> str | None:
-        """The last event the fork took from its source."""
+        """The event a fork was made at (``None`` for a fork of the whole conversation)."""
         return self.info.forked_from_event_id
+
+    @property
+    def forked_from_event_count(self) -> int | None:
+        """How many of its source's events the fork took."""
+        return self.info.forked_from_event_count
+
+    @property
+    def leaf_event_id(self) -> str | None:
+        """The id of the last event of the active branch (``None`` when it is empty)."""
+        if self.info.leaf_event_id is None and self.info.event_count != 0:
+            last = self.events.last
+            return None if last is None else last.id
+        return self.info.leaf_event_id
+
+    @property
+    def other_branches(self) -> tuple[Sequence[Event], ...]:
+        """The branches other than the one holding the active branch (see ``branches``)."""
+        return self.branches[:-1] if self._active_is_listed() else self.branches
+
+    def _active_is_listed(self) -> bool:
+        return bool(self._branch_list()) and self._branch_list()[-1]["active"]
+
+    def _branch_list(self) -> list[dict[str, Any]]:
+        if self._listed is None:
+            conversation = self._conversation
+            response = conversation._client.get(conversation._path("/branches"))
+            self._listed = list(_raise_for_status(response).json()["items"])
+        return self._listed
+
+    @property
+    def branches(self) -> tuple[Sequence[Event], ...]:
+        """Every branch of the conversation tree, each up to its leaf; the active one last."""
+        conversation = self._conversation
+        return tuple(
+            self.events
+            if item["active"]
+            else RemoteEventLog(conversation, item["event_count"], item["leaf_event_id"])
+            for item in self._branch_list()
+        )
 
     @property
     def created_at(self) -> datetime:
@@ -341,10 +399,9 @@ class RemoteConversation:
         response = _raise_for_status(self._client.get(self._path("", conversation_id)))
         return _read_info(response.json())
 
-    def _events(self, *, offset: int, limit: int) -> list[Event]:
-        response = self._client.get(
-            self._path("/events"), params={"offset": offset, "limit": limit}
-        )
+    def _events(self, *, offset: int, limit: int, leaf: str | None = None) -> list[Event]:
+        suffix = "/events" if leaf is None else f"/branches/{leaf}/events"
+        response = self._client.get(self._path(suffix), params={"offset": offset, "limit": limit})
         page = _raise_for_status(response).json()
         return [Event.model_validate(item) for item in page["items"]]
 
@@ -380,6 +437,18 @@ class RemoteConversation:
         return f"<RemoteConversation {self._id} at {self._workspace.host}>"
 
     # -- changing ------------------------------------------------------------
+
+    def append_event(self, event: Event) -> Event:
+        """Record ``event`` at the end of the history on the server and return it.
+
+        ``RemoteError`` 409 if the history already has an event with its id.
+        """
+        if not isinstance(event, Event):
+            raise TypeError(f"expected an Event, got {type(event).__name__}")
+        response = self._client.post(self._path("/events"), json=event.model_dump(mode="json"))
+        recorded: Event = Event.model_validate(_raise_for_status(response).json())
+        self._notify(recorded)
+        return recorded
 
     def send_message(self, text: str) -> MessageEvent:
         """Record a user message on the server and return its event."""
@@ -441,6 +510,15 @@ class RemoteConversation:
                 kind, data = "message", []
         # The server ends an until_idle stream only after a status with running=false.
         return cursor, not running
+
+    def navigate_to(self, event_id: str | None) -> None:
+        """Move the active branch back to ``event_id`` on the server (see the local one).
+
+        ``RemoteError`` 404 for an unknown event, 409 while a run is going.
+        """
+        if event_id is not None and not isinstance(event_id, str):
+            raise TypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
+        _raise_for_status(self._client.post(self._path("/navigate"), json={"event_id": event_id}))
 
     def pause(self) -> None:
         """Ask the server to pause the run after its current step (returns at once)."""

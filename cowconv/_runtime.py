@@ -43,7 +43,7 @@ from cowconv._events import (
 from cowconv._exceptions import LLMError
 from cowconv._history import EventLog
 from cowconv._llm import LLMResponse, LLMToolCall
-from cowconv._messages import INVALID_ARGUMENTS_KEY, build_messages
+from cowconv._messages import INVALID_ARGUMENTS_KEY, PrefixCache, build_messages
 from cowconv._state import ConversationState, ExecutionStatus, Usage
 from cowconv._tools import ToolArgumentError, ToolDefinition, resolve_tool
 
@@ -80,11 +80,27 @@ def _user_message_since(events: EventLog, position: int) -> bool:
     )
 
 
+# The last SystemPromptEvent of each history prefix run before (a fork's included), so
+# finding it reads only the events since: the prompt usually sits at the very start.
+_prompts: PrefixCache[tuple[SystemPromptEvent | None]] = PrefixCache()
+
+
 def _last_system_prompt(events: EventLog) -> SystemPromptEvent | None:
-    for event in reversed(events):
+    known, found = _prompts.find(events)
+    prompt = found[0] if found is not None else None
+    length = len(events)
+    for position in range(length - 1, known - 1, -1):
+        event = events[position]
         if isinstance(event, SystemPromptEvent):
-            return event
-    return None
+            prompt = event
+            break
+    else:
+        position = -1
+    if known < length - 1 and position < length - 1:
+        # Also for the prefix without the last event: the fork point of a fork's first step.
+        _prompts.keep(events.take(length - 1), (prompt,))
+    _prompts.keep(events, (prompt,))
+    return prompt
 
 
 def _action(response: LLMResponse, call: LLMToolCall, thought: str) -> ActionEvent:
@@ -111,6 +127,28 @@ def _action(response: LLMResponse, call: LLMToolCall, thought: str) -> ActionEve
             thought=thought,
             llm_response_id=response.id,
         )
+
+
+def system_prompt_event(agent: Agent) -> SystemPromptEvent:
+    """The :class:`~cowconv.SystemPromptEvent` of ``agent``: its prompt and its tools' specs.
+
+    A new conversation records it first, before any message, as the seed
+    SDK does. Tools that cannot be resolved yet are left out (``run()``
+    reports them, and records the prompt again once they resolve).
+
+    >>> from cowconv import LLM, Agent, Tool
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o"), tools=[Tool(name="terminal")])
+    >>> event = system_prompt_event(agent)
+    >>> [spec["function"]["name"] for spec in event.tools]
+    ['terminal']
+    """
+    specs = []
+    for reference in agent.tools:
+        try:
+            specs.append(resolve_tool(reference.name).spec())
+        except ValueError:
+            continue
+    return SystemPromptEvent(system_prompt=agent.system_prompt, tools=specs)
 
 
 def check_max_iteration_per_run(value: object) -> None:

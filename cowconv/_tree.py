@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cowconv._history import EventLog
+from cowconv._history import EventLog, _Line
 
 if TYPE_CHECKING:
     from cowconv._state import ConversationState
@@ -51,8 +51,23 @@ def is_prefix(prefix: EventLog, log: EventLog) -> bool:
         return False
     if length == 0 or prefix is log:
         return True
+    if _same_line(prefix, log):
+        return True  # decided without reading an event (stored ones load lazily)
     mine, theirs = prefix[length - 1], log[length - 1]
     return mine is theirs or mine == theirs
+
+
+def _same_line(prefix: EventLog, log: EventLog) -> bool:
+    """Whether ``log`` was made from ``prefix`` by appends and takes (see EventLog's lines)."""
+    target, length = prefix._lineage()
+    line: _Line | None
+    line, reach = log._lineage()
+    while line is not None:
+        if line is target:
+            return length <= reach
+        reach = min(reach, line.at)
+        line = line.parent
+    return False
 
 
 def history_to(state: ConversationState, event_id: str) -> EventLog:

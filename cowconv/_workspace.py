@@ -19,6 +19,7 @@ from pydantic import (
     field_validator,
 )
 
+from cowconv._exceptions import InvalidValueError
 from cowconv._frozen import CheckedModel
 from cowconv._llm import dump_secret
 
@@ -58,6 +59,26 @@ class Workspace(CheckedModel):
     def is_remote(self) -> bool:
         """Whether this workspace lives on an agent server."""
         return self.host is not None
+
+    def require_directory(self) -> Workspace:
+        """This workspace, once a local ``working_dir`` is known to be a directory.
+
+        Tools run there, so a missing one is refused when a conversation is
+        made (:class:`~cowconv.InvalidValueError`, also a ``ValueError``), not
+        at its first ``run()``. A remote workspace is the server's to check.
+
+        >>> Workspace(working_dir="/no/such/dir").require_directory()
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.InvalidValueError: workspace directory '/no/such/dir' does not exist...
+        """
+        if not self.is_remote and not os.path.isdir(self.working_dir):
+            problem = "is not a directory" if os.path.exists(self.working_dir) else "does not exist"
+            raise InvalidValueError(
+                f"workspace directory {self.working_dir!r} {problem}: create it, or pass an "
+                "existing directory"
+            )
+        return self
 
     @classmethod
     def coerce(cls, value: Workspace | str | os.PathLike[str]) -> Workspace:

@@ -220,6 +220,115 @@ def _completion(
     }
 
 
+def _text_blocks(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(block.get("text", "") for block in content or () if isinstance(block, dict))
+
+
+def _marked(content: Any) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("cache_control") for block in content
+    )
+
+
+def _from_anthropic(request: Mapping[str, Any]) -> tuple[dict[str, Any], list[int]]:
+    """An Anthropic Messages request as a chat-completions request, and its cache marks.
+
+    Each mark is the number of leading chat messages a ``cache_control``
+    breakpoint closes (the system prompt is the first message).
+    """
+    messages: list[dict[str, Any]] = []
+    marks: list[int] = []
+    system = request.get("system")
+    if system:
+        messages.append({"role": "system", "content": _text_blocks(system)})
+        if _marked(system):
+            marks.append(len(messages))
+    for message in request.get("messages") or ():
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        kinds = [(b.get("type"), b) for b in blocks if isinstance(b, dict)]
+        calls = [b for kind, b in kinds if kind == "tool_use"]
+        results = [b for kind, b in kinds if kind == "tool_result"]
+        for result in results:
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": result.get("tool_use_id"),
+                    "content": _text_blocks(result.get("content")),
+                }
+            )
+        text = "".join(b.get("text", "") for kind, b in kinds if kind == "text")
+        if text or calls or not results:
+            chat: dict[str, Any] = {"role": message.get("role"), "content": text}
+            if calls:
+                chat["tool_calls"] = [
+                    {
+                        "id": call.get("id"),
+                        "type": "function",
+                        "function": {
+                            "name": call.get("name"),
+                            "arguments": json.dumps(call.get("input")),
+                        },
+                    }
+                    for call in calls
+                ]
+            messages.append(chat)
+        if _marked(content) or message.get("cache_control"):
+            marks.append(len(messages))
+    tools = [
+        {"type": "function", "function": {"name": tool.get("name")}}
+        for tool in request.get("tools") or ()
+        if isinstance(tool, dict)
+    ]
+    return {"model": request.get("model"), "messages": messages, "tools": tools}, marks
+
+
+def _anthropic_message(
+    chat: Mapping[str, Any], reply: StubReply, cached: int, written: int
+) -> dict[str, Any]:
+    """An Anthropic Messages answer; cache reads and writes counted as Anthropic does."""
+    messages = list(chat.get("messages") or [])
+    total = _tokens(json.dumps(messages))
+    read = min(_tokens(json.dumps(messages[:cached])), total) if cached else 0
+    created = 0
+    if written > cached:
+        created = max(min(_tokens(json.dumps(messages[:written])), total) - read, 0)
+    content: list[dict[str, Any]] = []
+    if reply.content:
+        content.append({"type": "text", "text": reply.content})
+    for name, arguments in reply.tool_calls:
+        try:
+            decoded = json.loads(arguments)
+        except ValueError:
+            decoded = {}
+        content.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{uuid.uuid4().hex[:24]}",
+                "name": name,
+                "input": decoded if isinstance(decoded, dict) else {},
+            }
+        )
+    answer = (reply.content or "") + "".join(a for _, a in reply.tool_calls)
+    return {
+        "id": f"msg_{uuid.uuid4().hex}",
+        "type": "message",
+        "role": "assistant",
+        "model": str(chat.get("model") or "stub-model"),
+        "content": content,
+        "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": max(total - read - created, 0),
+            "output_tokens": _tokens(answer),
+            "cache_creation_input_tokens": created,
+            "cache_read_input_tokens": read,
+        },
+    }
+
+
 def _prefix_keys(request: Mapping[str, Any]) -> list[bytes]:
     """One key per message: a digest of the model, the tools and the messages up to it."""
     digest = hashlib.blake2b(digest_size=16)
@@ -271,7 +380,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        path = self.path.rstrip("/")
+        anthropic = path.endswith("/messages")
+        if not (anthropic or path.endswith("/chat/completions")):
             self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
             return
         try:
@@ -281,7 +392,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as error:
             self._send(400, {"error": {"message": f"bad JSON body: {error}", "type": "invalid"}})
             return
-        reply, cached_messages = self.server.stub._answer(request, dict(self.headers))
+        if anthropic:
+            self._answer_anthropic(request)
+            return
+        reply, cached_messages, _ = self.server.stub._answer(request, dict(self.headers))
         if reply.delay:
             time.sleep(reply.delay)
         if reply.status != 200:
@@ -290,6 +404,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(reply.status, body)
             return
         self._send(200, _completion(request, reply, cached_messages))
+
+    def _answer_anthropic(self, request: dict[str, Any]) -> None:
+        """Anthropic's Messages API, enough for litellm's ``anthropic/`` models."""
+        chat, marks = _from_anthropic(request)
+        reply, cached, written = self.server.stub._answer(
+            request, dict(self.headers), chat=chat, marks=marks
+        )
+        if reply.delay:
+            time.sleep(reply.delay)
+        if reply.status != 200:
+            error = {"type": "api_error", "message": reply.error_message}
+            self._send(reply.status, {"type": "error", "error": error})
+            return
+        self._send(200, _anthropic_message(chat, reply, cached, written))
 
 
 class _Server(ThreadingHTTPServer):
@@ -356,6 +484,13 @@ class StubLLMServer:
     tested offline. Tokens are counted as about four characters of the JSON
     messages.
 
+    It also answers Anthropic's Messages API (``POST .../messages``), so
+    ``LLM(model="anthropic/...", base_url=stub.base_url)`` goes through
+    litellm's Anthropic path; there, as at Anthropic, only prefixes that end
+    at a ``cache_control`` mark are written to the cache
+    (``cache_creation_input_tokens``) and read from it later
+    (``cache_read_input_tokens``).
+
     >>> with StubLLMServer() as stub:
     ...     stub.base_url.startswith("http://127.0.0.1:") and stub.base_url.endswith("/v1")
     True
@@ -414,24 +549,40 @@ class StubLLMServer:
         with self._lock:
             return len(self._script)
 
-    def _answer(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> tuple[StubReply, int]:
-        """The reply, and how many leading messages the prompt cache already held."""
-        keys = _prefix_keys(body) if self.prompt_cache else []
+    def _answer(
+        self,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        *,
+        chat: Mapping[str, Any] | None = None,
+        marks: Sequence[int] | None = None,
+    ) -> tuple[StubReply, int, int]:
+        """The reply, how many leading messages the cache held, and up to where it now does.
+
+        ``chat`` is the request in chat-completions form (default: ``body``);
+        ``marks`` the prefixes a provider that caches only marked prefixes
+        writes (default: every prefix, as OpenAI does).
+        """
+        chat = body if chat is None else chat
+        keys = _prefix_keys(chat) if self.prompt_cache else []
+        written = keys if marks is None else [keys[m - 1] for m in marks if 0 < m <= len(keys)]
+        upto = len(keys) if marks is None else max(marks, default=0)
         with self._lock:
             self._requests.append(
                 StubRequest(body=body, headers={k.lower(): v for k, v in headers.items()})
             )
             cached = 0
             for count, key in enumerate(keys, 1):
-                if key in self._seen_prefixes:
+                # Anthropic reads only up to the request's last breakpoint.
+                if key in self._seen_prefixes and count <= upto:
                     cached = count
-            self._seen_prefixes.update(keys)
+            self._seen_prefixes.update(written)
             if self._script:
-                return self._script.popleft(), cached
+                return self._script.popleft(), cached, upto
         try:
-            return self.brain(body), cached
+            return self.brain(chat), cached, upto
         except Exception as error:  # a broken custom brain answers 500 instead of hanging
-            return StubReply.error(500, f"stub brain failed: {error!r}"), cached
+            return StubReply.error(500, f"stub brain failed: {error!r}"), cached, upto
 
     def start(self) -> StubLLMServer:
         """Bind 127.0.0.1 and serve in a daemon thread."""

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+
+# The suite starts hundreds of processes that make an LLM and never call it; each would
+# import litellm in the background (seconds of CPU). tests/test_llm.py turns it back on
+# where the preload itself is tested.
+os.environ.setdefault("COWCONV_PRELOAD_LITELLM", "0")
 
 from cowconv import LLM, Agent, Tool
 from cowconv.testing import StubLLMServer

@@ -96,6 +96,17 @@ class TestSuite:
         assert list(results["scenarios"]) == ["fork", "import"]
         assert results["plots"] == {}
 
+    def test_replot_rebuilds_report_from_results(self, tmp_path: Path) -> None:
+        """--replot measures nothing: the report and plots come from a results file."""
+        first = tmp_path / "first"
+        done = _suite("--quick", "--sizes", "10", "--scenario", "fork", "--output", str(first))
+        assert done.returncode == 0, done.stderr
+        again = tmp_path / "again"
+        redone = _suite("--replot", str(first / "results.json"), "--output", str(again))
+        assert redone.returncode == 0, redone.stderr
+        assert (again / "report.md").read_text() == (first / "report.md").read_text()
+        assert (again / "fork_latency.png").read_bytes().startswith(b"\x89PNG")
+
     @pytest.mark.parametrize(
         ("args", "message"),
         [
@@ -104,6 +115,7 @@ class TestSuite:
             (["--sizes", ","], "--sizes: give at least one size"),
             (["--sizes", "1.5"], "--sizes: a size must be a whole number"),
             (["--bogus"], "unrecognized arguments: --bogus"),
+            (["--replot", "/no/such/results.json"], "--replot: cannot read"),
         ],
     )
     def test_wrong_arguments_are_refused(self, tmp_path: Path, args, message) -> None:

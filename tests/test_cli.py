@@ -95,6 +95,27 @@ class TestTree:
         assert "6 events" in line_of("Debug") and "forked after 5 events" in line_of("Debug")
         assert "forked after 2 events" in line_of("Variant B")
 
+    def test_draws_the_branches_inside_a_conversation(self, tmp_path):
+        """A conversation that navigated shows each branch with its leaf, and the active one."""
+        conversation = Conversation(
+            agent=AGENT, workspace=".", persistence_dir=tmp_path, conversation_id="tree"
+        )
+        root, a1 = conversation.send_message("root"), conversation.send_message("a1")
+        conversation.navigate_to(root.id)
+        b1 = conversation.send_message("b1")
+        conversation.fork(title="Fork of b", conversation_id="fork-b")
+        result = cowconv("tree", str(tmp_path))
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        # The whole fork carries the branches too (as the seed's fork does): two of each.
+        old, _ = [line for line in lines if line.lstrip(" │├└─").startswith("branch ")]
+        active, _ = [line for line in lines if "active branch" in line]
+        assert "2 events" in old and a1.id in old
+        assert "2 events" in active and b1.id in active
+        (tree_line,) = [line for line in lines if "tree " in line and "events" in line]
+        indent = len(tree_line) - len(tree_line.lstrip(" │├└─"))
+        assert len(old) - len(old.lstrip(" │├└─")) > indent
+
     def test_one_tree_by_id(self, tmp_path):
         """tree STORE ID shows only the tree that holds ID, from its root."""
         make_store(tmp_path)

@@ -397,6 +397,22 @@ class TestConversation:
         """A path string becomes a Workspace."""
         assert new_conversation().workspace == Workspace(working_dir="/tmp")
 
+    @pytest.mark.parametrize("kind", ["missing", "file"])
+    def test_rejects_a_workspace_that_is_not_a_directory(self, tmp_path, kind):
+        """A missing workspace directory (or a file) is refused at Conversation(), unsaved."""
+        from cowconv import InvalidValueError, SQLiteStore
+
+        workspace = tmp_path / "workspace"
+        if kind == "file":
+            workspace.write_text("not a directory")
+        with pytest.raises(InvalidValueError, match="workspace directory") as raised:
+            Conversation(agent=AGENT, workspace=workspace, persistence_dir=tmp_path / "data")
+        assert isinstance(raised.value, ValueError)
+        assert (
+            not (tmp_path / "data").exists()
+            or SQLiteStore(tmp_path / "data" / "cowconv.db").list() == []
+        )
+
     def test_rejects_non_agent(self):
         """agent must be an Agent."""
         with pytest.raises(TypeError):

@@ -209,6 +209,42 @@ class TestPromptCaching:
         assert not needs_cache_marks("bedrock/amazon.nova-pro-v1:0")
         assert not needs_cache_marks("openai/stub-model")
 
+    def test_anthropic_gets_cache_marks_and_a_fork_reads_the_prefix(self, caching_stub, tmp_path):
+        """Through litellm's Anthropic path: system and last message marked; forks read them."""
+        llm = LLM(
+            model="anthropic/claude-sonnet-4-5-20250929",
+            base_url=caching_stub.base_url,
+            api_key="k",
+        )
+        agent = Agent(llm=llm, system_prompt="You are careful. " * 200)
+        source = Conversation(agent=agent, workspace=tmp_path)
+        source.send_message("x" * 3000)
+        source.run()
+        body = caching_stub.requests[-1].body
+        assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
+        assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+        written = source.state.stats.cache_write_tokens
+        assert written > 1000 and source.state.stats.cache_read_tokens == 0
+        fork = source.fork()
+        fork.send_message("And then?")
+        fork.run()
+        stats = fork.state.stats
+        assert stats.cache_read_tokens >= written
+        assert 0 < stats.accumulated_cost < source.state.stats.accumulated_cost
+
+    def test_caching_prompt_false_sends_no_marks(self, caching_stub):
+        """LLM(caching_prompt=False): no cache_control, so Anthropic neither writes nor reads."""
+        llm = LLM(
+            model="anthropic/claude-sonnet-4-5-20250929",
+            base_url=caching_stub.base_url,
+            api_key="k",
+            caching_prompt=False,
+        )
+        for _ in range(2):
+            response = llm.completion([{"role": "user", "content": "y" * 3000}])
+        assert "cache_control" not in json.dumps(caching_stub.requests[-1].body)
+        assert response.cache_read_tokens == response.cache_write_tokens == 0
+
     def test_no_marks_reach_a_provider_that_caches_on_its_own(self, stub):
         """The request to an OpenAI-compatible endpoint carries no cache_control keys."""
         LLM(**stub.llm_settings()).completion([*HELLO, {"role": "user", "content": "again"}])
@@ -265,7 +301,8 @@ class TestLazyImport:
             "import cowconv, cowconv.testing, cowconv.tools.terminal\n"
             "print('litellm' in sys.modules, [t.name for t in threading.enumerate()])\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        env = {**os.environ, "COWCONV_PRELOAD_LITELLM": "1"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "False ['MainThread']"
 
@@ -283,7 +320,8 @@ class TestLazyImport:
             "print('cowconv-import-litellm' in names, names2.count('cowconv-import-litellm'),"
             " 'litellm' in sys.modules)\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        env = {**os.environ, "COWCONV_PRELOAD_LITELLM": "1"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().splitlines()[-1] in ("True 1 True", "True 0 True")
 

@@ -5,17 +5,22 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cowconv import (
+    LLM,
     ActionEvent,
+    Agent,
     AgentErrorEvent,
+    Conversation,
     Event,
     EventLog,
     MessageEvent,
     ObservationEvent,
     SystemPromptEvent,
+    Tool,
 )
 from cowconv._messages import (
     _assistant_message,
@@ -24,6 +29,7 @@ from cowconv._messages import (
     build_messages,
     render,
 )
+from cowconv._runtime import _last_system_prompt
 from tests.strategies import paired_events
 
 
@@ -93,6 +99,29 @@ class TestRender:
         for log in logs:
             assert build_messages(log) == reference_messages(list(log))
 
+    @settings(max_examples=200, deadline=None)
+    @given(steps)
+    def test_the_last_system_prompt_is_found_on_every_branch(
+        self, plan: list[tuple[int, int, list[Event]]]
+    ) -> None:
+        """The runner's cached lookup of the current system prompt equals a full scan."""
+        logs = [EventLog()]
+        for pick, cut, new in plan:
+            base = logs[pick % len(logs)]
+            if not new:
+                log = base.take(cut % (len(base) + 1))
+            else:
+                log = base.extend(
+                    event.model_copy(update={"id": f"p{len(logs)}-{i}"})
+                    for i, event in enumerate(new)
+                )
+            logs.append(log)
+            prompts = [e for e in log if isinstance(e, SystemPromptEvent)]
+            assert _last_system_prompt(log) == (prompts[-1] if prompts else None)
+        for log in logs:
+            prompts = [e for e in log if isinstance(e, SystemPromptEvent)]
+            assert _last_system_prompt(log) == (prompts[-1] if prompts else None)
+
     def test_a_fork_continues_from_its_source_rendering(self) -> None:
         """A fork's first render reuses the source's: only the new event is rendered."""
         source = EventLog(
@@ -116,3 +145,21 @@ class TestRender:
         done = log.append(ObservationEvent(tool_name="t", tool_call_id="c1", output="ok"))
         assert render(done).messages[-1]["content"] == "ok"
         assert render(log).messages[-1]["content"].startswith("Error: this tool call")
+
+
+class TestSharedMessagesStayUnchanged:
+    @pytest.mark.parametrize("model", ["openai/stub-model", "anthropic/claude-sonnet-4-5-20250929"])
+    def test_litellm_does_not_change_the_messages_it_is_handed(
+        self, caching_stub, tmp_path, model
+    ) -> None:
+        """After real calls (tool calls, cache marks) the cached rendering is still exact."""
+        llm = LLM(model=model, base_url=caching_stub.base_url, api_key="k")
+        with Conversation(
+            agent=Agent(llm=llm, tools=[Tool(name="terminal")]), workspace=tmp_path
+        ) as conversation:
+            conversation.send_message("Run `echo hi` and `ls` please.")
+            conversation.run()
+            conversation.send_message("again")
+            conversation.run()
+            events = conversation.state.events
+            assert render(events).to_list() == reference_messages(list(events))

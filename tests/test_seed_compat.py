@@ -24,8 +24,12 @@ from cowconv import (
     DefaultConversationVisualizer,
     ExecutionStatus,
     MessageEvent,
+    RemoteConversation,
+    RemoteError,
+    RemoteWorkspace,
     Usage,
 )
+from cowconv.agent_server import BackgroundServer, create_app
 
 
 def _agent() -> Agent:
@@ -36,9 +40,33 @@ def _msg(event_id: str, text: str = "hi") -> MessageEvent:
     return MessageEvent(id=event_id, role="user", content=text, source="user")
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "remote"])
 def make(request, tmp_path):
-    """Build a source conversation the way the seed's tests do, in memory or persisted."""
+    """Build a source conversation the way the seed's tests do: in memory, persisted, remote."""
+    made = []
+    server = None
+    if request.param == "remote":
+        server = BackgroundServer(create_app(data_dir=tmp_path / "data")).__enter__()
+
+    def build(**kwargs):
+        if request.param == "sqlite":
+            kwargs.setdefault("persistence_dir", tmp_path)
+        workspace = str(tmp_path)
+        if server is not None:
+            workspace = RemoteWorkspace(host=server.url, working_dir=str(tmp_path))
+        made.append(Conversation(agent=_agent(), workspace=workspace, **kwargs))
+        return made[-1]
+
+    yield build
+    for conversation in made:
+        conversation.close()
+    if server is not None:
+        server.__exit__(None, None, None)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_local(request, tmp_path):
+    """Like make, for what only a local conversation offers (set stats, agent state, skills)."""
 
     def build(**kwargs):
         if request.param == "sqlite":
@@ -96,27 +124,27 @@ class TestSeedForkTests:
         fork = make().fork()
         assert fork.state.stats.get_combined_metrics().accumulated_cost == 0
 
-    def test_fork_preserves_metrics_when_requested(self, make):
+    def test_fork_preserves_metrics_when_requested(self, make_local):
         """reset_metrics=False carries the cost over (stats set through a run's path)."""
-        src = make()
+        src = make_local()
         usage = Usage(accumulated_cost=1.5, prompt_tokens=3)
         src._commit(lambda s: s._replace(stats=s.stats.record("test", usage)))
         combined = src.fork(reset_metrics=False).state.stats.get_combined_metrics()
         assert combined.accumulated_cost == pytest.approx(1.5)
         assert combined.accumulated_token_usage.prompt_tokens == 3
 
-    def test_fork_copies_agent_state(self, make):
+    def test_fork_copies_agent_state(self, make_local):
         """agent_state is carried to the fork; changing the fork's leaves the source alone."""
-        src = make()
+        src = make_local()
         src.update_agent_state({"key": "value"})
         fork = src.fork()
         assert fork.state.agent_state == {"key": "value"}
         fork.update_agent_state({"new": True})
         assert "new" not in src.state.agent_state
 
-    def test_fork_accepts_replacement_agent(self, make):
+    def test_fork_accepts_replacement_agent(self, make_local):
         """fork(agent=) replaces the agent on the fork only."""
-        src = make()
+        src = make_local()
         alt = Agent(llm=LLM(model="gpt-4o", api_key="other-key", usage_id="alt"), tools=[])
         fork = src.fork(agent=alt)
         assert fork.agent.llm.model == "gpt-4o"
@@ -157,9 +185,9 @@ class TestSeedForkTests:
 
 
 class TestWhatGetsCopied:
-    def test_every_row(self, make):
+    def test_every_row(self, make_local):
         """Events, agent, workspace, agent state, skills, stats, tags, status, id: as documented."""
-        src = make(tags={"owner": "ci"})
+        src = make_local(tags={"owner": "ci"})
         src.send_message("Analyse the sales report.")
         src.update_agent_state({"step": 2})
         src.activate_skill("sql")
@@ -207,16 +235,16 @@ class TestSeedIdiomsOnSnapshots:
             (lambda s: s.agent_state.clear(), "update_agent_state"),
         ],
     )
-    def test_mapping_writes_raise_naming_the_call(self, make, write, hint):
+    def test_mapping_writes_raise_naming_the_call(self, make_local, write, hint):
         """Writing to state.tags / state.agent_state raises TypeError naming the right call."""
-        src = make()
+        src = make_local()
         with pytest.raises(TypeError, match=hint):
             write(src.state)
         assert dict(src.state.tags) == {} and dict(src.state.agent_state) == {}
 
-    def test_setting_a_field_raises(self, make):
+    def test_setting_a_field_raises(self, make_local):
         """state.field = value raises AttributeError pointing at the methods."""
-        src = make()
+        src = make_local()
         with pytest.raises(AttributeError, match="immutable snapshot"):
             src.state.agent_state = {"k": 1}  # type: ignore[misc]
 
@@ -241,11 +269,11 @@ class TestSeedNames:
         assert ConversationExecutionStatus.FINISHED.is_terminal()
         assert not ConversationExecutionStatus.IDLE.is_terminal()
 
-    def test_stuck_detection_is_accepted(self, make):
+    def test_stuck_detection_is_accepted(self, make_local):
         """Conversation(stuck_detection=...) takes the seed's flag."""
-        assert make(stuck_detection=False).state.execution_status is ExecutionStatus.IDLE
+        assert make_local(stuck_detection=False).state.execution_status is ExecutionStatus.IDLE
         with pytest.raises(TypeError):
-            make(stuck_detection="yes")
+            make_local(stuck_detection="yes")
 
 
 # -- item 6: the visualiser ------------------------------------------------------------
@@ -260,7 +288,7 @@ class TestVisualizer:
         assert "Message from User" in out.getvalue()
         assert "Analyse the sales report." in out.getvalue()
 
-    def test_a_class_is_instantiated_and_none_turns_it_off(self, make):
+    def test_a_class_is_instantiated_and_none_turns_it_off(self, make_local):
         """visualizer=Class makes one; visualizer=None shows nothing."""
 
         class Recorder(ConversationVisualizerBase):
@@ -274,11 +302,16 @@ class TestVisualizer:
             def on_event(self, event):
                 self.events.append(event)
 
-        make(visualizer=Recorder).send_message("hi")
+        source = make_local(visualizer=Recorder)
+        source.send_message("hi")
         assert [e.text for e in Recorder.made[0].events] == ["hi"]
         assert Recorder.made[0].conversation_stats is not None
-        make(visualizer=None).send_message("quiet")
+        make_local(visualizer=None).send_message("quiet")
         assert len(Recorder.made) == 1
+        fork = source.fork()  # as the seed: a new visualiser of the same kind
+        fork.send_message("on the fork")
+        assert [e.text for e in Recorder.made[1].events] == ["on the fork"]
+        assert [e.text for e in Recorder.made[0].events] == ["hi"]
 
     def test_default_is_on_in_a_terminal_and_off_when_piped(self, tmp_path):
         """Left out, the visualiser prints when stdout is a terminal, nothing when piped."""
@@ -416,3 +449,70 @@ class TestRemoteClientTolerance:
 
         with pytest.raises(ValidationError):
             _read_info({"execution_status": "idle"})
+
+
+class TestIdsEverywhere:
+    def test_a_uuid_or_its_text_is_the_same_id(self, make):
+        """Conversation(conversation_id=UUID) and fork(conversation_id=str(UUID)) give UUID ids."""
+        chosen, fork_id = uuid.uuid4(), uuid.uuid4()
+        src = make(conversation_id=chosen)
+        assert src.id == chosen and isinstance(src.id, uuid.UUID)
+        fork = src.fork(conversation_id=str(fork_id))
+        assert fork.id == fork_id and {fork.id: "f"}[fork_id] == "f"
+        assert f"{fork.id}" == str(fork_id)
+        assert fork.state.forked_from_conversation_id == chosen
+
+    def test_other_string_ids_keep_working(self, make):
+        """A non-UUID id stays the string it was given."""
+        src = make(conversation_id="my-conversation")
+        fork = src.fork(conversation_id="my-fork-1")
+        assert (src.id, fork.id) == ("my-conversation", "my-fork-1")
+        assert fork.state.forked_from_conversation_id == "my-conversation"
+
+    def test_resume_and_load_by_uuid(self, tmp_path):
+        """A store takes a UUID wherever it takes an id."""
+        from cowconv import SQLiteStore
+
+        src = Conversation(agent=_agent(), workspace=".", persistence_dir=tmp_path)
+        src.send_message("hi")
+        with SQLiteStore(tmp_path / "cowconv.db") as store:
+            assert store.exists(src.id) and store.info(src.id).id == src.id
+            assert Conversation.resume(store, src.id).id == src.id
+
+
+class TestRemoteFork:
+    def test_agent_is_not_supported(self, tmp_path):
+        """RemoteConversation.fork(agent=...) raises NotImplementedError saying "not supported"."""
+        with BackgroundServer(create_app()) as server:
+            workspace = RemoteWorkspace(host=server.url, working_dir=str(tmp_path))
+            src = Conversation(agent=_agent(), workspace=workspace)
+            assert isinstance(src, RemoteConversation)
+            with pytest.raises(NotImplementedError, match="not supported"):
+                src.fork(agent=_agent())
+            with pytest.raises(RemoteError) as raised:
+                src.fork(from_event_id="nope")
+            assert raised.value.status_code == 404
+            src.close()
+
+    def test_fork_body_is_the_seeds(self, tmp_path):
+        """The fork request body is id, title, tags, reset_metrics, from_event_id (UUID id)."""
+        import httpx
+
+        with BackgroundServer(create_app()) as server:
+            workspace = RemoteWorkspace(host=server.url, working_dir=str(tmp_path))
+            src = Conversation(agent=_agent(), workspace=workspace)
+            first = src.send_message("one")
+            fork_id = uuid.uuid4()
+            body = {
+                "id": str(fork_id),
+                "title": "T",
+                "tags": {"k": "v"},
+                "reset_metrics": True,
+                "from_event_id": first.id,
+            }
+            answer = httpx.post(f"{server.url}/api/conversations/{src.id}/fork", json=body)
+            assert answer.status_code == 201
+            assert answer.json()["id"] == str(fork_id)
+            assert answer.json()["forked_from_event_id"] == first.id
+            assert RemoteConversation.attach(server.url, fork_id).state.tags["k"] == "v"
+            src.close()

@@ -577,15 +577,17 @@ class TestConversationPersistence:
     def test_resume_uses_the_agent_given(self, tmp_path: Path):
         """Resuming with a new agent (a new API key) uses and stores that agent."""
         Conversation(agent=AGENT, workspace="/tmp", persistence_dir=tmp_path, conversation_id="c1")
+        new = tmp_path / "new"  # a workspace must exist when a conversation is made
+        new.mkdir()
         again = Conversation(
-            agent=NEW_AGENT, workspace="/new", persistence_dir=tmp_path, conversation_id="c1"
+            agent=NEW_AGENT, workspace=new, persistence_dir=tmp_path, conversation_id="c1"
         )
-        assert again.agent == NEW_AGENT and again.workspace.working_dir == "/new"
+        assert again.agent == NEW_AGENT and again.workspace.working_dir == str(new)
         with SQLiteStore(tmp_path / "cowconv.db") as store:
             stored = store.load("c1")
         assert stored.agent.llm.api_key is not None
         assert stored.agent.llm.api_key.get_secret_value() == "sk-brought-later"
-        assert stored.workspace.working_dir == "/new"
+        assert stored.workspace.working_dir == str(new)
 
     def test_resume_classmethod(self, store: SQLiteStore):
         """Conversation.resume reopens with the stored agent, credentials included."""
@@ -622,6 +624,7 @@ operations = st.lists(
         st.tuples(st.just("agent_state"), st.integers(0, 99), json_objects),
         st.tuples(st.just("status"), st.integers(0, 99), st.sampled_from(list(ExecutionStatus))),
         st.tuples(st.just("delete"), st.integers(0, 99)),
+        st.tuples(st.just("navigate"), st.integers(0, 99), st.none() | st.integers(0, 999)),
     ),
     min_size=1,
     max_size=25,
@@ -667,6 +670,11 @@ def apply(store: SQLiteStore, steps: list) -> tuple[list[Conversation], int, boo
                 store.delete(target.id)
                 live.remove(target)
                 deleted = True
+            case ("navigate", _, pick):
+                if target.state.execution_status is ExecutionStatus.RUNNING:
+                    continue  # refused while running (tests/test_tree.py)
+                every = [e.id for branch in target.state.branches for e in branch]
+                target.navigate_to(None if pick is None or not every else every[pick % len(every)])
     return live, appended, deleted
 
 

@@ -81,7 +81,8 @@ class TestStaleWriters:
             old.send_message("old")
             other = one if same_store else two
             other.delete("x")
-            new = Conversation(NEW_AGENT, "/srv/new", store=other, conversation_id="x")
+            (tmp_path / "new").mkdir()  # a workspace must exist when a conversation is made
+            new = Conversation(NEW_AGENT, tmp_path / "new", store=other, conversation_id="x")
             new.send_message("new")
             with pytest.raises(StoreError, match="deleted and created again"):
                 old.send_message("appended by the old writer")
@@ -89,7 +90,7 @@ class TestStaleWriters:
                 old.set_tag("k", "v")
             loaded = view(one.load("x"))
             assert loaded["api_key"] == "sk-new"
-            assert loaded["working_dir"] == "/srv/new"
+            assert loaded["working_dir"] == str(tmp_path / "new")
             assert [e.text for e in one.load("x").events] == ["new"]
 
     def test_every_kind_of_change_is_checked(self, tmp_path: Path):

@@ -86,6 +86,58 @@ class TestStubLLMServer:
             not in post(stub, {"model": "m", "messages": changed})[1]["usage"]
         )
 
+    def test_anthropic_messages_cache_only_marked_prefixes(self, caching_stub):
+        """POST .../messages answers as Anthropic: marked prefixes are written, then read."""
+        mark = {"type": "ephemeral"}
+        body = {
+            "model": "claude",
+            "system": [{"type": "text", "text": "s" * 400, "cache_control": mark}],
+            "messages": [{"role": "user", "content": "u" * 400}],
+        }
+        first = post(caching_stub, body, "/messages")
+        assert first[0] == 200 and first[1]["content"][0]["type"] == "text"
+        usage = first[1]["usage"]
+        assert usage["cache_creation_input_tokens"] > 0 and usage["cache_read_input_tokens"] == 0
+        longer = {**body, "messages": [*body["messages"], {"role": "user", "content": "more"}]}
+        second = post(caching_stub, longer, "/messages")[1]["usage"]
+        assert second["cache_read_input_tokens"] == usage["cache_creation_input_tokens"]
+        unmarked = {**longer, "system": "s" * 400}
+        third = post(caching_stub, unmarked, "/messages")[1]["usage"]
+        assert third["cache_read_input_tokens"] == third["cache_creation_input_tokens"] == 0
+
+    def test_anthropic_tool_use_round_trip(self, stub):
+        """tool_use answers and tool_result requests map to the brain's chat form and back."""
+        stub.script(StubReply.tool_call("terminal", command="ls"))
+        body = {
+            "model": "claude",
+            "messages": [{"role": "user", "content": "go"}],
+            "tools": [{"name": "terminal", "input_schema": {"type": "object"}}],
+        }
+        answer = post(stub, body, "/messages")[1]
+        call = answer["content"][0]
+        assert (call["type"], call["name"], call["input"]) == (
+            "tool_use",
+            "terminal",
+            {"command": "ls"},
+        )
+        assert answer["stop_reason"] == "tool_use"
+        follow = {
+            "model": "claude",
+            "messages": [
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [call]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": call["id"], "content": "a.py"}
+                    ],
+                },
+            ],
+            "tools": body["tools"],
+        }
+        reply = post(stub, follow, "/messages")[1]
+        assert reply["content"][0]["text"] == "The terminal printed:\na.py"
+
     def test_the_prompt_cache_is_off_by_default(self):
         """Without prompt_cache=True no request ever reports cached tokens."""
         with StubLLMServer() as stub:

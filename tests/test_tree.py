@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from cowconv import (
@@ -10,11 +12,18 @@ from cowconv import (
     Conversation,
     EventLog,
     EventNotFoundError,
+    ExecutionStatus,
     MessageEvent,
+    RemoteConversation,
+    RemoteError,
+    SQLiteStore,
+    Workspace,
 )
 from cowconv._tree import is_prefix
+from cowconv.agent_server import BackgroundServer, create_app
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))
+DATA_DIRS: dict = {}  # the data dir of each remote conversation's server
 
 
 def texts(history) -> list[str]:
@@ -25,9 +34,44 @@ def three(conversation: Conversation) -> list[MessageEvent]:
     return [conversation.send_message(text) for text in ("root", "a1", "a2")]
 
 
-@pytest.fixture
-def conversation() -> Conversation:
+@pytest.fixture(params=["memory", "sqlite", "remote"])
+def conversation(request, tmp_path) -> Iterator[Conversation]:
+    """A conversation in memory, in an SQLite store, or on an agent server (its own data dir)."""
+    if request.param == "remote":
+        with BackgroundServer(create_app(data_dir=tmp_path / "data")) as server:
+            workspace = Workspace(host=server.url, working_dir=str(tmp_path))
+            remote = Conversation(agent=AGENT, workspace=workspace, visualizer=None)
+            DATA_DIRS[remote.id] = tmp_path / "data"
+            yield remote
+            remote.close()
+        return
+    if request.param == "sqlite":
+        yield Conversation(agent=AGENT, workspace=".", visualizer=None, persistence_dir=tmp_path)
+        return
+    yield Conversation(agent=AGENT, workspace=".", visualizer=None)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def local(request, tmp_path) -> Conversation:
+    if request.param == "sqlite":
+        return Conversation(agent=AGENT, workspace=".", visualizer=None, persistence_dir=tmp_path)
     return Conversation(agent=AGENT, workspace=".", visualizer=None)
+
+
+def reopened(conversation) -> Iterator:
+    """The conversation as a new process sees it (the same one when it is not stored)."""
+    if isinstance(conversation, RemoteConversation):
+        # Another server on the same data dir: what it serves was read from the store.
+        data = DATA_DIRS[conversation.id]
+        with BackgroundServer(create_app(data_dir=data)) as server:
+            yield RemoteConversation.attach(server.url, conversation.id)
+        return
+    store = conversation._sink
+    yield (
+        conversation
+        if store is None
+        else Conversation.resume(SQLiteStore(store.path), conversation.id)
+    )
 
 
 class TestLeafEventId:
@@ -59,7 +103,7 @@ class TestNavigateTo:
         b1 = conversation.send_message("b1")
         conversation.navigate_to(e2.id)
         assert texts(conversation.state.events) == ["root", "a1", "a2"]
-        assert conversation.state.other_branches[0][-1] == b1
+        assert list(conversation.state.other_branches[0])[-1] == b1
         assert len(conversation.state.branches) == 2
 
     def test_to_none_empties_the_active_branch(self, conversation):
@@ -77,31 +121,41 @@ class TestNavigateTo:
     def test_unknown_event_id_raises(self, conversation, operation):
         """An unknown id is a ValueError (the seed's) and a KeyError naming it; nothing changes."""
         three(conversation)
-        before = conversation.state
-        with pytest.raises(ValueError, match="nope") as raised:
+        with pytest.raises((ValueError, RemoteError), match="nope") as raised:
             if operation == "navigate_to":
                 conversation.navigate_to("nope")
             else:
                 conversation.fork(from_event_id="nope")
-        assert isinstance(raised.value, KeyError | EventNotFoundError)
-        assert conversation.state is before
+        if isinstance(raised.value, RemoteError):
+            assert raised.value.status_code == 404
+        else:
+            assert isinstance(raised.value, KeyError | EventNotFoundError)
+        assert texts(conversation.state.events) == ["root", "a1", "a2"]
 
-    def test_shares_structure(self, conversation):
+    def test_shares_structure(self, local):
         """Navigating copies nothing: the new active branch is a prefix view of the old one."""
         for n in range(100):
-            conversation.send_message(f"m{n}")
-        old = conversation.state.events
-        conversation.navigate_to(old[49].id)
-        new = conversation.state.events
+            local.send_message(f"m{n}")
+        old = local.state.events
+        local.navigate_to(old[49].id)
+        new = local.state.events
         assert len(new) == 50 and new._chunks[0] is old._chunks[0]
-        assert conversation.state.other_branches[0]._chunks is old._chunks
+        assert local.state.other_branches[0]._chunks is old._chunks
 
-    def test_to_the_current_leaf_changes_nothing(self, conversation):
+    def test_to_the_current_leaf_changes_nothing(self, local):
         """Navigating to where the conversation already is keeps the same snapshot."""
-        e0, e1, e2 = three(conversation)
-        before = conversation.state
-        conversation.navigate_to(e2.id)
-        assert conversation.state is before
+        e0, e1, e2 = three(local)
+        before = local.state
+        local.navigate_to(e2.id)
+        assert local.state is before
+
+    def test_refused_while_running(self, local):
+        """navigate_to during a run is a RuntimeError; nothing changes."""
+        e0, e1, e2 = three(local)
+        local._commit(lambda s: s._replace(execution_status=ExecutionStatus.RUNNING))
+        with pytest.raises(RuntimeError, match="pause"):
+            local.navigate_to(e0.id)
+        assert texts(local.state.events) == ["root", "a1", "a2"]
 
 
 class TestForkAndTheTree:
@@ -115,6 +169,7 @@ class TestForkAndTheTree:
         assert fork.state.leaf_event_id == e2.id
         assert fork.state.other_branches == ()
         assert len(conversation.state.events) == 2  # the source is untouched
+        fork.close()
 
     def test_whole_fork_keeps_every_branch_and_the_leaf(self, conversation):
         """A whole-conversation fork carries all branches and the source's leaf (as the seed)."""
@@ -135,7 +190,8 @@ class TestForkAndTheTree:
                 probe = conversation.fork()
                 probe.navigate_to(event.id)
                 assert list(fork.state.events) == list(probe.state.events)
-                assert fork.state.events[-1] == event
+                assert list(fork.state.events)[-1] == event
+                fork.close(), probe.close()
 
 
 class TestIsPrefix:
@@ -147,3 +203,59 @@ class TestIsPrefix:
         diverged = log.take(1).append(other)
         assert is_prefix(log.take(0), log) and is_prefix(log, log) and is_prefix(log.take(2), log)
         assert not is_prefix(diverged, log) and not is_prefix(log, log.take(2))
+
+
+class TestPersistedTree:
+    def test_resume_keeps_every_branch_and_the_leaf(self, conversation):
+        """A reopened conversation has the same branches, in order, and the same leaf."""
+        e0, e1, e2 = three(conversation)
+        conversation.navigate_to(e0.id)
+        b1 = conversation.send_message("b1")
+        conversation.navigate_to(e1.id)
+        conversation.send_message("c2")
+        conversation.navigate_to(b1.id)
+        for again in reopened(conversation):
+            assert [texts(b) for b in again.state.branches] == [
+                texts(b) for b in conversation.state.branches
+            ]
+            assert [texts(b) for b in again.state.branches] == [
+                ["root", "a1", "a2"],
+                ["root", "a1", "c2"],
+                ["root", "b1"],
+            ]
+            assert again.state.leaf_event_id == b1.id
+            again.send_message("b2")  # and it goes on from there
+            assert texts(again.state.events) == ["root", "b1", "b2"]
+
+    def test_navigating_copies_no_event(self, tmp_path):
+        """In SQLite, navigating and branching write rows, never events again."""
+        import sqlite3
+        from contextlib import closing
+
+        conversation = Conversation(
+            agent=AGENT, workspace=".", visualizer=None, persistence_dir=tmp_path
+        )
+        events = [conversation.send_message(f"m{n}") for n in range(50)]
+        for target in (events[10], events[40], events[49], events[0]):
+            conversation.navigate_to(target.id)
+        conversation.send_message("new")
+        with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:
+            assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 51
+
+    def test_delete_removes_every_branch_but_forks_keep_theirs(self, tmp_path):
+        """Deleting a conversation reclaims its branches; a fork's history survives."""
+        import sqlite3
+        from contextlib import closing
+
+        conversation = Conversation(
+            agent=AGENT, workspace=".", visualizer=None, persistence_dir=tmp_path
+        )
+        e0, e1, e2 = three(conversation)
+        fork = conversation.fork()
+        conversation.navigate_to(e0.id)
+        conversation.send_message("b1")
+        store = conversation._sink
+        store.delete(conversation.id)
+        assert texts(store.load(fork.id).events) == ["root", "a1", "a2"]
+        with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:
+            assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 3

@@ -7,6 +7,7 @@ number in the report is its position in this tuple.
 """
 
 from benchmarks._scenario import Scenario
+from benchmarks.scenarios.branch_runtime import BranchRuntime
 from benchmarks.scenarios.distributed_suite import DistributedSuite
 from benchmarks.scenarios.fanout import FanOut
 from benchmarks.scenarios.fork_from_event import ForkFromEvent
@@ -31,6 +32,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     RestFork(),
     ImportTime(),
     DistributedSuite(),
+    BranchRuntime(),
 )
 
 for _number, _scenario in enumerate(SCENARIOS, start=1):

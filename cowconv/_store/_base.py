@@ -131,10 +131,12 @@ def _strip_secrets(exposed: Any, masked: Any) -> Any:
 
 def dump_state(state: ConversationState, *, include_secrets: bool = True) -> dict[str, Any]:
     """Everything of ``state`` but its events as JSON data; secrets in clear or ``None``."""
-    exposed = state.model_dump(mode="json", exclude={"events"}, context={"expose_secrets": True})
+    # Exports carry the active branch of each conversation (not its other branches).
+    skipped = {"events", "other_branches"}
+    exposed = state.model_dump(mode="json", exclude=skipped, context={"expose_secrets": True})
     if include_secrets:
         return exposed
-    return _strip_secrets(exposed, state.model_dump(mode="json", exclude={"events"}))  # type: ignore[no-any-return]
+    return _strip_secrets(exposed, state.model_dump(mode="json", exclude=skipped))  # type: ignore[no-any-return]
 
 
 def export_document(records: Iterable[ExportRecord], *, include_secrets: bool) -> str:

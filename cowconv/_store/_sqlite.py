@@ -21,6 +21,7 @@ row naming its parent and how many of the parent's events it inherits. See
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 import os
 import secrets
@@ -51,6 +52,7 @@ from cowconv._store._base import (
     parse_export,
 )
 from cowconv._store._lazy import LazyEvents
+from cowconv._tree import is_prefix
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
@@ -423,9 +425,32 @@ class SQLiteStore:
         with self._transaction(write=False) as db:
             row = self._row(db, conversation_id)
             events = self._history(db, row.key, row.event_count)
+            branches = tuple(
+                self._history(db, key, count)
+                for key, count in self._branch_rows(db, id_text(conversation_id))
+            )
         state = self._state(row, events, id_text(conversation_id))
+        if branches:
+            state = state._replace(other_branches=branches)
         self._track(state, row.token)
         return state
+
+    def _other_branches(self, conversation_id: ConversationID) -> builtins.list[tuple[str, int]]:
+        """(leaf event id, event count) of each other branch of a conversation, in order."""
+        with self._transaction(write=False) as db:
+            rows = self._branch_rows(db, id_text(conversation_id))
+            return [(self._leaf(db, key, count) or "", count) for key, count in rows]
+
+    def _branch_rows(
+        self, db: sqlite3.Connection, conversation_id: str
+    ) -> builtins.list[tuple[int, int]]:
+        """(key, event count) of the rows holding a conversation's other branches, in order."""
+        rows = db.execute(
+            "SELECT key, event_count FROM conversations WHERE id IS NULL AND state IS NOT NULL "
+            "AND json_extract(state, '$.branch_of') = ? ORDER BY json_extract(state, '$.order')",
+            (conversation_id,),
+        ).fetchall()
+        return [(int(key), int(count)) for key, count in rows]
 
     def info(self, conversation_id: ConversationID) -> ConversationInfo:
         """The stored conversation's summary, without reading its events.
@@ -477,7 +502,7 @@ class SQLiteStore:
                 " WHERE json_each.key = ? AND json_each.value = ?)"
             )
             parameters += [key, value]
-        query += " ORDER BY key LIMIT ? OFFSET ?"
+        query += " ORDER BY json_extract(state, '$.created_at'), key LIMIT ? OFFSET ?"
         # SQLite integers are 64-bit; no store holds more rows than that anyway.
         parameters += [-1 if limit is None else min(limit, _MAX_ROWS), min(offset, _MAX_ROWS)]
         with self._transaction(write=False) as db:
@@ -554,13 +579,16 @@ class SQLiteStore:
         found = db.execute(
             "SELECT key, event_count FROM conversations WHERE id = ?", (str(parent_id),)
         ).fetchone()
-        position = count - 1
-        event_id = state.events[position].id
-        if found is None or position >= found[1]:
+        if found is None:
             return None, 0
-        if self._event_id_at(db, found[0], position) != event_id:
-            return None, 0  # a different history under that id: share nothing
-        return found[0], position + 1
+        # The source's active branch, else one of its other branches (fork at an old event).
+        for key, stored in [(found[0], found[1]), *self._branch_rows(db, str(parent_id))]:
+            if (
+                count <= stored
+                and self._stored_common_prefix(db, state.events, key, count) == count
+            ):
+                return key, count
+        return None, 0  # a different history under that id: share nothing
 
     def _event_id_at(self, db: sqlite3.Connection, key: int, position: int) -> str | None:
         while True:
@@ -590,7 +618,57 @@ class SQLiteStore:
         key = cursor.lastrowid
         assert key is not None
         self._write_events(db, key, state.events, fork_len)
+        if state.other_branches:
+            self._insert_branches(db, state, key, generation)
         return (key, generation, 0)
+
+    def _insert_branches(
+        self, db: sqlite3.Connection, state: ConversationState, key: int, generation: int
+    ) -> None:
+        """Rows for the other branches of a new conversation (a fork carries its source's).
+
+        Each shares what it can with the rows of the source and of the new
+        conversation, so a fork of a tree writes rows, not events.
+        """
+        conversation_id = str(state.id)
+        candidates = [(key, len(state.events))]
+        source = state.forked_from_conversation_id
+        if source is not None:
+            found = db.execute(
+                "SELECT key, event_count FROM conversations WHERE id = ?", (str(source),)
+            ).fetchone()
+            if found is not None:
+                candidates += [(found[0], found[1]), *self._branch_rows(db, str(source))]
+        for order, log in enumerate(state.other_branches):
+            best, shared = None, 0
+            for candidate, count in candidates:
+                common = self._stored_common_prefix(db, log, candidate, count)
+                if common > shared:
+                    best, shared = candidate, common
+            marker = json.dumps({"branch_of": conversation_id, "order": order})
+            cursor = db.execute(
+                "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation) "
+                "VALUES (NULL, ?, ?, ?, ?, ?)",
+                (best, shared, len(log), marker, generation),
+            )
+            assert cursor.lastrowid is not None
+            self._write_events(db, cursor.lastrowid, log, shared)
+            candidates.append((cursor.lastrowid, len(log)))
+
+    def _stored_common_prefix(
+        self, db: sqlite3.Connection, log: EventLog, key: int, count: int
+    ) -> int:
+        """How many first events ``log`` shares with the stored history of row ``key``."""
+        low, high = 0, min(len(log), count)
+        if high and self._event_id_at(db, key, high - 1) == log[high - 1].id:
+            return high  # the usual case, decided with one lookup
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self._event_id_at(db, key, middle - 1) == log[middle - 1].id:
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
     def _base(
         self, db: sqlite3.Connection, row: _Row, previous: ConversationState
@@ -614,8 +692,6 @@ class SQLiteStore:
         if current.id != previous.id:
             raise ValueError(f"cannot save conversation {current.id!r} over {previous.id!r}")
         start = len(previous.events)
-        if len(current.events) < start:
-            raise ValueError("a saved history only grows: the new state has fewer events")
         try:
             row = self._row(db, current.id)
         except ConversationNotFoundError:
@@ -635,12 +711,81 @@ class SQLiteStore:
                 f"conversation {current.id!r} was {why} since this writer read it; nothing was "
                 "written (load it again to continue)"
             )
+        if not _only_grows(previous, current):
+            return self._restructure(db, row, previous, current)
         self._write_events(db, row.key, current.events, start)
         db.execute(
             "UPDATE conversations SET event_count = ?, state = ?, version = ? WHERE key = ?",
             (len(current.events), _state_json(current), row.version + 1, row.key),
         )
         return (row.key, row.generation, row.version + 1)
+
+    def _restructure(
+        self,
+        db: sqlite3.Connection,
+        row: _Row,
+        previous: ConversationState,
+        current: ConversationState,
+    ) -> _Token:
+        """Store a conversation whose branches changed (``navigate_to``): rows, not copies.
+
+        Each branch (the active one first) is kept in the row that already
+        holds exactly its history, or gets a new row forked off the stored
+        history it shares the most events with; rows no branch uses any more
+        become tombstones and are reclaimed. The conversation's id moves to
+        the row of its active branch; the other branches' rows carry
+        ``{"branch_of": id, "order": n}`` as their state.
+        """
+        conversation_id = str(current.id)
+        old_keys = [row.key, *(key for key, _ in self._branch_rows(db, conversation_id))]
+        old_logs = [previous.events, *previous.other_branches]
+        if len(old_keys) != len(old_logs):
+            raise StoreError(
+                f"the branches of conversation {conversation_id!r} in the store do not match "
+                "this writer's; nothing was written (load it again to continue)"
+            )
+        new_keys: builtins.list[int] = []
+        for log in (current.events, *current.other_branches):
+            best, shared, same = None, 0, None
+            for key, old in zip(old_keys, old_logs, strict=True):
+                common = _common_prefix(log, old)
+                if common == len(log) == len(old) and key not in new_keys:
+                    same = key
+                    break
+                if best is None or common > shared:
+                    best, shared = key, common
+            if same is not None:
+                new_keys.append(same)  # this branch's history is stored exactly there
+                continue
+            cursor = db.execute(
+                "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation) "
+                "VALUES (NULL, ?, ?, ?, NULL, ?)",
+                (best if shared else None, shared, len(log), row.generation),
+            )
+            assert cursor.lastrowid is not None
+            self._write_events(db, cursor.lastrowid, log, shared)
+            new_keys.append(cursor.lastrowid)
+        db.execute("UPDATE conversations SET id = NULL, state = NULL WHERE key = ?", (row.key,))
+        db.execute(
+            "UPDATE conversations SET id = ?, state = ?, generation = ?, version = ? WHERE key = ?",
+            (conversation_id, _state_json(current), row.generation, row.version + 1, new_keys[0]),
+        )
+        for order, key in enumerate(new_keys[1:]):
+            marker = json.dumps({"branch_of": conversation_id, "order": order})
+            db.execute("UPDATE conversations SET state = ? WHERE key = ?", (marker, key))
+        for key in old_keys:
+            if key not in new_keys:
+                db.execute("UPDATE conversations SET state = NULL WHERE key = ?", (key,))
+                self._reclaim_up(db, key)
+        self._cache.clear()  # reclaimed keys may be handed out again
+        return (new_keys[0], row.generation, row.version + 1)
+
+    def _reclaim_up(self, db: sqlite3.Connection, key: int | None) -> None:
+        """Reclaim the tombstone ``key`` and the tombstones above it that nothing reaches."""
+        while key is not None and self._is_tombstone(db, key):
+            parent, _ = self._links(db, key)
+            self._reclaim(db, key)
+            key = parent
 
     def _write_events(self, db: sqlite3.Connection, key: int, events: EventLog, start: int) -> None:
         db.executemany(
@@ -664,18 +809,21 @@ class SQLiteStore:
         cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
         """
         with self._lock, self._transaction(write=True) as db:
-            key: int | None = self._row(db, conversation_id).key
-            db.execute("UPDATE conversations SET id = NULL, state = NULL WHERE key = ?", (key,))
-            while key is not None and self._is_tombstone(db, key):
-                parent, _ = self._links(db, key)
-                self._reclaim(db, key)
-                key = parent
+            key = self._row(db, conversation_id).key
+            branches = [key for key, _ in self._branch_rows(db, id_text(conversation_id))]
+            for row_key in (key, *branches):
+                db.execute(
+                    "UPDATE conversations SET id = NULL, state = NULL WHERE key = ?", (row_key,)
+                )
+            for row_key in (key, *branches):
+                self._reclaim_up(db, row_key)
             # A deleted key may be handed out again: forget what was loaded under any key.
             self._cache.clear()
 
     def _is_tombstone(self, db: sqlite3.Connection, key: int) -> bool:
-        found = db.execute("SELECT id FROM conversations WHERE key = ?", (key,)).fetchone()
-        return found is not None and found[0] is None
+        # A row without id but with a state holds another branch of a conversation.
+        found = db.execute("SELECT id, state FROM conversations WHERE key = ?", (key,)).fetchone()
+        return found is not None and found[0] is None and found[1] is None
 
     def _reclaim(self, db: sqlite3.Connection, key: int) -> None:
         parent, fork_len = self._links(db, key)
@@ -820,4 +968,28 @@ class SQLiteStore:
 
 
 def _state_json(state: ConversationState) -> str:
-    return state.model_dump_json(exclude={"events"}, context={"expose_secrets": True})
+    # The other branches are rows of their own (see SQLiteStore._restructure).
+    return state.model_dump_json(
+        exclude={"events", "other_branches"}, context={"expose_secrets": True}
+    )
+
+
+def _only_grows(previous: ConversationState, current: ConversationState) -> bool:
+    """Whether ``current`` only adds events to ``previous``'s active branch (the common case)."""
+    if previous.other_branches != current.other_branches:
+        return False
+    return len(current.events) >= len(previous.events) and is_prefix(
+        previous.events, current.events
+    )
+
+
+def _common_prefix(a: EventLog, b: EventLog) -> int:
+    """How many first events ``a`` and ``b`` share, in O(log n) comparisons (tree-shaped ids)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[middle - 1].id == b[middle - 1].id:
+            low = middle
+        else:
+            high = middle - 1
+    return low

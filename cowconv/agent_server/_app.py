@@ -17,6 +17,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import APIKeyHeader
+from pydantic import ValidationError
 from pydantic.json_schema import PydanticJsonSchemaWarning
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -26,14 +27,18 @@ from cowconv._exceptions import ConversationNotFoundError, InvalidValueError
 from cowconv._history import EventLog
 from cowconv._state import ConversationInfo
 from cowconv._store import SQLiteStore, Store
+from cowconv._tree import is_prefix
 from cowconv._workspace import SESSION_API_KEY_HEADER
 from cowconv.agent_server._models import (
+    BranchInfo,
+    BranchList,
     ConversationPage,
     CreateConversationRequest,
     ErrorResponse,
     EventPage,
     ForkRequest,
     HealthResponse,
+    NavigateRequest,
     SendMessageRequest,
     StreamStatus,
 )
@@ -95,6 +100,16 @@ def _start(events: EventLog, conversation_id: str, offset: int | None, after: st
         return events.index_of(after) + 1
     except KeyError:
         raise EventNotFoundError(conversation_id, after) from None
+
+
+def _page(events: EventLog, start: int, limit: int) -> EventPage:
+    end = min(start + limit, len(events))
+    return EventPage(
+        items=list(events[start:end]),
+        offset=start,
+        total=len(events),
+        next_offset=end if end < len(events) else None,
+    )
 
 
 def _sse(kind: str, data: str, event_id: str | None = None) -> str:
@@ -331,14 +346,53 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
                 [{"type": "value_error", "loc": ("query", "after"), "msg": "give offset or after"}]
             )
         events = registry.get(conversation_id).state.events
-        start = _start(events, conversation_id, offset, after)
-        end = min(start + limit, len(events))
-        return EventPage(
-            items=list(events[start:end]),
-            offset=start,
-            total=len(events),
-            next_offset=end if end < len(events) else None,
+        return _page(events, _start(events, conversation_id, offset, after), limit)
+
+    @api.get("/{conversation_id}/branches", response_model=BranchList, responses=_errors(404))
+    def list_branches(conversation_id: str) -> BranchList:
+        """Every branch of the conversation tree, each by its leaf event; the active one last."""
+        state = registry.get(conversation_id).state
+        return BranchList(
+            items=[
+                BranchInfo(
+                    leaf_event_id=None if branch.last is None else branch.last.id,
+                    event_count=len(branch),
+                    active=len(branch) == len(state.events) and is_prefix(state.events, branch),
+                )
+                for branch in state.branches
+            ]
         )
+
+    @api.get(
+        "/{conversation_id}/branches/{leaf_event_id}/events",
+        response_model=EventPage,
+        responses=_errors(404),
+    )
+    def list_branch_events(
+        conversation_id: str,
+        leaf_event_id: str,
+        offset: Annotated[int, Query(ge=0, le=_MAX_OFFSET)] = 0,
+        limit: Annotated[int, Query(ge=0, le=_MAX_PAGE)] = 100,
+    ) -> EventPage:
+        """A page of the events of the branch ending at ``leaf_event_id``."""
+        state = registry.get(conversation_id).state
+        for branch in state.branches:
+            if branch.last is not None and branch.last.id == leaf_event_id:
+                return _page(branch, min(offset, len(branch)), limit)
+        raise EventNotFoundError(conversation_id, leaf_event_id)
+
+    @api.post(
+        "/{conversation_id}/navigate",
+        response_model=ConversationInfo,
+        responses=_errors(404, 409),
+    )
+    def navigate(conversation_id: str, request: NavigateRequest) -> ConversationInfo:
+        """Move the active branch to end at ``event_id`` (the seed SDK's route and body).
+
+        The next message starts a new branch from there; the branch left
+        behind is kept. 404 for an unknown event, 409 while a run is going.
+        """
+        return ConversationInfo.of(registry.navigate(conversation_id, request.event_id))
 
     @api.get(
         "/{conversation_id}/events/stream",
@@ -379,6 +433,21 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    @api.post(
+        "/{conversation_id}/events",
+        status_code=201,
+        response_model=AnyEvent,
+        responses=_errors(404, 409),
+    )
+    def append_event(conversation_id: str, body: Annotated[dict[str, Any], Body()]) -> Event:
+        """Record any event at the end of the history (409 if its id is already there)."""
+        # Validated here, not by FastAPI: a union of event kinds cannot be a body parameter.
+        try:
+            event: Event = Event.model_validate(body)
+        except ValidationError as error:
+            raise RequestValidationError(error.errors(include_url=False)) from None
+        return registry.append_event(conversation_id, event)
 
     @api.post(
         "/{conversation_id}/messages",

@@ -19,12 +19,15 @@ from cowconv._state import ConversationInfo, ExecutionStatus
 from cowconv._workspace import Workspace
 
 __all__ = [
+    "BranchInfo",
+    "BranchList",
     "ConversationPage",
     "CreateConversationRequest",
     "ErrorResponse",
     "EventPage",
     "ForkRequest",
     "HealthResponse",
+    "NavigateRequest",
     "SendMessageRequest",
     "StreamStatus",
 ]
@@ -84,6 +87,44 @@ class ForkRequest(_Request):
     tags: dict[str, str] | None = None
     reset_metrics: bool = True
     from_event_id: str | None = None
+
+
+class NavigateRequest(_Request):
+    """Move a conversation's active branch to end at ``event_id`` (``null``: empty).
+
+    The seed SDK's body for ``POST /api/conversations/{id}/navigate``.
+
+    >>> NavigateRequest(event_id="e1").event_id
+    'e1'
+    """
+
+    event_id: str | None = None
+
+
+class BranchInfo(BaseModel):
+    """One branch of a conversation's tree: its leaf, its length, whether it is the active one.
+
+    >>> BranchInfo(leaf_event_id="e3", event_count=3, active=True).event_count
+    3
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    leaf_event_id: str | None
+    event_count: int = Field(ge=0)
+    active: bool
+
+
+class BranchList(BaseModel):
+    """Every branch of a conversation (``state.branches``), the active one last.
+
+    >>> BranchList(items=[]).items
+    []
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: list[BranchInfo]
 
 
 class SendMessageRequest(_Request):

@@ -305,6 +305,33 @@ class ConversationRegistry:
                 self._runs.pop(str(conversation.state.id), None)
             self._hub(str(conversation.state.id)).notify()
 
+    def append_event(self, conversation_id: str, event: Event) -> Event:
+        """Record ``event``; :class:`ConversationConflictError` if its id is taken."""
+        conversation = self.get(conversation_id)
+        try:
+            return conversation.append_event(event)
+        except ValueError as error:
+            if "already in this history" not in str(error):
+                raise
+            raise ConversationConflictError(str(error)) from None
+
+    def navigate(self, conversation_id: str, event_id: str | None) -> ConversationState:
+        """Move the active branch to ``event_id`` (thread-safe); the new snapshot.
+
+        :class:`ConversationConflictError` while a run is going.
+        """
+        conversation = self.get(conversation_id)
+        with self._lock:
+            if conversation_id in self._runs:
+                raise ConversationConflictError(
+                    f"conversation {conversation_id!r} is running; pause it before navigating"
+                )
+            try:
+                conversation.navigate_to(event_id)
+            except KeyError:
+                raise EventNotFoundError(conversation_id, str(event_id)) from None
+        return conversation.state
+
     def pause(self, conversation_id: str) -> ConversationState:
         """Ask a running conversation to pause (thread-safe); the current snapshot."""
         conversation = self.get(conversation_id)
