@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 import uuid
@@ -98,16 +99,27 @@ def _preload_litellm() -> None:
 def _quiet_import() -> None:
     try:
         _import_litellm()
-    except Exception:  # the first call imports again and reports the error where it is seen
+    except BaseException:  # the first call imports again and reports the error where it is seen
         logger.debug("preloading litellm failed", exc_info=True)
 
 
 def _litellm() -> ModuleType:
-    """litellm; waits for the preload if one is under way (the import lock would anyway)."""
+    """litellm; waits for the preload if one is under way.
+
+    A failed or interrupted import (another thread importing one of litellm's
+    modules at the same moment can leave them half-initialised) is undone and
+    done again here, once.
+    """
     thread = _preload
     if thread is not None and thread is not threading.current_thread():
         thread.join()
-    return _import_litellm()
+    try:
+        return _import_litellm()
+    except (ImportError, AttributeError):
+        logger.debug("importing litellm failed; importing it again", exc_info=True)
+        for name in [n for n in sys.modules if n == "litellm" or n.startswith("litellm.")]:
+            del sys.modules[name]
+        return _import_litellm()
 
 
 def _usage(

@@ -73,6 +73,7 @@ class Model:
     tokens: int = 0
     status: ExecutionStatus = ExecutionStatus.IDLE
     forked_from: str | None = None
+    seen_ids: set = field(default_factory=set)  # on any branch: ids an append must avoid
     # Every history the conversation's active branch ever was (as event ids): its
     # branches must be exactly the ones no other contains.
     # (A dict: insertion order keeps hypothesis's draws reproducible.)
@@ -99,6 +100,8 @@ def check(state: ConversationState, model: Model) -> None:
     assert state.stats.prompt_tokens == model.tokens
     assert state.forked_from_conversation_id == model.forked_from
     assert state.execution_status is model.status
+    assert {tuple(e.id for e in branch) for branch in state.branches} == model.leaves()
+    assert state.leaf_event_id == (model.events[-1].id if model.events else None)
 
 
 class ForkIsolation(RuleBasedStateMachine):
@@ -120,7 +123,6 @@ class ForkIsolation(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.pairs: list[tuple[Conversation, Model]] = []
-        self.every_event: dict = {}
 
     def _add(self, conversation: Conversation, model: Model) -> tuple[Conversation, Model]:
         self.pairs.append((conversation, model))
@@ -138,15 +140,17 @@ class ForkIsolation(RuleBasedStateMachine):
         event = conversation.send_message(text)
         assert event.text == text and event.source == "user"
         model.events.append(event)
+        model.seen_ids.add(event.id)
         model.record()
 
     @rule(pair=conversations, event=events)
     def append_event(self, pair, event):
         conversation, model = pair
-        if any(e.id == event.id for e in model.events):
+        if event.id in model.seen_ids:
             return
         conversation.append_event(event)
         model.events.append(event)
+        model.seen_ids.add(event.id)
         model.record()
 
     @rule(pair=conversations, key=keys, value=st.none() | texts)
@@ -182,9 +186,22 @@ class ForkIsolation(RuleBasedStateMachine):
         if added:
             assert isinstance(added[-1], MessageEvent) and added[-1].source == "agent"
         model.events.extend(added)
+        model.seen_ids.update(e.id for e in added)
+        model.record()
         assert state.stats.prompt_tokens >= model.tokens
         model.cost, model.tokens = state.stats.accumulated_cost, state.stats.prompt_tokens
         model.status = ExecutionStatus.FINISHED
+
+    @rule(pair=conversations, data=st.data())
+    def navigate(self, pair, data):
+        """Move the active branch back to an event of it (or to empty): a new branch starts."""
+        conversation, model = pair
+        at = data.draw(st.none() | st.integers(0, max(len(model.events) - 1, 0)), label="at")
+        if at is not None and not model.events:
+            at = None
+        conversation.navigate_to(None if at is None else model.events[at].id)
+        model.events = [] if at is None else model.events[: at + 1]
+        model.record()
 
     @rule(pair=conversations)
     def reload(self, pair):
@@ -234,23 +251,6 @@ class ForkIsolation(RuleBasedStateMachine):
         copied.status = ExecutionStatus.IDLE
         copied.forked_from = model.id
         return self._add(fork, copied)
-
-    @rule(pair=conversations, data=st.data())
-    def navigate(self, pair, data):
-        """Move the active branch to any event of any branch (or to empty)."""
-        conversation, model = pair
-        every = list(dict.fromkeys(event_id for history in model.seen for event_id in history))
-        event_id = data.draw(st.none() | st.sampled_from(every) if every else st.none())
-        conversation.navigate_to(event_id)
-        if event_id is None:
-            model.events = []
-        else:
-            history = next(h for h in model.seen if event_id in h)
-            wanted = history[: history.index(event_id) + 1]
-            by_id = {e.id: e for c, m in self.pairs for e in m.events}
-            by_id.update(self.every_event)
-            model.events = [by_id[i] for i in wanted]
-        model.record()
 
     @rule(pair=conversations, data=st.data())
     def try_to_mutate(self, pair, data):

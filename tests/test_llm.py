@@ -301,7 +301,8 @@ class TestLazyImport:
             "import cowconv, cowconv.testing, cowconv.tools.terminal\n"
             "print('litellm' in sys.modules, [t.name for t in threading.enumerate()])\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        env = {**os.environ, "COWCONV_PRELOAD_LITELLM": "1"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "False ['MainThread']"
 
@@ -319,7 +320,8 @@ class TestLazyImport:
             "print('cowconv-import-litellm' in names, names2.count('cowconv-import-litellm'),"
             " 'litellm' in sys.modules)\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        env = {**os.environ, "COWCONV_PRELOAD_LITELLM": "1"}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().splitlines()[-1] in ("True 1 True", "True 0 True")
 

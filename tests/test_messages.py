@@ -5,17 +5,22 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cowconv import (
+    LLM,
     ActionEvent,
+    Agent,
     AgentErrorEvent,
+    Conversation,
     Event,
     EventLog,
     MessageEvent,
     ObservationEvent,
     SystemPromptEvent,
+    Tool,
 )
 from cowconv._messages import (
     _assistant_message,
@@ -140,3 +145,21 @@ class TestRender:
         done = log.append(ObservationEvent(tool_name="t", tool_call_id="c1", output="ok"))
         assert render(done).messages[-1]["content"] == "ok"
         assert render(log).messages[-1]["content"].startswith("Error: this tool call")
+
+
+class TestSharedMessagesStayUnchanged:
+    @pytest.mark.parametrize("model", ["openai/stub-model", "anthropic/claude-sonnet-4-5-20250929"])
+    def test_litellm_does_not_change_the_messages_it_is_handed(
+        self, caching_stub, tmp_path, model
+    ) -> None:
+        """After real calls (tool calls, cache marks) the cached rendering is still exact."""
+        llm = LLM(model=model, base_url=caching_stub.base_url, api_key="k")
+        with Conversation(
+            agent=Agent(llm=llm, tools=[Tool(name="terminal")]), workspace=tmp_path
+        ) as conversation:
+            conversation.send_message("Run `echo hi` and `ls` please.")
+            conversation.run()
+            conversation.send_message("again")
+            conversation.run()
+            events = conversation.state.events
+            assert render(events).to_list() == reference_messages(list(events))

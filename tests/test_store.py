@@ -654,6 +654,7 @@ operations = st.lists(
         st.tuples(st.just("agent_state"), st.integers(0, 99), json_objects),
         st.tuples(st.just("status"), st.integers(0, 99), st.sampled_from(list(ExecutionStatus))),
         st.tuples(st.just("delete"), st.integers(0, 99)),
+        st.tuples(st.just("navigate"), st.integers(0, 99), st.none() | st.integers(0, 999)),
     ),
     min_size=1,
     max_size=25,
@@ -699,6 +700,11 @@ def apply(store: SQLiteStore, steps: list) -> tuple[list[Conversation], int, boo
                 store.delete(target.id)
                 live.remove(target)
                 deleted = True
+            case ("navigate", _, pick):
+                if target.state.execution_status is ExecutionStatus.RUNNING:
+                    continue  # refused while running (tests/test_tree.py)
+                every = [e.id for branch in target.state.branches for e in branch]
+                target.navigate_to(None if pick is None or not every else every[pick % len(every)])
     return live, appended, deleted
 
 

@@ -402,6 +402,7 @@ class SeedFork(Scenario):
                     ],
                     rows,
                 ),
+                *(["", data["memory_note"]] if data.get("memory_note") else []),
                 "",
                 "Persisted: cowconv's `SQLiteStore` (fsync on; bytes = database growth per fork, "
                 "averaged over 100 forks) against the seed's file store (a fork writes every "

@@ -625,13 +625,16 @@ class SQLiteStore:
         found = db.execute(
             "SELECT key, event_count FROM conversations WHERE id = ?", (str(parent_id),)
         ).fetchone()
-        position = count - 1
-        event_id = state.events[position].id
-        if found is None or position >= found[1]:
+        if found is None:
             return None, 0
-        if self._event_id_at(db, found[0], position) != event_id:
-            return None, 0  # a different history under that id: share nothing
-        return found[0], position + 1
+        # The source's active branch, else one of its other branches (fork at an old event).
+        for key, stored in [(found[0], found[1]), *self._branch_rows(db, str(parent_id))]:
+            if (
+                count <= stored
+                and self._stored_common_prefix(db, state.events, key, count) == count
+            ):
+                return key, count
+        return None, 0  # a different history under that id: share nothing
 
     def _event_id_at(self, db: sqlite3.Connection, key: int, position: int) -> str | None:
         while True:
@@ -703,6 +706,8 @@ class SQLiteStore:
     ) -> int:
         """How many first events ``log`` shares with the stored history of row ``key``."""
         low, high = 0, min(len(log), count)
+        if high and self._event_id_at(db, key, high - 1) == log[high - 1].id:
+            return high  # the usual case, decided with one lookup
         while low < high:
             middle = (low + high + 1) // 2
             if self._event_id_at(db, key, middle - 1) == log[middle - 1].id:
