@@ -49,6 +49,7 @@ from cowconv._frozen import FrozenJSONMap
 from cowconv._history import EventLog
 from cowconv._ids import ConversationID
 from cowconv._llm import LLMMetrics
+from cowconv._messages import render
 from cowconv._state import ConversationState, ConversationStats, ExecutionStatus, Usage
 from cowconv._tools import ToolDefinition, register_tool, resolve_tool
 
@@ -297,6 +298,9 @@ def _prefix(key: str, load: Callable[[], bytes]) -> EventLog:
             if not isinstance(loaded, EventLog):
                 raise TypeError(f"a shared prefix must be an EventLog, got {type(loaded)}")
             events = loaded
+            # Render the model's view of the prefix once: every branch of the suite on this
+            # worker continues from it instead of rendering the whole history again.
+            render(events)
             _loads += 1
             _loads_by_key[key] = _loads_by_key.get(key, 0) + 1
             if len(_loads_by_key) > 1024:

@@ -27,6 +27,14 @@ BYTES_TARGET = 50.0
 SCALING_TARGET = 2.0
 
 
+def _one_line(request: Any) -> Any:
+    """The model's answer: one line (the stub's default brain would list every command of the
+    history, ~80 KB at 10k events, and the results would outweigh what the suite ships)."""
+    from cowconv.testing import StubReply
+
+    return StubReply.text("Done: the one-line answer this variant asked for.")
+
+
 def _suite_source(events: int, stub: Any, workspace: Path) -> Any:
     from benchmarks._workload import make_event
     from cowconv import LLM, Agent, Conversation
@@ -162,7 +170,7 @@ def measure(quick: bool, workspace: Path, tick: Callable[[str], None] = print) -
         # A quick run (the test suite's) starts no engine: the same wire, in this process.
         from cowconv.distributed import PicklingExecutor
 
-        with StubLLMServer() as stub:
+        with StubLLMServer(brain=_one_line) as stub:
             source = _suite_source(events, stub, workspace)
             tick("in-process pickling executor")
             engines["in-process"] = _measure_engine(
@@ -180,7 +188,7 @@ def measure(quick: bool, workspace: Path, tick: Callable[[str], None] = print) -
             "scaling": scaling,
             "scaling_engine": "PicklingExecutor",
         }
-    with StubLLMServer() as stub:
+    with StubLLMServer(brain=_one_line) as stub:
         source = _suite_source(events, stub, workspace)
         tick("worker processes")
         engines["processes"] = _measure_engine(
