@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import tempfile
 import threading
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -20,6 +22,7 @@ from cowconv import (
     ConversationState,
     ExecutionStatus,
     MessageEvent,
+    SQLiteStore,
     Tool,
     Usage,
     Workspace,
@@ -91,7 +94,7 @@ class ForkIsolation(RuleBasedStateMachine):
 
     @rule(target=conversations, tags=str_maps)
     def create(self, tags):
-        conversation = new_conversation(tags=tags)
+        conversation = self.new(tags=tags)
         return self._add(conversation, Model(id=conversation.id, agent=AGENT, tags=dict(tags)))
 
     @rule(pair=conversations, text=texts)
@@ -230,9 +233,41 @@ class ForkIsolation(RuleBasedStateMachine):
             assert state.forked_from_conversation_id == model.forked_from
             assert state.execution_status is ExecutionStatus.IDLE
 
+    def new(self, **kwargs) -> Conversation:
+        return new_conversation(**kwargs)
+
 
 TestForkIsolation = ForkIsolation.TestCase
 TestForkIsolation.settings = settings(max_examples=75, stateful_step_count=40, deadline=None)
+
+
+class StoredForkIsolation(ForkIsolation):
+    """The same machine on conversations written through an SQLite store (forks, branches)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = tempfile.TemporaryDirectory()
+        self.store = SQLiteStore(Path(self.directory.name) / "cowconv.db")
+
+    def new(self, **kwargs) -> Conversation:
+        return new_conversation(store=self.store, **kwargs)
+
+    @invariant()
+    def the_store_holds_what_each_conversation_shows(self):
+        for conversation, _ in self.pairs:
+            stored = self.store.load(conversation.id)
+            assert list(stored.events) == list(conversation.state.events)
+            assert [list(b) for b in stored.branches] == [
+                list(b) for b in conversation.state.branches
+            ]
+
+    def teardown(self) -> None:
+        self.store.close()
+        self.directory.cleanup()
+
+
+TestStoredForkIsolation = StoredForkIsolation.TestCase
+TestStoredForkIsolation.settings = settings(max_examples=20, stateful_step_count=25, deadline=None)
 
 
 # -- fork, rule by rule (the seed's table) -----------------------------------------------
