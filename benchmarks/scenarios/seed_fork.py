@@ -187,9 +187,18 @@ class SeedFork(Scenario):
             conversation = ctx.workload.conversation(size)
             cowconv_forks.append(point(size, time_op(conversation.fork, settings)))
 
+        memory: dict[str, list[dict[str, Any]]] = {"cowconv": [], "seed": []}
+
         def seed_fork(size: int) -> tuple[Sample, float]:
+            # The source only grows: measure everything at a size while it has that many events.
             seed.grow(memory_source, size)
             sample = time_op(memory_source.fork, settings, max_seconds=budget)
+            if sample.min * 5 <= budget:  # tracemalloc slows the copy several times
+                conversation = ctx.workload.conversation(size)
+                memory["cowconv"].append(
+                    point(size, allocated_bytes(conversation.fork, settings.alloc_count, 3)[0])
+                )
+                memory["seed"].append(point(size, allocated_bytes(memory_source.fork, 1, 1)[0]))
             return sample, sample.min
 
         seed_forks = sweep(
@@ -198,18 +207,6 @@ class SeedFork(Scenario):
             budget,
             lambda size: ctx.tick(f"seed fork at {human_size(size)} events"),
         )
-
-        memory: dict[str, list[dict[str, Any]]] = {"cowconv": [], "seed": []}
-        for entry in measured(seed_forks):
-            size = entry["size"]
-            if entry["min"] * 5 > budget:  # tracemalloc slows the copy several times
-                continue
-            seed.grow(memory_source, size)
-            conversation = ctx.workload.conversation(size)
-            memory["cowconv"].append(
-                point(size, allocated_bytes(conversation.fork, settings.alloc_count, 3)[0])
-            )
-            memory["seed"].append(point(size, allocated_bytes(memory_source.fork, 1, 1)[0]))
 
         persisted = self._persisted(ctx, seed, sizes, budget)
         store = SQLiteStore(ctx.scratch / "cowconv.db")
