@@ -45,7 +45,7 @@ from cowconv._exceptions import (
 )
 from cowconv._history import EventLog
 from cowconv._ids import ConversationID, id_text, public_id
-from cowconv._state import ConversationInfo, ConversationState
+from cowconv._state import ConversationInfo, ConversationState, check_tags
 from cowconv._store._base import (
     ExportRecord,
     export_document,
@@ -540,9 +540,7 @@ class SQLiteStore:
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
         query = "SELECT id, state, event_count, key FROM conversations WHERE id IS NOT NULL"
         parameters: list[object] = []
-        for key, value in (tags or {}).items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise TypeError(f"tags must map str to str, got {key!r}: {value!r}")
+        for key, value in check_tags(tags).items():  # the one tag validator
             query += (
                 " AND EXISTS (SELECT 1 FROM json_each(state, '$.tags')"
                 " WHERE json_each.key = ? AND json_each.value = ?)"
