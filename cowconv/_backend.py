@@ -247,6 +247,10 @@ class Backend(Protocol):
         """Ask a run to stop after its current step."""
         ...
 
+    def interrupt(self) -> None:
+        """End a run now: kill its running command, run no further tool call."""
+        ...
+
     def close(self) -> None:
         """Release processes and connections."""
         ...

@@ -474,6 +474,23 @@ class Conversation:
         """
         self._backend.pause()
 
+    def interrupt(self) -> None:
+        """End a run now, from any thread: kill its running command, run no further call.
+
+        The killed command's result is recorded, tool calls not yet run are
+        recorded as not run, and the run ends ``paused`` with a
+        :class:`~cowconv.PauseEvent`; ``run()`` continues from there. An LLM
+        call in flight is not cut off (its answer is recorded, its tool calls
+        are not run). Interrupting a conversation that is not running does nothing.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.interrupt()  # not running: nothing happens
+        >>> conversation.state.execution_status.value
+        'idle'
+        """
+        self._backend.interrupt()
+
     def close(self) -> None:
         """Release what this conversation holds (processes, connections)."""
         self._backend.close()

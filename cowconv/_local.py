@@ -21,6 +21,7 @@ every change is durable before it is seen, and forks go to the same store.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
@@ -34,7 +35,7 @@ from cowconv._backend import (
     check_max_iteration_per_run,
     notify,
 )
-from cowconv._events import utc_now
+from cowconv._events import Event, utc_now
 from cowconv._exceptions import EventNotFoundError
 from cowconv._ids import id_text
 from cowconv._state import NO_STATS, ConversationState, ExecutionStatus
@@ -79,6 +80,11 @@ class LocalBackend:
     >>> LocalBackend(state).snapshot() is state
     True
     """
+
+    # Events committed but not yet handed to the callbacks, and whether a commit up the
+    # stack is handing them out (class defaults: most backends never need them).
+    _unnotified: deque[Event] | None = None
+    _notifying = False
 
     def __init__(
         self,
@@ -136,8 +142,32 @@ class LocalBackend:
                 self.sink.save(previous, current)
             self._state = current
             if self._callbacks:
-                for position in range(len(previous.events), len(current.events)):
-                    notify(self._callbacks, current.events[position])
+                if self._unnotified is None:  # made on first use: forks stay small
+                    self._unnotified = deque()
+                self._unnotified.extend(
+                    current.events[position]
+                    for position in range(len(previous.events), len(current.events))
+                )
+                self._notify_in_order()
+
+    def _settle(self, status: ExecutionStatus) -> None:
+        # The sink refused to record how a run ended: show it here without saving (the
+        # stored snapshot says running, which loads as paused).
+        with self._lock:
+            self._state = self._state._replace(execution_status=status, updated_at=utc_now())
+
+    def _notify_in_order(self) -> None:
+        # A callback may commit too (send_message): its events queue behind the ones not yet
+        # delivered and the outermost commit delivers them, so every callback sees every
+        # event in history order. Called under the lock, so one thread delivers at a time.
+        if self._notifying or self._unnotified is None:
+            return
+        self._notifying = True
+        try:
+            while self._unnotified:
+                notify(self._callbacks, self._unnotified.popleft())
+        finally:
+            self._notifying = False
 
     def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> LocalBackend:
         """A new backend with an O(1) fork of the current snapshot (same sink)."""
@@ -183,7 +213,9 @@ class LocalBackend:
 
             with self._lock:
                 if self._runner is None:
-                    self._runner = Runner(self.snapshot, self.commit, self.max_iteration_per_run)
+                    self._runner = Runner(
+                        self.snapshot, self.commit, self.max_iteration_per_run, self._settle
+                    )
                 runner = self._runner
         runner.run()
 
@@ -191,6 +223,11 @@ class LocalBackend:
         """Ask a run to stop after its current step (no-op when idle)."""
         if self._runner is not None:
             self._runner.pause()
+
+    def interrupt(self) -> None:
+        """End a run now (no-op when idle); see :meth:`Conversation.interrupt`."""
+        if self._runner is not None:
+            self._runner.interrupt()
 
     def close(self) -> None:
         """Stop a run after its step and kill the tools' processes."""

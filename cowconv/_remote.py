@@ -158,6 +158,40 @@ def read_info(data: Any) -> ConversationInfo:
         return ConversationInfo.model_validate(readable)
 
 
+class _UnreachableError(RemoteError, httpx.TransportError):
+    """The agent server could not be reached (refused, reset, timed out): status 0.
+
+    Also an ``httpx.TransportError``, so the event stream's reconnect loop
+    still sees a transport failure.
+    """
+
+    def __init__(self, host: str, error: httpx.TransportError, request: httpx.Request) -> None:
+        RemoteError.__init__(self, 0, f"cannot reach the agent server at {host}: {error}")
+        self.request = request
+
+
+class _Transport(httpx.BaseTransport):
+    """httpx's transport, with every failure to reach the server a :class:`RemoteError`."""
+
+    def __init__(self, host: str) -> None:
+        self._host = host
+        self._inner = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return self._inner.handle_request(request)
+        except httpx.TransportError as error:
+            raise _UnreachableError(self._host, error, request) from error
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _without_key(agent: Agent) -> dict[str, Any]:
+    # The server never shows an API key: agents are compared on everything else.
+    return agent.model_dump(mode="json", exclude={"llm": {"api_key"}})
+
+
 class _Connection:
     """One pooled HTTP client, shared by a conversation and the forks made from it."""
 
@@ -168,7 +202,10 @@ class _Connection:
             headers[SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
         self.workspace = workspace
         self.client = httpx.Client(
-            base_url=workspace.host.rstrip("/"), headers=headers, timeout=_TIMEOUT
+            base_url=workspace.host.rstrip("/"),
+            headers=headers,
+            timeout=_TIMEOUT,
+            transport=_Transport(workspace.host),
         )
         self._users = 1  # the creator's share, released when it is done with it
         self._lock = threading.Lock()
@@ -334,7 +371,15 @@ class RemoteBackend:
             max_iteration_per_run=max_iteration_per_run,
         )
         try:
-            backend.snapshot()  # fails now, not later, if the server has no such conversation
+            served = backend.snapshot(as_served=True)  # fails now if the server has no such id
+            if agent is not None and _without_key(served.agent) != _without_key(agent):
+                raise _remote_error_class(ConversationConflictError)(
+                    409,
+                    f"conversation {conversation_id!r} on {connection.workspace.host} runs another "
+                    f"agent ({served.agent.llm.model!r}, {len(served.agent.tools)} tools) than "
+                    f"the one given ({agent.llm.model!r}, {len(agent.tools)} tools); attach "
+                    "without an agent (RemoteConversation.attach), or fork it with yours",
+                )
         except BaseException:
             backend.close()
             raise
@@ -363,8 +408,12 @@ class RemoteBackend:
         page = raise_for_status(response).json()
         return [Event.model_validate(item) for item in page["items"]]
 
-    def snapshot(self) -> ConversationState:
-        """The conversation as the server holds it now (one request; events load lazily)."""
+    def snapshot(self, *, as_served: bool = False) -> ConversationState:
+        """The conversation as the server holds it now (one request; events load lazily).
+
+        The agent is the one this client gave (with its API key, which the
+        server shows redacted), unless ``as_served``.
+        """
         with self._events_lock:
             known = self._events
         params: dict[str, Any] = {"known": len(known)}
@@ -384,7 +433,7 @@ class RemoteBackend:
             if len(events) > len(self._events):
                 self._events = events
         changes: dict[str, Any] = {"events": events, "workspace": self.workspace}
-        if self._agent is not None:
+        if self._agent is not None and not as_served:
             changes["agent"] = self._agent  # the server shows the api key redacted
         return state._replace(**changes)
 
@@ -488,6 +537,10 @@ class RemoteBackend:
     def pause(self) -> None:
         """Ask the server to pause the run after its current step (returns at once)."""
         raise_for_status(self._client.post(self._path("/pause")))
+
+    def interrupt(self) -> None:
+        """Ask the server to end the run now (returns at once)."""
+        raise_for_status(self._client.post(self._path("/interrupt")))
 
     def close(self) -> None:
         """Let go of the connection (closed with its last user); the conversation stays."""

@@ -156,14 +156,19 @@ class Runner:
         snapshot: Callable[[], ConversationState],
         commit: Callable[[Change], object],
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+        settle: Callable[[ExecutionStatus], object] | None = None,
     ) -> None:
         check_max_iteration_per_run(max_iteration_per_run)
         self.max_iteration_per_run = max_iteration_per_run
         self._snapshot = snapshot
         self._commit_change = commit
+        # Sets the status in memory only, for when the store refuses to record why a run
+        # stopped: the conversation must not go on showing "running".
+        self._settle = settle
         self._lock = threading.Lock()
         self._active = False
         self._pause_requested = False
+        self._interrupted = False
         self._tools: dict[str, ToolDefinition[Any]] = {}
         self._tools_agent: Agent | None = None
 
@@ -177,6 +182,22 @@ class Runner:
         with self._lock:
             if self._active:
                 self._pause_requested = True
+
+    def interrupt(self) -> None:
+        """End the run now: kill running tool commands, run no further call, stop (no-op idle).
+
+        The killed command's result and the calls left unrun are recorded,
+        then the run ends ``paused`` as after :meth:`pause`. An LLM call in
+        flight is not cut off: its answer is recorded, its tool calls are not run.
+        """
+        with self._lock:
+            if not self._active:
+                return
+            self._pause_requested = True
+            self._interrupted = True
+            tools = list(self._tools.values())
+        for tool in tools:
+            tool.close()
 
     def close(self) -> None:
         """Stop after the current step and kill running tool processes."""
@@ -195,6 +216,7 @@ class Runner:
                 )
             self._active = True
             self._pause_requested = False
+            self._interrupted = False
         try:
             self._loop()
         except BaseException as error:
@@ -205,6 +227,7 @@ class Runner:
             with self._lock:
                 self._active = False
                 self._pause_requested = False
+                self._interrupted = False
 
     # -- the loop ------------------------------------------------------------
 
@@ -220,14 +243,17 @@ class Runner:
     def _record_crash(self, error: BaseException) -> None:
         if self._snapshot().execution_status is not ExecutionStatus.RUNNING:
             return
+        status = ExecutionStatus.ERROR if isinstance(error, Exception) else ExecutionStatus.PAUSED
         try:
-            if isinstance(error, Exception):
+            if status is ExecutionStatus.ERROR:
                 message = f"the run stopped: {type(error).__name__}: {error}"
-                self._finish(ExecutionStatus.ERROR, AgentErrorEvent(error=message))
+                self._finish(status, AgentErrorEvent(error=message))
             else:
-                self._finish(ExecutionStatus.PAUSED, PauseEvent())
+                self._finish(status, PauseEvent())
         except Exception:
             logger.exception("could not record why conversation %s stopped", self._snapshot().id)
+            if self._settle is not None:
+                self._settle(status)
 
     def _loop(self) -> None:
         agent = self._snapshot().agent
@@ -350,6 +376,15 @@ class Runner:
         results: list[Event] = []
         crashed = False
         for action, call in zip(actions, response.tool_calls, strict=True):
+            if self._interrupted:
+                results.append(
+                    AgentErrorEvent(
+                        error="not run: the run was interrupted",
+                        tool_call_id=action.tool_call_id,
+                        tool_name=action.tool_name,
+                    )
+                )
+                continue
             if crashed:
                 results.append(
                     AgentErrorEvent(

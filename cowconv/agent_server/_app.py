@@ -36,8 +36,11 @@ from cowconv._events import AnyEvent, Event
 from cowconv._exceptions import (
     ConversationConflictError,
     ConversationNotFoundError,
+    CorruptStoreError,
     EventNotFoundError,
     InvalidValueError,
+    StoreError,
+    StoreLockedError,
 )
 from cowconv._history import EventLog
 from cowconv._state import ConversationInfo
@@ -241,6 +244,11 @@ def _add_error_handlers(app: FastAPI) -> None:
         EventNotFoundError: 404,
         ConversationConflictError: 409,
         InvalidValueError: 422,
+        # The store: a damaged row (which DELETE still removes), a file held by another
+        # process, a stale write (another server on the same data changed it).
+        CorruptStoreError: 500,
+        StoreLockedError: 503,
+        StoreError: 409,
     }
 
     async def known_error(_request: Request, error: Exception) -> JSONResponse:
@@ -545,6 +553,16 @@ def _add_run_routes(api: APIRouter, registry: ConversationRegistry) -> None:
     def pause(conversation_id: str) -> ConversationInfo:
         """Ask a running conversation to pause after its current step."""
         return ConversationInfo.of(registry.pause(conversation_id))
+
+    @api.post(
+        "/{conversation_id}/interrupt", response_model=ConversationInfo, responses=_errors(404)
+    )
+    def interrupt(conversation_id: str) -> ConversationInfo:
+        """End a run now: kill its running command, run no further tool call, end paused.
+
+        Answers at once; follow the end on the event stream. Idle: does nothing.
+        """
+        return ConversationInfo.of(registry.interrupt(conversation_id))
 
     @api.post(
         "/{conversation_id}/fork",

@@ -10,9 +10,9 @@ True
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, field_validator
 
 from cowconv._agent import Agent
 from cowconv._events import AnyEvent
@@ -37,7 +37,16 @@ __all__ = [
     "StreamStatus",
 ]
 
-ConversationId = str
+
+def _plain_id(value: str) -> str:
+    # The schema's pattern is matched by pydantic's regex engine, whose idea of whitespace
+    # is not Python's ('\x1f', '\xa0'): check again as the library will.
+    if any(character.isspace() for character in value) or "/" in value:
+        raise ValueError("an id holds no whitespace and no '/'")
+    return value
+
+
+ConversationId = Annotated[str, AfterValidator(_plain_id)]
 _ID = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\s/]+$")
 
 

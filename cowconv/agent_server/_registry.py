@@ -25,7 +25,11 @@ from collections.abc import Callable, Mapping
 from cowconv._agent import Agent
 from cowconv._conversation import Conversation, check_conversation_id
 from cowconv._events import Event
-from cowconv._exceptions import ConversationConflictError, ConversationNotFoundError
+from cowconv._exceptions import (
+    ConversationConflictError,
+    ConversationNotFoundError,
+    CorruptStoreError,
+)
 from cowconv._ids import ConversationID, id_text
 from cowconv._local import LocalBackend
 from cowconv._state import ConversationInfo, ConversationState, check_tags
@@ -101,7 +105,10 @@ class ConversationRegistry:
 
     def get(self, conversation_id: ConversationID) -> Conversation:
         """The live conversation ``conversation_id``, reopened from the store if needed."""
-        conversation_id = id_text(conversation_id)
+        try:
+            conversation_id = id_text(conversation_id)
+        except ValueError:  # no conversation can have that id (a blank path segment)
+            raise ConversationNotFoundError(str(conversation_id)) from None
         with self._lock:
             conversation = self._live.get(conversation_id)
             if conversation is None:
@@ -253,6 +260,12 @@ class ConversationRegistry:
         conversation.pause()
         return conversation.state
 
+    def interrupt(self, conversation_id: str) -> ConversationState:
+        """End a run now (its command killed); the current snapshot."""
+        conversation = self.get(conversation_id)
+        conversation.interrupt()
+        return conversation.state
+
     # -- streaming ---------------------------------------------------------------
 
     def subscribe(self, conversation_id: str, waker: Waker) -> Callable[[], None]:
@@ -264,8 +277,20 @@ class ConversationRegistry:
     # -- removing ----------------------------------------------------------------
 
     def delete(self, conversation_id: str) -> None:
-        """Remove a conversation; :class:`ConversationConflictError` while it runs."""
-        conversation = self.get(conversation_id)
+        """Remove a conversation; :class:`ConversationConflictError` while it runs.
+
+        One whose stored state cannot be read (:class:`~cowconv.CorruptStoreError`)
+        is removed all the same.
+        """
+        try:
+            conversation = self.get(conversation_id)
+        except CorruptStoreError:
+            with self._lock:
+                self._store.delete(conversation_id)
+                hub = self._hubs.pop(conversation_id, None)
+            if hub is not None:
+                hub.notify()
+            return
         with self._lock:
             if conversation_id in self._runs:
                 raise ConversationConflictError(
