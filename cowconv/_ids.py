@@ -21,6 +21,8 @@ from typing import Annotated, TypeAlias
 
 from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
+from cowconv._exceptions import InvalidValueError
+
 __all__ = ["ConversationID", "ConversationIDField", "id_text", "new_id", "public_id"]
 
 ConversationID: TypeAlias = uuid.UUID | str
@@ -35,10 +37,10 @@ def new_id() -> str:
 def id_text(conversation_id: object, *, name: str = "conversation_id") -> str:
     """The text of an id: a UUID in its canonical form, a non-empty string as it is.
 
-    >>> id_text("")
+    >>> id_text("")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: conversation_id must be a uuid.UUID or a non-empty string, got ''
+    cowconv._exceptions.InvalidValueError: conversation_id must be ... got ''
     """
     if isinstance(conversation_id, uuid.UUID):
         return str(conversation_id)
@@ -46,7 +48,9 @@ def id_text(conversation_id: object, *, name: str = "conversation_id") -> str:
         from cowconv._frozen import check_text
 
         return check_text(conversation_id, name)
-    raise ValueError(f"{name} must be a uuid.UUID or a non-empty string, got {conversation_id!r}")
+    # InvalidValueError (a ValueError) so the server answers 422, not 500, to a blank id in a path.
+    message = f"{name} must be a uuid.UUID or a non-empty string, got {conversation_id!r}"
+    raise InvalidValueError(message)
 
 
 def public_id(text: ConversationID) -> ConversationID:

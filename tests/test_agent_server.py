@@ -243,6 +243,16 @@ class TestGetAndDelete:
         response = client.request(method, f"/api/conversations/nope{path}")
         assert response.status_code == 404 and "nope" in response.json()["detail"]
 
+    @pytest.mark.parametrize(
+        ("method", "path"),
+        [("GET", ""), ("DELETE", ""), ("GET", "/events"), ("POST", "/run"), ("POST", "/fork")],
+    )
+    def test_blank_conversation_id(self, client: TestClient, method: str, path: str):
+        """422 (not a 500) for an id that can never exist: blank, or whitespace only."""
+        response = client.request(method, f"/api/conversations/%20{path}")
+        assert response.status_code == 422, response.text
+        assert "non-empty" in response.json()["detail"]
+
     def test_unknown_conversation_message(self, client: TestClient):
         """404 when sending a message to an unknown conversation."""
         response = client.post("/api/conversations/nope/messages", json={"text": "hi"})
