@@ -105,10 +105,7 @@ class ConversationRegistry:
 
     def get(self, conversation_id: ConversationID) -> Conversation:
         """The live conversation ``conversation_id``, reopened from the store if needed."""
-        try:
-            conversation_id = id_text(conversation_id)
-        except ValueError:  # no conversation can have that id (a blank path segment)
-            raise ConversationNotFoundError(str(conversation_id)) from None
+        conversation_id = id_text(conversation_id)
         with self._lock:
             conversation = self._live.get(conversation_id)
             if conversation is None:
