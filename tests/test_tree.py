@@ -13,6 +13,7 @@ from cowconv import (
     EventLog,
     EventNotFoundError,
     ExecutionStatus,
+    MemoryStore,
     MessageEvent,
     RemoteConversation,
     RemoteError,
@@ -259,3 +260,52 @@ class TestPersistedTree:
         assert texts(store.load(fork.id).events) == ["root", "a1", "a2"]
         with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:
             assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 3
+
+
+class TestExportedTree:
+    @pytest.mark.parametrize("kind", ["memory", "sqlite"])
+    def test_export_import_keeps_every_branch(self, tmp_path, kind):
+        """An export carries every branch of a conversation and its forks; import restores them."""
+
+        def store(name: str):
+            return MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / name)
+
+        source = store("a.db")
+        conversation = Conversation(agent=AGENT, workspace=".", visualizer=None, store=source)
+        e0, e1, _ = three(conversation)
+        conversation.navigate_to(e0.id)
+        b1 = conversation.send_message("b1")
+        conversation.navigate_to(e1.id)
+        conversation.send_message("c2")
+        fork = conversation.fork()
+        fork.navigate_to(b1.id)
+        fork.send_message("f")
+        conversation.navigate_to(b1.id)
+        document = source.export_conversation(conversation.id, with_forks=True)
+        target = store("b.db")
+        assert [str(i) for i in target.import_conversations(document)] == [
+            str(conversation.id),
+            str(fork.id),
+        ]
+        for original in (conversation, fork):
+            loaded = target.load(original.id)
+            assert [texts(b) for b in loaded.branches] == [
+                texts(b) for b in original.state.branches
+            ]
+            assert loaded.leaf_event_id == original.state.leaf_event_id
+
+    def test_a_bad_branch_is_refused_whole(self, tmp_path):
+        """A branch sharing more events than its conversation has: the import stores nothing."""
+        import json
+
+        source = MemoryStore()
+        conversation = Conversation(agent=AGENT, workspace=".", visualizer=None, store=source)
+        e0, _, _ = three(conversation)
+        conversation.navigate_to(e0.id)
+        conversation.send_message("b1")
+        document = json.loads(source.export_conversation(conversation.id))
+        document["conversations"][0]["branches"][0]["shared"] = 99
+        target = SQLiteStore(tmp_path / "b.db")
+        with pytest.raises(ValueError, match="shared"):
+            target.import_conversations(json.dumps(document))
+        assert target.list() == []

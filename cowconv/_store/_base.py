@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from cowconv._events import Event
+from cowconv._history import EventLog
 from cowconv._ids import ConversationID
 from cowconv._state import ConversationInfo, ConversationState, ExecutionStatus
 
@@ -131,12 +132,26 @@ def _strip_secrets(exposed: Any, masked: Any) -> Any:
 
 def dump_state(state: ConversationState, *, include_secrets: bool = True) -> dict[str, Any]:
     """Everything of ``state`` but its events as JSON data; secrets in clear or ``None``."""
-    # Exports carry the active branch of each conversation (not its other branches).
+    # Events and other branches travel beside the state (see export_document), shared, not repeated.
     skipped = {"events", "other_branches"}
     exposed = state.model_dump(mode="json", exclude=skipped, context={"expose_secrets": True})
     if include_secrets:
         return exposed
     return _strip_secrets(exposed, state.model_dump(mode="json", exclude=skipped))  # type: ignore[no-any-return]
+
+
+def _dump_events(events: EventLog, start: int) -> list[Any]:
+    return [events[position].model_dump(mode="json") for position in range(start, len(events))]
+
+
+def common_prefix(first: EventLog, second: EventLog) -> int:
+    """How many first events two histories share (by event id)."""
+    shared = 0
+    for mine, theirs in zip(first, second, strict=False):
+        if mine.id != theirs.id:
+            break
+        shared += 1
+    return shared
 
 
 def export_document(records: Iterable[ExportRecord], *, include_secrets: bool) -> str:
@@ -149,9 +164,15 @@ def export_document(records: Iterable[ExportRecord], *, include_secrets: bool) -
                 "parent": record.parent,
                 "fork_len": record.fork_len,
                 "state": dump_state(record.state, include_secrets=include_secrets),
-                "events": [
-                    events[position].model_dump(mode="json")
-                    for position in range(record.fork_len, len(events))
+                "events": _dump_events(events, record.fork_len),
+                # Each other branch of the conversation tree: what it shares with the active
+                # branch, then its own events.
+                "branches": [
+                    {
+                        "shared": (shared := common_prefix(events, branch)),
+                        "events": _dump_events(branch, shared),
+                    }
+                    for branch in record.state.other_branches
                 ],
             }
         )
@@ -208,8 +229,18 @@ def _parse_export(data: str | bytes) -> Iterator[ExportRecord]:
         if str(state.id) in seen:
             raise ValueError(f"conversation {state.id!r} appears twice in the export")
         try:
-            state = state._replace(events=base.extend(own))
-        except ValueError as error:
+            events = base.extend(own)
+            branches = tuple(_parse_branch(events, branch) for branch in record.get("branches", ()))
+            state = state._replace(events=events, other_branches=branches)
+        except (ValueError, KeyError, TypeError, ValidationError) as error:
             raise ValueError(f"conversation {state.id!r}: {error}") from None
         seen[str(state.id)] = state
         yield ExportRecord(state, parent, fork_len)
+
+
+def _parse_branch(events: EventLog, branch: Any) -> EventLog:
+    """An other branch of an exported conversation: a prefix of ``events`` plus its own."""
+    shared = branch["shared"]
+    if not isinstance(shared, int) or isinstance(shared, bool) or not 0 <= shared <= len(events):
+        raise ValueError(f"a branch has an invalid 'shared' count {shared!r}")
+    return events.take(shared).extend(Event.model_validate(event) for event in branch["events"])

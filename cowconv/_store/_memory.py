@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from cowconv._exceptions import ConversationExistsError, ConversationNotFoundError, StoreError
 from cowconv._ids import ConversationID, id_text
 from cowconv._state import ConversationInfo, ConversationState, check_tags
-from cowconv._store._base import ExportRecord, export_document, parse_export
+from cowconv._store._base import ExportRecord, common_prefix, export_document, parse_export
 
 __all__ = ["MemoryStore"]
 
@@ -129,7 +129,9 @@ class MemoryStore:
                 parent = None if source is None else exported.get(id_text(source))
                 if parent is None or id_text(state.id) in exported:
                     continue
-                shared = state.forked_from_event_count or 0
+                # What it shares with its parent's active branch as exported now (the parent
+                # may have navigated since the fork).
+                shared = common_prefix(parent.events, state.events)
                 records.append(ExportRecord(state, id_text(parent.id), shared))
                 exported[id_text(state.id)] = state
         return export_document(records, include_secrets=include_secrets)

@@ -470,16 +470,19 @@ class SQLiteStore:
         """
         with self._transaction(write=False) as db:
             row = self._row(db, conversation_id)
-            events = self._history(db, row.key, row.event_count)
-            branches = tuple(
-                self._history(db, key, count)
-                for key, count in self._branch_rows(db, id_text(conversation_id))
-            )
-        state = self._state(row, events, id_text(conversation_id))
-        if branches:
-            state = state._replace(other_branches=branches)
+            state = self._tree_state(db, row, id_text(conversation_id))
         self._track(state, row.token)
         return state
+
+    def _tree_state(
+        self, db: sqlite3.Connection, row: _Row, conversation_id: str
+    ) -> ConversationState:
+        """The snapshot of ``row`` with every branch of its conversation tree."""
+        state = self._state(row, self._history(db, row.key, row.event_count), conversation_id)
+        branches = tuple(
+            self._history(db, key, count) for key, count in self._branch_rows(db, conversation_id)
+        )
+        return state._replace(other_branches=branches) if branches else state
 
     def _other_branches(self, conversation_id: ConversationID) -> builtins.list[tuple[str, int]]:
         """(leaf event id, event count) of each other branch of a conversation, in order."""
@@ -908,15 +911,7 @@ class SQLiteStore:
         """
         with self._transaction(write=False) as db:
             root = self._row(db, conversation_id)
-            records = [
-                ExportRecord(
-                    self._state(
-                        root,
-                        self._history(db, root.key, root.event_count),
-                        id_text(conversation_id),
-                    )
-                )
-            ]
+            records = [ExportRecord(self._tree_state(db, root, id_text(conversation_id)))]
             # Forks of tombstones belong to the nearest exported ancestor.
             pending = [(root.key, id_text(conversation_id), root.event_count)] if with_forks else []
             while pending:
@@ -932,8 +927,7 @@ class SQLiteStore:
                     if child_id is None:
                         pending.append((child.key, ancestor, reach))
                         continue
-                    events = self._history(db, child.key, child.event_count)
-                    state = self._state(child, events, child_id)
+                    state = self._tree_state(db, child, child_id)
                     records.append(ExportRecord(state, ancestor, reach))
                     pending.append((child.key, child_id, child.event_count))
         return export_document(records, include_secrets=include_secrets)
