@@ -31,6 +31,7 @@ from pyrsistent import PMap
 
 from cowconv._agent import Agent
 from cowconv._events import Event
+from cowconv._exceptions import ConversationRunningError, InvalidTypeError, InvalidValueError
 from cowconv._ids import ConversationID
 from cowconv._state import ConversationState
 
@@ -67,12 +68,12 @@ def check_max_iteration_per_run(value: object) -> None:
     >>> check_max_iteration_per_run(0)
     Traceback (most recent call last):
     ...
-    ValueError: max_iteration_per_run must be at least 1, got 0
+    cowconv._exceptions.InvalidValueError: max_iteration_per_run must be at least 1, got 0
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"max_iteration_per_run must be an int, got {type(value).__name__}")
+        raise InvalidTypeError(f"max_iteration_per_run must be an int, got {type(value).__name__}")
     if value < 1:
-        raise ValueError(f"max_iteration_per_run must be at least 1, got {value}")
+        raise InvalidValueError(f"max_iteration_per_run must be at least 1, got {value}")
 
 
 def notify(callbacks: Iterable[EventCallback], event: Event) -> None:
@@ -173,7 +174,7 @@ class NavigateTo:
         from cowconv._tree import navigate
 
         if state.execution_status is ExecutionStatus.RUNNING:
-            raise RuntimeError(
+            raise ConversationRunningError(
                 f"conversation {state.id} is running; pause() it before navigate_to()"
             )
         try:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cowconv._events import Event
-from cowconv._exceptions import BranchError
+from cowconv._exceptions import BranchError, InvalidTypeError, InvalidValueError
 from cowconv._frozen import FrozenJSONMap
 from cowconv._history import EventLog
 from cowconv._ids import ConversationID
@@ -229,13 +229,13 @@ class BranchOutcome:
         """An outcome back from its bytes."""
         outcome = _load_quietly(data)
         if not isinstance(outcome, BranchOutcome):
-            raise TypeError(f"expected a BranchOutcome from the worker, got {type(outcome)}")
+            raise InvalidTypeError(f"expected a BranchOutcome from the worker, got {type(outcome)}")
         return outcome
 
     def apply(self, state: ConversationState) -> ConversationState:
         """``state`` (the caller's fork) with this outcome committed to it."""
         if self.stats is None or self.agent_state is None:
-            raise ValueError("a failed outcome has nothing to apply")
+            raise InvalidValueError("a failed outcome has nothing to apply")
         return state._replace(
             events=state.events.extend(self.events),
             stats=self.stats,
@@ -297,7 +297,7 @@ def _prefix(key: str, load: Callable[[], bytes]) -> EventLog:
         if events is None:
             loaded = _load_quietly(zlib.decompress(load()))
             if not isinstance(loaded, EventLog):
-                raise TypeError(f"a shared prefix must be an EventLog, got {type(loaded)}")
+                raise InvalidTypeError(f"a shared prefix must be an EventLog, got {type(loaded)}")
             events = loaded
             # Render the model's view of the prefix once: every branch of the suite on this
             # worker continues from it instead of rendering the whole history again.
@@ -347,7 +347,7 @@ def run_branch_job(job_data: bytes, load_prefix: Callable[[], bytes]) -> bytes:
 
     job = _load_quietly(job_data)
     if not isinstance(job, BranchJob):
-        raise TypeError(f"expected a BranchJob, got {type(job).__name__}")
+        raise InvalidTypeError(f"expected a BranchJob, got {type(job).__name__}")
     try:
         for tool in job.tools:
             register_tool(tool)

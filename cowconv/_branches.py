@@ -28,7 +28,7 @@ from cowconv._backend import EventCallback
 from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
 from cowconv._conversation import Conversation
 from cowconv._events import AgentErrorEvent
-from cowconv._exceptions import BranchError, BranchesError
+from cowconv._exceptions import BranchError, BranchesError, InvalidTypeError, InvalidValueError
 from cowconv._history import EventLog
 from cowconv._state import ConversationState, ExecutionStatus
 
@@ -53,9 +53,11 @@ class Branch:
 
     def __post_init__(self) -> None:
         if not isinstance(self.message, str):
-            raise TypeError(f"a branch message must be a str, got {type(self.message).__name__}")
+            raise InvalidTypeError(
+                f"a branch message must be a str, got {type(self.message).__name__}"
+            )
         if self.agent is not None and not isinstance(self.agent, Agent):
-            raise TypeError(f"a branch agent must be a cowconv.Agent, got {self.agent!r}")
+            raise InvalidTypeError(f"a branch agent must be a cowconv.Agent, got {self.agent!r}")
 
 
 class BranchRuns(list[Conversation]):
@@ -146,11 +148,13 @@ def run_branches(
     specs = [Branch(b) if isinstance(b, str) else b for b in branches]
     for spec in specs:
         if not isinstance(spec, Branch):
-            raise TypeError(f"branches must be Branch values or str, got {type(spec).__name__}")
+            raise InvalidTypeError(
+                f"branches must be Branch values or str, got {type(spec).__name__}"
+            )
     if max_workers is not None and max_workers < 1:
-        raise ValueError(f"max_workers must be at least 1, got {max_workers}")
+        raise InvalidValueError(f"max_workers must be at least 1, got {max_workers}")
     if executor is not None and not callable(getattr(executor, "run_jobs", None)):
-        raise TypeError(
+        raise InvalidTypeError(
             f"executor must have a run_jobs(prefix, jobs) method (a BranchExecutor), "
             f"got {type(executor).__name__}"
         )

@@ -36,6 +36,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, model_validator
 
 from cowconv._events import CondensationEvent, Event, MessageEvent
+from cowconv._exceptions import InvalidValueError
 from cowconv._frozen import CheckedModel
 from cowconv._history import EventLog
 from cowconv._llm import LLM, LLMResponse
@@ -154,7 +155,7 @@ class LLMSummarizingCondenser(CheckedModel):
     @model_validator(mode="after")
     def _room_for_recent_events(self) -> LLMSummarizingCondenser:
         if self.keep_first >= self.max_size // 2:
-            raise ValueError(
+            raise InvalidValueError(
                 f"keep_first ({self.keep_first}) must be below max_size // 2 "
                 f"({self.max_size // 2}), or nothing recent would stay in view"
             )

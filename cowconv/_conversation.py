@@ -37,7 +37,7 @@ from cowconv._backend import (
     UpdateAgentState,
 )
 from cowconv._events import Event, MessageEvent, utc_now
-from cowconv._exceptions import ConversationExistsError
+from cowconv._exceptions import ConversationExistsError, InvalidTypeError, InvalidValueError
 from cowconv._frozen import check_text, freeze
 from cowconv._guards import guarded, unguarded
 from cowconv._ids import ConversationID, id_text, new_id, public_id
@@ -76,7 +76,7 @@ def _open_store(directory_or_store: str | os.PathLike[str] | Store) -> Store:
 
 def _store_for(persistence_dir: str | os.PathLike[str] | None, store: Store | None) -> Store | None:
     if persistence_dir is not None and store is not None:
-        raise ValueError("pass persistence_dir or store, not both")
+        raise InvalidValueError("pass persistence_dir or store, not both")
     return _open_store(persistence_dir) if persistence_dir is not None else store
 
 
@@ -141,9 +141,9 @@ class Conversation:
         stuck_detection: bool = True,
     ) -> None:
         if not isinstance(stuck_detection, bool):
-            raise TypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
+            raise InvalidTypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
         if not isinstance(agent, Agent):
-            raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
+            raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         workspace = Workspace.coerce(workspace)
         tags = check_tags(tags)
         shown = make_visualizer(visualizer)
@@ -152,7 +152,7 @@ class Conversation:
         backend: Backend
         if workspace.is_remote:
             if persistence_dir is not None or store is not None:
-                raise ValueError(
+                raise InvalidValueError(
                     "a conversation on an agent server is stored by the server: leave out "
                     "persistence_dir and store (start the server with --data-dir instead)"
                 )
@@ -331,14 +331,14 @@ class Conversation:
         True
         """
         if not isinstance(event, Event):
-            raise TypeError(f"expected an Event, got {type(event).__name__}")
+            raise InvalidTypeError(f"expected an Event, got {type(event).__name__}")
         self._backend.commit(AppendEvent(event))
         return event
 
     def send_message(self, text: str) -> MessageEvent:
         """Record a user message and return its event."""
         if not isinstance(text, str):
-            raise TypeError(f"send_message() takes a str, got {type(text).__name__}")
+            raise InvalidTypeError(f"send_message() takes a str, got {type(text).__name__}")
         check_text(text, "the message")
         event = MessageEvent(source="user", role="user", content=text)
         self.append_event(event)
@@ -352,13 +352,15 @@ class Conversation:
     def update_agent_state(self, changes: Mapping[str, Any]) -> None:
         """Merge JSON-like ``changes`` into ``state.agent_state``."""
         if not isinstance(changes, Mapping):
-            raise TypeError(f"agent state changes must be a mapping, got {type(changes).__name__}")
+            raise InvalidTypeError(
+                f"agent state changes must be a mapping, got {type(changes).__name__}"
+            )
         self._backend.commit(UpdateAgentState(freeze(changes)))
 
     def activate_skill(self, name: str) -> None:
         """Add a knowledge skill to ``state.activated_knowledge_skills`` (once)."""
         if not isinstance(name, str) or not name:
-            raise ValueError(f"skill name must be a non-empty string, got {name!r}")
+            raise InvalidValueError(f"skill name must be a non-empty string, got {name!r}")
         self._backend.commit(ActivateSkill(name))
 
     def navigate_to(self, event_id: str | None) -> None:
@@ -378,7 +380,7 @@ class Conversation:
         (True, 1)
         """
         if event_id is not None and not isinstance(event_id, str):
-            raise TypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
+            raise InvalidTypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
 
         self._backend.commit(NavigateTo(event_id))
 
@@ -418,11 +420,13 @@ class Conversation:
         if new_id == self.id:
             raise ConversationExistsError(id_text(new_id))
         if agent is not None and not isinstance(agent, Agent):
-            raise TypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
+            raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         if title is not None and not isinstance(title, str):
-            raise TypeError(f"title must be a str, got {type(title).__name__}")
+            raise InvalidTypeError(f"title must be a str, got {type(title).__name__}")
         if from_event_id is not None and not isinstance(from_event_id, str):
-            raise TypeError(f"from_event_id must be a str, got {type(from_event_id).__name__}")
+            raise InvalidTypeError(
+                f"from_event_id must be a str, got {type(from_event_id).__name__}"
+            )
         fork_tags = check_tags(tags)
         if title is not None:
             fork_tags["title"] = title
@@ -534,7 +538,9 @@ class RemoteConversation(Conversation):
         **options: Any,
     ) -> None:
         if not isinstance(workspace, Workspace) or not workspace.is_remote:
-            raise ValueError("a RemoteConversation needs a Workspace with host= (the server URL)")
+            raise InvalidValueError(
+                "a RemoteConversation needs a Workspace with host= (the server URL)"
+            )
         super().__init__(agent, workspace, **options)
 
     @classmethod

@@ -37,6 +37,7 @@ from pydantic import (
     model_validator,
 )
 
+from cowconv._exceptions import InvalidTypeError
 from cowconv._frozen import CheckedModel, FrozenJSON, FrozenJSONMap
 
 __all__ = [
@@ -127,10 +128,10 @@ class Event(_Frozen):
         super().__pydantic_init_subclass__(**kwargs)
         field = cls.model_fields.get("kind")
         if field is None or not isinstance(field.default, str):
-            raise TypeError(f"{cls.__name__} must declare kind: Literal['...'] = '...'")
+            raise InvalidTypeError(f"{cls.__name__} must declare kind: Literal['...'] = '...'")
         registered = _KINDS.get(field.default)
         if registered is not None and registered.__qualname__ != cls.__qualname__:
-            raise TypeError(
+            raise InvalidTypeError(
                 f"event kind {field.default!r} is already used by {registered.__name__}"
             )
         _KINDS[field.default] = cls

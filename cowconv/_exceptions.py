@@ -1,14 +1,19 @@
 """The exceptions cowconv raises.
 
-Every cowconv error derives from :class:`CowconvError`, so one ``except``
-catches them all. Errors about bad arguments stay ``ValueError``/``TypeError``
-(the Python convention); the classes below add what is specific to us::
+Every error cowconv raises derives from :class:`CowconvError`, so one
+``except`` catches them all. Each also keeps the built-in base a Python user
+expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
+``KeyError`` for a missing key, ...), so ``except ValueError`` works as well::
 
     CowconvError
     ├── ConversationNotFoundError (also KeyError)
     ├── EventNotFoundError (also ValueError and KeyError)
     ├── ConversationConflictError
-    │   └── ConversationExistsError (also ValueError)
+    │   ├── ConversationExistsError (also ValueError)
+    │   └── ConversationRunningError (also RuntimeError)
+    ├── EventIndexError (also IndexError)
+    ├── FrozenInstanceError (also AttributeError)
+    ├── InvalidTypeError (also TypeError)
     ├── InvalidValueError (also ValueError)
     ├── LLMError
     ├── StoreError
@@ -16,6 +21,8 @@ catches them all. Errors about bad arguments stay ``ValueError``/``TypeError``
     │   ├── SchemaVersionError
     │   └── StoreLockedError
     ├── RemoteError (status_code, message)
+    ├── ServiceError (also RuntimeError)
+    ├── WorkspaceMissingError (also FileNotFoundError)
     ├── BranchError (index, conversation_id): one branch of a suite could not run
     └── BranchesError (also ExceptionGroup): the branch runs that raised, and every fork
 
@@ -44,13 +51,19 @@ __all__ = [
     "ConversationNotFoundError",
     "CorruptStoreError",
     "CowconvError",
+    "ConversationRunningError",
+    "EventIndexError",
     "EventNotFoundError",
+    "FrozenInstanceError",
+    "InvalidTypeError",
     "InvalidValueError",
     "LLMError",
     "RemoteError",
     "SchemaVersionError",
+    "ServiceError",
     "StoreError",
     "StoreLockedError",
+    "WorkspaceMissingError",
 ]
 
 
@@ -132,10 +145,72 @@ class ConversationExistsError(ConversationConflictError, ValueError):
         self.conversation_id = conversation_id
 
 
-class InvalidValueError(CowconvError, ValueError):
-    """A value cowconv could not store and load back unchanged, refused before it is recorded.
+class ConversationRunningError(ConversationConflictError, RuntimeError):
+    """The conversation is running, and this needs it idle (a second ``run()``, ``navigate_to``).
 
-    NaN and infinity, JSON nested deeper than :data:`cowconv.MAX_DEPTH`, and
+    >>> issubclass(ConversationRunningError, RuntimeError)
+    True
+    """
+
+
+class EventIndexError(CowconvError, IndexError):
+    """A position past the end of a history.
+
+    >>> from cowconv import EventLog
+    >>> try:
+    ...     EventLog()[0]
+    ... except IndexError as error:
+    ...     print(type(error).__name__)
+    EventIndexError
+    """
+
+
+class FrozenInstanceError(CowconvError, AttributeError):
+    """An attribute of an immutable snapshot was set (as attrs' frozen classes raise).
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> try:
+    ...     conversation.state.tags = {}
+    ... except AttributeError as error:
+    ...     print(type(error).__name__)
+    FrozenInstanceError
+    """
+
+
+class InvalidTypeError(CowconvError, TypeError):
+    """An argument of a type cowconv does not take.
+
+    >>> from cowconv import EventLog
+    >>> try:
+    ...     EventLog(["not an event"])
+    ... except TypeError as error:
+    ...     print(type(error).__name__)
+    InvalidTypeError
+    """
+
+
+class ServiceError(CowconvError, RuntimeError):
+    """A service cowconv starts or relies on is not there or went away.
+
+    The in-process agent server or stub LLM server did not start (or is used
+    outside its ``with`` block), Ray was not initialised, a worker died.
+
+    >>> from cowconv.testing import StubLLMServer
+    >>> try:
+    ...     StubLLMServer().base_url
+    ... except RuntimeError as error:
+    ...     print(type(error).__name__)
+    ServiceError
+    """
+
+
+class InvalidValueError(CowconvError, ValueError):
+    """A value or argument cowconv refuses, before anything is recorded.
+
+    Out-of-range and malformed arguments, and values that could not be
+    stored and loaded back unchanged: NaN and infinity, JSON nested deeper
+    than :data:`cowconv.MAX_DEPTH`, and
     text that is not valid Unicode (a lone surrogate). Inside a pydantic
     model it surfaces as that model's ``ValidationError`` (also a ``ValueError``).
 
@@ -267,3 +342,11 @@ class BranchesError(ExceptionGroup[Exception], CowconvError):
 
     def derive(self, errors: Sequence[Exception]) -> BranchesError:  # type: ignore[override]
         return BranchesError(self.message, errors, self.forks)
+
+
+class WorkspaceMissingError(CowconvError, FileNotFoundError):
+    """The workspace directory a tool runs in is gone (it existed when the conversation began).
+
+    >>> issubclass(WorkspaceMissingError, OSError)
+    True
+    """

@@ -40,7 +40,7 @@ from pydantic import (
 )
 from pyrsistent import PMap, pmap
 
-from cowconv._exceptions import InvalidValueError
+from cowconv._exceptions import InvalidTypeError, InvalidValueError
 
 __all__ = [
     "MAX_DEPTH",
@@ -120,12 +120,14 @@ def _freeze(value: Any, depth: int) -> Any:
         items = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise TypeError(f"JSON object keys must be str, got {type(key).__name__}: {key!r}")
+                raise InvalidTypeError(
+                    f"JSON object keys must be str, got {type(key).__name__}: {key!r}"
+                )
             items[check_text(key, "a JSON object key")] = _freeze(item, depth + 1)
         return pmap(items)
     if isinstance(value, list | tuple):
         return tuple(_freeze(item, depth + 1) for item in value)
-    raise TypeError(f"{type(value).__name__} is not a JSON value: {value!r}")
+    raise InvalidTypeError(f"{type(value).__name__} is not a JSON value: {value!r}")
 
 
 def thaw(value: Any) -> Any:
@@ -150,7 +152,7 @@ def _freeze_json(value: Any) -> Any:
     try:
         return freeze(value)
     except TypeError as error:
-        raise ValueError(str(error)) from None
+        raise InvalidValueError(str(error)) from None
     except RecursionError:  # a value nested so deep Python gave up before MAX_DEPTH could
         raise InvalidValueError(f"JSON value nested deeper than {MAX_DEPTH} levels") from None
 
@@ -158,16 +160,16 @@ def _freeze_json(value: Any) -> Any:
 def _freeze_object(value: Any) -> PMap[str, Any]:
     frozen = _freeze_json(value)
     if not isinstance(frozen, PMap):
-        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+        raise InvalidValueError(f"expected a JSON object, got {type(value).__name__}")
     return frozen
 
 
 def _freeze_str_map(value: Any) -> PMap[str, str]:
     if not isinstance(value, Mapping):
-        raise ValueError(f"expected a mapping of str to str, got {type(value).__name__}")
+        raise InvalidValueError(f"expected a mapping of str to str, got {type(value).__name__}")
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            raise ValueError(f"expected str keys and str values, got {key!r}: {item!r}")
+            raise InvalidValueError(f"expected str keys and str values, got {key!r}: {item!r}")
         check_text(key, "a key")
         check_text(item, "a value")
     return value if isinstance(value, PMap) else pmap(value)

@@ -18,10 +18,10 @@ and drop it. None of them is silently lost here:
 >>> _ = conversation.state.events.append(MessageEvent(source="user", role="user", content="hi"))
 >>> len(conversation.state.events)
 1
->>> conversation.state.tags["owner"] = "ci"
+>>> conversation.state.tags["owner"] = "ci"  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-TypeError: state.tags is an immutable snapshot: use conversation.set_tag(key, value)
+cowconv._exceptions.InvalidTypeError: state.tags is an immutable snapshot: use ...set_tag(...)
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from pyrsistent import PMap
 
 from cowconv._events import Event
+from cowconv._exceptions import InvalidTypeError
 from cowconv._history import EventLog
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class ConversationEvents(EventLog):
     def _conversation(self) -> Conversation:
         conversation = self._owner()
         if conversation is None:
-            raise TypeError(
+            raise InvalidTypeError(
                 "this history belonged to a conversation that no longer exists; "
                 "EventLog(...) builds a free-standing history"
             )
@@ -88,7 +89,9 @@ class SnapshotMap(PMap[str, Any]):
     _field: str
 
     def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
-        raise TypeError(f"state.{self._field} is an immutable snapshot: use {_HINTS[self._field]}")
+        raise InvalidTypeError(
+            f"state.{self._field} is an immutable snapshot: use {_HINTS[self._field]}"
+        )
 
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse
 

@@ -67,6 +67,12 @@ from pydantic_core import core_schema
 from pyrsistent import PVector, pvector
 
 from cowconv._events import AnyEvent, Event
+from cowconv._exceptions import (
+    EventIndexError,
+    EventNotFoundError,
+    InvalidTypeError,
+    InvalidValueError,
+)
 
 __all__ = ["VECTOR_IMPLEMENTATION", "EventLog"]
 
@@ -140,9 +146,9 @@ class EventLog(Sequence[Event]):
             with ids.mutate() as mutable:
                 for position, event in enumerate(chunk):
                     if not isinstance(event, Event):
-                        raise TypeError(f"EventLog holds events, got {type(event).__name__}")
+                        raise InvalidTypeError(f"EventLog holds events, got {type(event).__name__}")
                     if event.id in mutable:
-                        raise ValueError(f"event id {event.id!r} appears twice")
+                        raise InvalidValueError(f"event id {event.id!r} appears twice")
                     mutable[event.id] = position
                 ids = mutable.finish()
         layout = ((chunk,), (0,)) if chunk else ((), ())
@@ -205,7 +211,7 @@ class EventLog(Sequence[Event]):
         if index < 0:
             index += length
         if not 0 <= index < length:
-            raise IndexError(f"event index out of range (history has {length} events)")
+            raise EventIndexError(f"event index out of range (history has {length} events)")
         starts = self._starts
         if len(starts) == 1:
             return self._chunks[0][index]
@@ -252,11 +258,11 @@ class EventLog(Sequence[Event]):
         >>> EventLog().index_of("nope")
         Traceback (most recent call last):
         ...
-        KeyError: "no event with id 'nope' in this history"
+        cowconv._exceptions.EventNotFoundError: no event with id 'nope' in this history
         """
         position = self.position_of(event_id)
         if position is None:
-            raise KeyError(f"no event with id {event_id!r} in this history")
+            raise EventNotFoundError(f"no event with id {event_id!r} in this history")
         return position
 
     def get(self, event_id: str) -> Event | None:
@@ -278,9 +284,9 @@ class EventLog(Sequence[Event]):
         a ``ValueError``.
         """
         if not isinstance(event, Event):
-            raise TypeError(f"EventLog holds events, got {type(event).__name__}")
+            raise InvalidTypeError(f"EventLog holds events, got {type(event).__name__}")
         if self.position_of(event.id) is not None:
-            raise ValueError(f"event id {event.id!r} is already in this history")
+            raise InvalidValueError(f"event id {event.id!r} is already in this history")
         length = self._len
         chunks, starts = self._chunks, self._starts
         ids = self._ids.set(event.id, length)
@@ -337,7 +343,7 @@ class EventLog(Sequence[Event]):
         True
         """
         if count < 0:
-            raise ValueError(f"take() needs a count >= 0, got {count}")
+            raise InvalidValueError(f"take() needs a count >= 0, got {count}")
         if count >= self._len:
             return self
         if count == 0:
@@ -417,7 +423,7 @@ def _restore(chunks: tuple[tuple[Event, ...], ...]) -> EventLog:
             starts.append(length)
             for event in chunk:
                 if event.id in mutable:
-                    raise ValueError(f"event id {event.id!r} appears twice")
+                    raise InvalidValueError(f"event id {event.id!r} appears twice")
                 mutable[event.id] = length
                 length += 1
         ids = mutable.finish()

@@ -42,7 +42,7 @@ from pydantic import (
     field_serializer,
 )
 
-from cowconv._exceptions import LLMError
+from cowconv._exceptions import InvalidValueError, LLMError
 from cowconv._frozen import CheckedModel
 
 if TYPE_CHECKING:
@@ -390,7 +390,9 @@ class LLM(CheckedModel):
             if not bad:
                 raise
             names = ", ".join(bad)
-            raise ValueError(f"invalid LLM setting in the environment ({names}): {error}") from None
+            raise InvalidValueError(
+                f"invalid LLM setting in the environment ({names}): {error}"
+            ) from None
 
     @classmethod
     def load_from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:

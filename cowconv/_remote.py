@@ -52,6 +52,7 @@ from cowconv._exceptions import (
     ConversationExistsError,
     ConversationNotFoundError,
     CowconvError,
+    EventIndexError,
     EventNotFoundError,
     RemoteError,
 )
@@ -261,7 +262,7 @@ class RemoteEvents(Sequence[Event]):
             return [self[position] for position in range(*index.indices(self._count))]
         position = index + self._count if index < 0 else index
         if not 0 <= position < self._count:
-            raise IndexError(f"event index {index} out of range for {self._count} events")
+            raise EventIndexError(f"event index {index} out of range for {self._count} events")
         return self._page(position // _PAGE)[position % _PAGE]
 
     def __iter__(self) -> Iterator[Event]:

@@ -41,7 +41,7 @@ from cowconv._events import (
     PauseEvent,
     SystemPromptEvent,
 )
-from cowconv._exceptions import LLMError
+from cowconv._exceptions import ConversationRunningError, InvalidValueError, LLMError
 from cowconv._history import EventLog
 from cowconv._llm import LLMResponse, LLMToolCall
 from cowconv._messages import INVALID_ARGUMENTS_KEY, PrefixCache, build_messages
@@ -211,7 +211,7 @@ class Runner:
         """Run the agent until it finishes, pauses, errors or hits the iteration limit."""
         with self._lock:
             if self._active:
-                raise RuntimeError(
+                raise ConversationRunningError(
                     f"conversation {self._snapshot().id} is already running in another thread"
                 )
             self._active = True
@@ -407,7 +407,7 @@ class Runner:
         tools: dict[str, ToolDefinition[Any]] = {}
         for reference in agent.tools:
             if reference.name in tools:
-                raise ValueError(f"the agent lists tool {reference.name!r} twice")
+                raise InvalidValueError(f"the agent lists tool {reference.name!r} twice")
             tool = resolve_tool(reference.name).create(workspace, reference.params)
             tool.restore(self._snapshot().events)
             tools[reference.name] = tool

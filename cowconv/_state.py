@@ -25,6 +25,7 @@ from pyrsistent import pmap
 
 from cowconv._agent import Agent
 from cowconv._events import utc_now
+from cowconv._exceptions import FrozenInstanceError, InvalidTypeError
 from cowconv._frozen import CheckedModel, FrozenJSONMap, FrozenMap, FrozenStrMap, check_text
 from cowconv._history import EventLog
 from cowconv._ids import ConversationIDField
@@ -52,15 +53,15 @@ def check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
     >>> check_tags({"retries": 3})
     Traceback (most recent call last):
     ...
-    TypeError: tags must map str to str, got 'retries': 3
+    cowconv._exceptions.InvalidTypeError: tags must map str to str, got 'retries': 3
     """
     if tags is None:
         return {}
     if not isinstance(tags, Mapping):
-        raise TypeError(f"tags must be a mapping of str to str, got {type(tags).__name__}")
+        raise InvalidTypeError(f"tags must be a mapping of str to str, got {type(tags).__name__}")
     for key, value in tags.items():
         if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"tags must map str to str, got {key!r}: {value!r}")
+            raise InvalidTypeError(f"tags must map str to str, got {key!r}: {value!r}")
         check_text(key, "a tag key")
         check_text(value, "a tag value")
     return dict(tags)
@@ -220,7 +221,7 @@ class ConversationState(CheckedModel):
         return branches(self)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(
+        raise FrozenInstanceError(
             f"ConversationState is an immutable snapshot; cannot set {name!r}. Change a "
             "conversation through its methods (append_event, set_tag, update_agent_state, "
             "activate_skill, navigate_to), or make a new snapshot with state.evolve(...)"
@@ -230,7 +231,7 @@ class ConversationState(CheckedModel):
         """A new snapshot with ``changes`` applied and validated."""
         unknown = changes.keys() - type(self).model_fields.keys()
         if unknown:
-            raise TypeError(f"ConversationState has no field(s) {sorted(unknown)}")
+            raise InvalidTypeError(f"ConversationState has no field(s) {sorted(unknown)}")
         return type(self).model_validate({**self.__dict__, **changes})
 
     def _replace(self, **changes: Any) -> ConversationState:

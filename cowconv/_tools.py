@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from cowconv._events import Event
+from cowconv._exceptions import CowconvError, InvalidTypeError, InvalidValueError
 from cowconv._workspace import Workspace
 
 __all__ = [
@@ -62,7 +63,7 @@ _REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
-class ToolArgumentError(ValueError):
+class ToolArgumentError(CowconvError, ValueError):
     """A tool call's arguments are not valid JSON or do not fit the tool's ``Params``.
 
     >>> from cowconv import Workspace
@@ -136,7 +137,7 @@ class ToolDefinition(ABC, Generic[P]):
         try:
             settings = cls.Settings.model_validate(dict(params or {}))
         except ValidationError as error:
-            raise ValueError(f"invalid settings for tool {cls.name!r}: {error}") from None
+            raise InvalidValueError(f"invalid settings for tool {cls.name!r}: {error}") from None
         return cls(workspace, settings)
 
     @classmethod
@@ -209,16 +210,20 @@ def register_tool(cls: type[ToolDefinition[P]]) -> type[ToolDefinition[P]]:
     True
     """
     if not (isinstance(cls, type) and issubclass(cls, ToolDefinition)):
-        raise TypeError(f"register_tool() takes a ToolDefinition subclass, got {cls!r}")
+        raise InvalidTypeError(f"register_tool() takes a ToolDefinition subclass, got {cls!r}")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
-        raise ValueError(f"{cls.__name__} needs a non-empty class attribute `name`")
+        raise InvalidValueError(f"{cls.__name__} needs a non-empty class attribute `name`")
     if not (isinstance(getattr(cls, "Params", None), type) and issubclass(cls.Params, BaseModel)):
-        raise ValueError(f"{cls.__name__} needs a pydantic model as class attribute `Params`")
+        raise InvalidValueError(
+            f"{cls.__name__} needs a pydantic model as class attribute `Params`"
+        )
     with _REGISTRY_LOCK:
         taken = _REGISTRY.get(name)
         if taken is not None and taken.__qualname__ != cls.__qualname__:
-            raise ValueError(f"tool name {name!r} is already registered by {taken.__qualname__}")
+            raise InvalidValueError(
+                f"tool name {name!r} is already registered by {taken.__qualname__}"
+            )
         _REGISTRY[name] = cls
     return cls
 
@@ -231,7 +236,7 @@ def resolve_tool(name: str) -> type[ToolDefinition[Any]]:
     >>> resolve_tool("no-such-tool")
     Traceback (most recent call last):
     ...
-    ValueError: unknown tool 'no-such-tool'; registered tools: ...
+    cowconv._exceptions.InvalidValueError: unknown tool 'no-such-tool'; registered tools: ...
     """
     tool = _REGISTRY.get(name)
     if tool is None and name in _BUILTINS:
@@ -239,7 +244,7 @@ def resolve_tool(name: str) -> type[ToolDefinition[Any]]:
         tool = _REGISTRY.get(name)
     if tool is None:
         known = ", ".join(repr(n) for n in registered_tools())
-        raise ValueError(f"unknown tool {name!r}; registered tools: {known}")
+        raise InvalidValueError(f"unknown tool {name!r}; registered tools: {known}")
     return tool
 
 

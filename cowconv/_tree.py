@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from cowconv._exceptions import EventNotFoundError
 from cowconv._history import EventLog, _Line
 
 if TYPE_CHECKING:
@@ -82,16 +83,18 @@ def history_to(state: ConversationState, event_id: str) -> EventLog:
     >>> state = ConversationState(
     ...     id="c1", agent=Agent(llm=LLM(model="m")), workspace=Workspace(working_dir=".")
     ... )
-    >>> history_to(state, "nope")
+    >>> history_to(state, "nope")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    KeyError: "no branch of conversation 'c1' has an event with id 'nope'"
+    cowconv._exceptions.EventNotFoundError: no branch of conversation 'c1' has ... 'nope'
     """
     for branch in (state.events, *state.other_branches):
         event = branch.get(event_id)
         if event is not None:
             return branch.up_to(event_id)
-    raise KeyError(f"no branch of conversation {state.id!r} has an event with id {event_id!r}")
+    raise EventNotFoundError(
+        f"no branch of conversation {state.id!r} has an event with id {event_id!r}"
+    )
 
 
 def navigate(state: ConversationState, event_id: str | None) -> ConversationState:

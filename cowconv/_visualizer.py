@@ -38,6 +38,7 @@ from cowconv._events import (
     PauseEvent,
     SystemPromptEvent,
 )
+from cowconv._exceptions import InvalidTypeError
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -241,10 +242,10 @@ def make_visualizer(setting: object) -> ConversationVisualizerBase | None:
     True
     >>> type(make_visualizer(DefaultConversationVisualizer)).__name__
     'DefaultConversationVisualizer'
-    >>> make_visualizer("rich")
+    >>> make_visualizer("rich")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    TypeError: visualizer takes a ConversationVisualizerBase class or instance, or None; got 'rich'
+    cowconv._exceptions.InvalidTypeError: visualizer takes a ... or None; got 'rich'
     """
     if setting is None:
         return None
@@ -254,6 +255,6 @@ def make_visualizer(setting: object) -> ConversationVisualizerBase | None:
         return setting
     if isinstance(setting, type) and issubclass(setting, ConversationVisualizerBase):
         return setting()
-    raise TypeError(
+    raise InvalidTypeError(
         f"visualizer takes a ConversationVisualizerBase class or instance, or None; got {setting!r}"
     )

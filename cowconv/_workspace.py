@@ -19,7 +19,7 @@ from pydantic import (
     field_validator,
 )
 
-from cowconv._exceptions import InvalidValueError
+from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv._frozen import CheckedModel
 from cowconv._llm import dump_secret
 
@@ -87,7 +87,9 @@ class Workspace(CheckedModel):
             return value
         if isinstance(value, str | os.PathLike):
             return cls(working_dir=os.fspath(value))
-        raise TypeError(f"workspace must be a Workspace or a path, got {type(value).__name__}")
+        raise InvalidTypeError(
+            f"workspace must be a Workspace or a path, got {type(value).__name__}"
+        )
 
 
 RemoteWorkspace = Workspace

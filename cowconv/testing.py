@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from cowconv._exceptions import InvalidTypeError, InvalidValueError, ServiceError
+
 __all__ = ["StubLLMServer", "StubReply", "StubRequest", "default_brain"]
 
 STUB_MODEL = "openai/stub-model"
@@ -108,7 +110,7 @@ class StubReply:
     def error(cls, status: int, message: str = "", *, delay: float = 0.0) -> StubReply:
         """An HTTP error answer (429, 500, 401, ...) with an OpenAI-style error body."""
         if not 400 <= status <= 599:
-            raise ValueError(f"an error reply needs a 4xx or 5xx status, got {status}")
+            raise InvalidValueError(f"an error reply needs a 4xx or 5xx status, got {status}")
         return cls(status=status, error_message=message or f"stub error {status}", delay=delay)
 
 
@@ -388,7 +390,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             request = json.loads(raw)
             if not isinstance(request, dict):
-                raise ValueError("the body must be a JSON object")
+                raise InvalidValueError("the body must be a JSON object")
         except ValueError as error:
             self._send(400, {"error": {"message": f"bad JSON body: {error}", "type": "invalid"}})
             return
@@ -513,7 +515,7 @@ class StubLLMServer:
     def base_url(self) -> str:
         """The OpenAI-style base URL, ``http://127.0.0.1:PORT/v1``."""
         if self._server is None:
-            raise RuntimeError("the stub server is not running; use it in a with block")
+            raise ServiceError("the stub server is not running; use it in a with block")
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     @property
@@ -539,7 +541,9 @@ class StubLLMServer:
         """Queue replies, served in order before the brain answers again."""
         for reply in replies:
             if not isinstance(reply, StubReply):
-                raise TypeError(f"script() takes StubReply values, got {type(reply).__name__}")
+                raise InvalidTypeError(
+                    f"script() takes StubReply values, got {type(reply).__name__}"
+                )
         with self._lock:
             self._script.extend(replies)
 
@@ -587,7 +591,7 @@ class StubLLMServer:
     def start(self) -> StubLLMServer:
         """Bind 127.0.0.1 and serve in a daemon thread."""
         if self._server is not None:
-            raise RuntimeError("the stub server is already running")
+            raise ServiceError("the stub server is already running")
         self._server = _Server(("127.0.0.1", self.port), self)
         self._thread = threading.Thread(
             target=self._server.serve_forever,

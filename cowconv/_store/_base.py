@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from cowconv._events import Event
+from cowconv._exceptions import InvalidValueError
 from cowconv._history import EventLog
 from cowconv._ids import ConversationID
 from cowconv._state import ConversationInfo, ConversationState, ExecutionStatus
@@ -193,18 +194,18 @@ def _parse_export(data: str | bytes) -> Iterator[ExportRecord]:
     try:
         document = json.loads(data)
     except (ValueError, TypeError) as error:
-        raise ValueError(f"not a cowconv export: {error}") from None
+        raise InvalidValueError(f"not a cowconv export: {error}") from None
     if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
-        raise ValueError(f"not a cowconv export (no 'format': {EXPORT_FORMAT!r})")
+        raise InvalidValueError(f"not a cowconv export (no 'format': {EXPORT_FORMAT!r})")
     version = document.get("version")
     if version != EXPORT_VERSION:
-        raise ValueError(
+        raise InvalidValueError(
             f"cowconv export version {version!r} is not supported (this cowconv reads "
             f"version {EXPORT_VERSION})"
         )
     records = document.get("conversations")
     if not isinstance(records, list):
-        raise ValueError("a cowconv export needs a 'conversations' list")
+        raise InvalidValueError("a cowconv export needs a 'conversations' list")
     seen: dict[str, ConversationState] = {}
     for number, record in enumerate(records):
         try:
@@ -212,28 +213,34 @@ def _parse_export(data: str | bytes) -> Iterator[ExportRecord]:
             state = ConversationState.model_validate(record["state"])
             own = [Event.model_validate(event) for event in record["events"]]
         except (KeyError, TypeError, ValidationError) as error:
-            raise ValueError(f"conversation #{number} of the export is invalid: {error}") from None
+            raise InvalidValueError(
+                f"conversation #{number} of the export is invalid: {error}"
+            ) from None
         if parent is None:
             if fork_len != 0:
-                raise ValueError(f"conversation {state.id!r} has fork_len {fork_len} but no parent")
+                raise InvalidValueError(
+                    f"conversation {state.id!r} has fork_len {fork_len} but no parent"
+                )
             base = state.events
         elif parent not in seen:
-            raise ValueError(
+            raise InvalidValueError(
                 f"conversation {state.id!r} names parent {parent!r}, which does not come "
                 "before it in the export"
             )
         elif not isinstance(fork_len, int) or not 0 <= fork_len <= len(seen[parent].events):
-            raise ValueError(f"conversation {state.id!r} has an invalid fork_len {fork_len!r}")
+            raise InvalidValueError(
+                f"conversation {state.id!r} has an invalid fork_len {fork_len!r}"
+            )
         else:
             base = seen[parent].events.take(fork_len)
         if str(state.id) in seen:
-            raise ValueError(f"conversation {state.id!r} appears twice in the export")
+            raise InvalidValueError(f"conversation {state.id!r} appears twice in the export")
         try:
             events = base.extend(own)
             branches = tuple(_parse_branch(events, branch) for branch in record.get("branches", ()))
             state = state._replace(events=events, other_branches=branches)
         except (ValueError, KeyError, TypeError, ValidationError) as error:
-            raise ValueError(f"conversation {state.id!r}: {error}") from None
+            raise InvalidValueError(f"conversation {state.id!r}: {error}") from None
         seen[str(state.id)] = state
         yield ExportRecord(state, parent, fork_len)
 
@@ -242,5 +249,5 @@ def _parse_branch(events: EventLog, branch: Any) -> EventLog:
     """An other branch of an exported conversation: a prefix of ``events`` plus its own."""
     shared = branch["shared"]
     if not isinstance(shared, int) or isinstance(shared, bool) or not 0 <= shared <= len(events):
-        raise ValueError(f"a branch has an invalid 'shared' count {shared!r}")
+        raise InvalidValueError(f"a branch has an invalid 'shared' count {shared!r}")
     return events.take(shared).extend(Event.model_validate(event) for event in branch["events"])

@@ -19,7 +19,12 @@ import builtins
 import threading
 from collections.abc import Mapping
 
-from cowconv._exceptions import ConversationExistsError, ConversationNotFoundError, StoreError
+from cowconv._exceptions import (
+    ConversationExistsError,
+    ConversationNotFoundError,
+    InvalidValueError,
+    StoreError,
+)
 from cowconv._ids import ConversationID, id_text
 from cowconv._state import ConversationInfo, ConversationState, check_tags
 from cowconv._store._base import ExportRecord, common_prefix, export_document, parse_export
@@ -53,7 +58,7 @@ class MemoryStore:
                     raise ConversationExistsError(key)
             else:
                 if current.id != previous.id:
-                    raise ValueError(
+                    raise InvalidValueError(
                         f"cannot save conversation {current.id!r} over {previous.id!r}"
                     )
                 held = states.get(key)
@@ -89,9 +94,9 @@ class MemoryStore:
     ) -> builtins.list[ConversationInfo]:
         """Summaries of the conversations carrying all ``tags``, oldest first."""
         if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+            raise InvalidValueError(f"limit must be an int >= 0 or None, got {limit!r}")
         if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+            raise InvalidValueError(f"offset must be an int >= 0, got {offset!r}")
         wanted = check_tags(tags)
         with self._lock:
             states = builtins.list(self._held().values())

@@ -39,6 +39,7 @@ from cowconv._exceptions import (
     ConversationExistsError,
     ConversationNotFoundError,
     CorruptStoreError,
+    InvalidValueError,
     SchemaVersionError,
     StoreError,
     StoreLockedError,
@@ -264,9 +265,9 @@ class SQLiteStore:
         synchronous: Synchronous = "full",
     ) -> None:
         if synchronous not in ("full", "normal"):
-            raise ValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
+            raise InvalidValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         if lock_timeout < 0:
-            raise ValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
+            raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
         self._path = store_file(path)
         self._lock = threading.RLock()
         self._cache: OrderedDict[int, EventLog] = OrderedDict()
@@ -538,9 +539,9 @@ class SQLiteStore:
         []
         """
         if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+            raise InvalidValueError(f"limit must be an int >= 0 or None, got {limit!r}")
         if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+            raise InvalidValueError(f"offset must be an int >= 0, got {offset!r}")
         query = "SELECT id, state, event_count, key FROM conversations WHERE id IS NOT NULL"
         parameters: list[object] = []
         for key, value in check_tags(tags).items():  # the one tag validator
@@ -737,7 +738,7 @@ class SQLiteStore:
         self, db: sqlite3.Connection, previous: ConversationState, current: ConversationState
     ) -> _Token:
         if current.id != previous.id:
-            raise ValueError(f"cannot save conversation {current.id!r} over {previous.id!r}")
+            raise InvalidValueError(f"cannot save conversation {current.id!r} over {previous.id!r}")
         start = len(previous.events)
         try:
             row = self._row(db, current.id)
@@ -938,10 +939,10 @@ class SQLiteStore:
         All or nothing: a bad document or an id already stored raises
         ``ValueError`` and stores nothing.
 
-        >>> SQLiteStore(":memory:").import_conversations('{"format": "zip"}')
+        >>> SQLiteStore(":memory:").import_conversations('{"format": "zip"}')  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: not a cowconv export (no 'format': 'cowconv.conversations')
+        cowconv._exceptions.InvalidValueError: not a cowconv export (no 'format': ...)
         """
         records = parse_export(data)
         keys: dict[str, int] = {}

@@ -155,9 +155,9 @@ def create_app(
     ({'status': 'ok'}, 401)
     """
     if store is not None and data_dir is not None:
-        raise ValueError("give data_dir or store, not both")
+        raise InvalidValueError("give data_dir or store, not both")
     if session_api_key is not None and not session_api_key:
-        raise ValueError("session_api_key must not be empty")
+        raise InvalidValueError("session_api_key must not be empty")
     check_exposure(
         host,
         session_api_key=session_api_key,

@@ -8,6 +8,8 @@ from typing import Any
 
 import uvicorn
 
+from cowconv._exceptions import ServiceError
+
 __all__ = ["BackgroundServer", "listening_socket"]
 
 
@@ -77,7 +79,7 @@ class BackgroundServer:
         self._thread.start()
         while not self._server.started:
             if not self._thread.is_alive():
-                raise RuntimeError(f"the agent server on {self.url} failed to start")
+                raise ServiceError(f"the agent server on {self.url} failed to start")
             self._thread.join(0.01)
         return self
 

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, fi
 
 from cowconv._agent import Agent
 from cowconv._events import AnyEvent
+from cowconv._exceptions import InvalidValueError
 from cowconv._frozen import CheckedModel
 from cowconv._state import ConversationInfo, ExecutionStatus
 from cowconv._workspace import Workspace
@@ -42,7 +43,7 @@ def _plain_id(value: str) -> str:
     # The schema's pattern is matched by pydantic's regex engine, whose idea of whitespace
     # is not Python's ('\x1f', '\xa0'): check again as the library will.
     if any(character.isspace() for character in value) or "/" in value:
-        raise ValueError("an id holds no whitespace and no '/'")
+        raise InvalidValueError("an id holds no whitespace and no '/'")
     return value
 
 
@@ -76,12 +77,12 @@ class CreateConversationRequest(_Request):
     @classmethod
     def _local_to_the_server(cls, workspace: Workspace) -> Workspace:
         if workspace.host is not None or workspace.api_key is not None:
-            raise ValueError(
+            raise InvalidValueError(
                 "the workspace of a server-side conversation is a working_dir on the "
                 "server; leave out host and api_key"
             )
         if not workspace.working_dir.strip():
-            raise ValueError("workspace.working_dir must not be empty")
+            raise InvalidValueError("workspace.working_dir must not be empty")
         return workspace
 
 

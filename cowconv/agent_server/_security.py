@@ -31,7 +31,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cowconv._exceptions import CowconvError
+from cowconv._exceptions import CowconvError, InvalidValueError
 
 __all__ = [
     "DEFAULT_MAX_BODY_SIZE",
@@ -97,7 +97,7 @@ def trusted_hosts(bound_host: str, allowed_hosts: Iterable[str] = ()) -> list[st
     hosts = list(_LOOPBACK_NAMES)
     for host in (bound_host, *allowed_hosts):
         if not isinstance(host, str) or not host.strip():
-            raise ValueError(f"an allowed host must be a non-empty name, got {host!r}")
+            raise InvalidValueError(f"an allowed host must be a non-empty name, got {host!r}")
         pattern = _host_pattern(host)
         # Binding every interface names no host a client would send.
         if pattern not in hosts and pattern not in ("0.0.0.0", "[::]"):
@@ -145,7 +145,7 @@ async def _no_receive() -> Message:  # pragma: no cover - a JSON answer reads no
 
 def _checked_size(max_body_size: int) -> int:
     if isinstance(max_body_size, bool) or not isinstance(max_body_size, int) or max_body_size <= 0:
-        raise ValueError(f"max_body_size must be a positive int, got {max_body_size!r}")
+        raise InvalidValueError(f"max_body_size must be a positive int, got {max_body_size!r}")
     return max_body_size
 
 
@@ -158,7 +158,7 @@ class BodySizeLimit:
     >>> BodySizeLimit(app=None, max_body_size=0)
     Traceback (most recent call last):
     ...
-    ValueError: max_body_size must be a positive int, got 0
+    cowconv._exceptions.InvalidValueError: max_body_size must be a positive int, got 0
     """
 
     def __init__(self, app: ASGIApp, *, max_body_size: int = DEFAULT_MAX_BODY_SIZE) -> None:

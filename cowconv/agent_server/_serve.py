@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from cowconv._exceptions import CowconvError
 from cowconv.agent_server._background import listening_socket
 from cowconv.agent_server._security import DEFAULT_MAX_BODY_SIZE
 
@@ -33,7 +34,7 @@ DEFAULT_DATA_DIR = Path(".cowconv/agent_server")
 ENV_PREFIX = "COWCONV_"
 
 
-class StartError(Exception):
+class StartError(CowconvError):
     """The server cannot start; the message is one line for the operator.
 
     >>> str(StartError("port: must be at most 65535"))
@@ -135,7 +136,6 @@ def run_server(settings: ServerSettings) -> None:
     try:
         import uvicorn
 
-        from cowconv._exceptions import CowconvError
         from cowconv.agent_server import create_app
         from cowconv.agent_server._security import UnsafeExposureError, check_exposure
     except ImportError as error:

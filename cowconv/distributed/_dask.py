@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from cowconv._branch_wire import BranchJob, SharedPrefix, run_branch_job
+from cowconv._exceptions import InvalidTypeError, InvalidValueError, ServiceError
 from cowconv.distributed._driver import drive
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class DaskExecutor:
     >>> DaskExecutor("tcp://scheduler:8786")
     Traceback (most recent call last):
     ...
-    TypeError: DaskExecutor takes a distributed.Client, got str
+    cowconv._exceptions.InvalidTypeError: DaskExecutor takes a distributed.Client, got str
     """
 
     def __init__(
@@ -68,9 +69,11 @@ class DaskExecutor:
                 "DaskExecutor needs dask.distributed: pip install 'cowconv[dask]'"
             ) from error
         if not isinstance(client, Client):
-            raise TypeError(f"DaskExecutor takes a distributed.Client, got {type(client).__name__}")
+            raise InvalidTypeError(
+                f"DaskExecutor takes a distributed.Client, got {type(client).__name__}"
+            )
         if max_in_flight is not None and max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+            raise InvalidValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self.client = client
         # distributed is not fully typed: talk to it through Any.
         self._client: Any = cast(Any, client)
@@ -127,7 +130,7 @@ class DaskExecutor:
                 result: bytes = future.result()
             except Exception as error:
                 if type(error).__name__ == "KilledWorker":
-                    raise RuntimeError(
+                    raise ServiceError(
                         f"its Dask worker died while running it; it was not run again ({error})"
                     ) from None
                 raise

@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor as _Pool
 from concurrent.futures.process import BrokenProcessPool
 
 from cowconv._branch_wire import BranchJob, SharedPrefix, forget_prefix, run_branch_job
+from cowconv._exceptions import InvalidValueError, ServiceError
 from cowconv.distributed._driver import drive
 
 __all__ = ["PicklingExecutor", "ProcessExecutor"]
@@ -37,7 +38,7 @@ def _run_in_process(job: bytes) -> bytes:
 
 def _check_workers(max_workers: int | None) -> None:
     if max_workers is not None and (isinstance(max_workers, bool) or max_workers < 1):
-        raise ValueError(f"max_workers must be at least 1, got {max_workers!r}")
+        raise InvalidValueError(f"max_workers must be at least 1, got {max_workers!r}")
 
 
 class ProcessExecutor:
@@ -102,7 +103,7 @@ class ProcessExecutor:
                 pool, slots[slot] = slots[slot], None
                 if pool is not None:
                     pool.shutdown(wait=False, cancel_futures=True)
-                raise RuntimeError(
+                raise ServiceError(
                     "its worker process died while running it; it was not run again "
                     "(that would repeat its LLM calls)"
                 ) from None

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cowconv._branch_wire import BranchJob, SharedPrefix, run_branch_job
+from cowconv._exceptions import InvalidValueError, ServiceError
 from cowconv.distributed._driver import drive
 
 __all__ = ["RayExecutor"]
@@ -42,10 +43,10 @@ class RayExecutor:
     Use: ``ray.init(...)``, then ``run_branches(source, branches,
     executor=RayExecutor(num_cpus=1))`` (see ``docs/distributed.md``).
 
-    >>> RayExecutor(num_cpus=0.5, max_retries=3)
+    >>> RayExecutor(num_cpus=0.5, max_retries=3)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: RayExecutor never retries a branch (a retry would repeat its LLM calls): ...
+    cowconv._exceptions.InvalidValueError: RayExecutor never retries a branch ...
     """
 
     def __init__(
@@ -57,12 +58,12 @@ class RayExecutor:
         **options: Any,
     ) -> None:
         if options.get("max_retries", 0) != 0 or options.get("retry_exceptions"):
-            raise ValueError(
+            raise InvalidValueError(
                 "RayExecutor never retries a branch (a retry would repeat its LLM calls): "
                 "leave out max_retries and retry_exceptions"
             )
         if max_in_flight is not None and max_in_flight < 1:
-            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+            raise InvalidValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self.options = {**options, "max_retries": 0}
         self.max_in_flight = max_in_flight
         self.ship_api_keys = ship_api_keys
@@ -79,7 +80,7 @@ class RayExecutor:
         except ImportError as error:  # pragma: no cover - depends on the environment
             raise ImportError("RayExecutor needs Ray: pip install 'cowconv[ray]'") from error
         if not ray.is_initialized():
-            raise RuntimeError("RayExecutor runs on a Ray cluster: call ray.init(...) first")
+            raise ServiceError("RayExecutor runs on a Ray cluster: call ray.init(...) first")
         if not jobs:
             return
         if _remote is None:
@@ -93,7 +94,7 @@ class RayExecutor:
             try:
                 result: bytes = ray.get(reference)
             except ray.exceptions.WorkerCrashedError as error:
-                raise RuntimeError(
+                raise ServiceError(
                     f"its Ray worker died while running it; it was not run again ({error})"
                 ) from None
             return result

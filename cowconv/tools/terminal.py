@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from cowconv._events import Event, ObservationEvent
+from cowconv._exceptions import WorkspaceMissingError
 from cowconv._tools import ToolDefinition, ToolResult, register_tool
 from cowconv._workspace import Workspace
 
@@ -301,7 +302,7 @@ class TerminalTool(ToolDefinition[TerminalParams]):
     def _start_directory(self) -> str:
         working_dir = self.workspace.working_dir
         if not os.path.isdir(working_dir):
-            raise FileNotFoundError(f"the workspace directory {working_dir!r} does not exist")
+            raise WorkspaceMissingError(f"the workspace directory {working_dir!r} does not exist")
         if self._cwd is None:
             self._cwd = _last_directory(self._history) or working_dir
             self._history = ()
