@@ -197,8 +197,10 @@ class TestUnreadableOverRest:
             listed = httpx.get(f"{server.url}/api/conversations")
             assert listed.status_code == 200
             assert [item["id"] for item in listed.json()["items"]] == ["a"]
+            assert listed.json()["unreadable"] == ["b"]  # reported by id, not hidden
             broken = httpx.get(f"{server.url}/api/conversations/b")
             assert broken.status_code == 500 and "'b'" in broken.json()["detail"]
             assert httpx.get(f"{server.url}/api/conversations/a").status_code == 200
             assert httpx.delete(f"{server.url}/api/conversations/b").status_code == 204
             assert httpx.get(f"{server.url}/api/conversations/b").status_code == 404
+            assert httpx.get(f"{server.url}/api/conversations").json()["unreadable"] == []

@@ -75,6 +75,10 @@ class Store(Protocol):
         """Summaries of the stored conversations carrying all ``tags``, oldest first."""
         ...
 
+    def unreadable(self) -> builtins.list[str]:
+        """Ids of stored conversations that cannot be read; ``list`` leaves them out."""
+        ...
+
     def delete(self, conversation_id: ConversationID) -> None:
         """Forget a conversation; forks of it keep their histories."""
         ...

@@ -89,6 +89,14 @@ class MemoryStore:
         """The kept conversation's summary."""
         return ConversationInfo.of(self.load(conversation_id))
 
+    def unreadable(self) -> builtins.list[str]:
+        """Always empty: what a memory store holds was validated when it came in.
+
+        >>> MemoryStore().unreadable()
+        []
+        """
+        return []
+
     def list(
         self, *, tags: Mapping[str, str] | None = None, limit: int | None = None, offset: int = 0
     ) -> builtins.list[ConversationInfo]:

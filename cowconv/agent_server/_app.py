@@ -327,7 +327,11 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
         """Conversation summaries, oldest first, optionally only those with all given tags."""
         items = registry.list(tags=_tag_filter(tag), limit=limit + 1, offset=offset)
         more = len(items) > limit
-        return ConversationPage(items=items[:limit], next_offset=offset + limit if more else None)
+        return ConversationPage(
+            items=items[:limit],
+            next_offset=offset + limit if more else None,
+            unreadable=registry.unreadable(),
+        )
 
     @api.get("/{conversation_id}", response_model=ConversationInfo, responses=_errors(404))
     def get_conversation(conversation_id: str) -> ConversationInfo:

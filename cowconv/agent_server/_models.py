@@ -218,6 +218,9 @@ class ConversationPage(BaseModel):
 
     items: list[ConversationInfo]
     next_offset: int | None = None
+    unreadable: list[str] = []
+    """Ids of stored conversations that cannot be read (damaged rows), left out of ``items``;
+    ``DELETE`` removes them."""
 
 
 class StreamStatus(BaseModel):

@@ -18,6 +18,7 @@ streams subscribed to it.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -127,6 +128,10 @@ class ConversationRegistry:
     ) -> list[ConversationInfo]:
         """Summaries, oldest first, of the conversations carrying all ``tags``."""
         return self._store.list(tags=tags, limit=limit, offset=offset)
+
+    def unreadable(self) -> builtins.list[str]:
+        """Ids of stored conversations the store cannot read (reported, never hidden)."""
+        return self._store.unreadable()
 
     def is_running(self, conversation_id: str) -> bool:
         """Whether a run started through :meth:`run` is still going."""
