@@ -126,28 +126,6 @@ def _action(response: LLMResponse, call: LLMToolCall, thought: str) -> ActionEve
         )
 
 
-def system_prompt_event(agent: Agent) -> SystemPromptEvent:
-    """The :class:`~cowconv.SystemPromptEvent` of ``agent``: its prompt and its tools' specs.
-
-    A new conversation records it first, before any message, as the seed
-    SDK does. Tools that cannot be resolved yet are left out (``run()``
-    reports them, and records the prompt again once they resolve).
-
-    >>> from cowconv import LLM, Agent, Tool
-    >>> agent = Agent(llm=LLM(model="openai/gpt-4o"), tools=[Tool(name="terminal")])
-    >>> event = system_prompt_event(agent)
-    >>> [spec["function"]["name"] for spec in event.tools]
-    ['terminal']
-    """
-    specs = []
-    for reference in agent.tools:
-        try:
-            specs.append(resolve_tool(reference.name).spec())
-        except ValueError:
-            continue
-    return SystemPromptEvent(system_prompt=agent.system_prompt, tools=specs)
-
-
 class Runner:
     """Runs one conversation's agent; at most one ``run()`` at a time."""
 
