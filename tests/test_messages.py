@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -76,6 +77,22 @@ steps = st.lists(
 )
 
 
+def grown(plan: list[tuple[int, int, list[Event]]], tag: str) -> Iterator[EventLog]:
+    """Each log of a random tree: a prefix of an earlier log, or an earlier log plus new events."""
+    logs = [EventLog()]
+    for pick, cut, new in plan:
+        base = logs[pick % len(logs)]
+        if not new:
+            log = base.take(cut % (len(base) + 1))
+        else:
+            log = base.extend(
+                event.model_copy(update={"id": f"{tag}{len(logs)}-{i}"})
+                for i, event in enumerate(new)
+            )
+        logs.append(log)
+        yield log
+
+
 class TestRender:
     @settings(max_examples=300, deadline=None)
     @given(steps)
@@ -84,15 +101,7 @@ class TestRender:
     ) -> None:
         """Every log of a random tree of appends, forks and prefixes renders as from scratch."""
         logs = [EventLog()]
-        for pick, cut, new in plan:
-            base = logs[pick % len(logs)]
-            if not new:
-                log = base.take(cut % (len(base) + 1))
-            else:
-                log = base.extend(
-                    event.model_copy(update={"id": f"e{len(logs)}-{i}"})
-                    for i, event in enumerate(new)
-                )
+        for log in grown(plan, "e"):
             logs.append(log)
             # Render in the order a suite would: each new log right away, so prefixes are cached.
             assert build_messages(log) == reference_messages(list(log))
@@ -106,15 +115,7 @@ class TestRender:
     ) -> None:
         """The runner's cached lookup of the current system prompt equals a full scan."""
         logs = [EventLog()]
-        for pick, cut, new in plan:
-            base = logs[pick % len(logs)]
-            if not new:
-                log = base.take(cut % (len(base) + 1))
-            else:
-                log = base.extend(
-                    event.model_copy(update={"id": f"p{len(logs)}-{i}"})
-                    for i, event in enumerate(new)
-                )
+        for log in grown(plan, "p"):
             logs.append(log)
             prompts = [e for e in log if isinstance(e, SystemPromptEvent)]
             assert _last_system_prompt(log) == (prompts[-1] if prompts else None)
