@@ -101,9 +101,9 @@ class TestKilledWriter:
             time.sleep(rng.uniform(0, 0.15))
             writer.send_signal(signal.SIGKILL)
             output, _ = writer.communicate()
-            acked = [
-                int(line.split()[1]) for line in output.splitlines() if line.startswith("acked")
-            ]
+            # Only whole lines count: the kill can land in the middle of writing the last one.
+            whole_lines = output.split("\n")[:-1]
+            acked = [int(line.split()[1]) for line in whole_lines if line.startswith("acked ")]
             with SQLiteStore(path) as store:
                 now = check_numbered(store, "c")
                 for info in store.list():
