@@ -58,11 +58,16 @@ _MASK = "**********"
 
 
 def dump_secret(secret: SecretStr | None, info: SerializationInfo) -> Any:
-    """A secret as a serializer writes it: masked, unless the context says ``expose_secrets``."""
+    """A secret as a serializer writes it: masked, unless the context says ``expose_secrets``.
+
+    A context with ``drop_secrets`` writes ``None`` instead (an export without secrets).
+    """
     if secret is None:
         return None
     if isinstance(info.context, dict) and info.context.get("expose_secrets"):
         return secret.get_secret_value()
+    if isinstance(info.context, dict) and info.context.get("drop_secrets"):
+        return None
     return _MASK if info.mode == "json" else secret
 
 

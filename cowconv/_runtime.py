@@ -24,11 +24,12 @@ which is why a fork's ``run()`` continues exactly where its source was:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from pyrsistent import pmap
 
 from cowconv._agent import Agent
 from cowconv._backend import DEFAULT_MAX_ITERATION_PER_RUN, Change, check_max_iteration_per_run
@@ -46,7 +47,7 @@ from cowconv._history import EventLog
 from cowconv._llm import LLMResponse, LLMToolCall
 from cowconv._messages import INVALID_ARGUMENTS_KEY, PrefixCache, build_messages
 from cowconv._state import ConversationState, ExecutionStatus
-from cowconv._tools import ToolArgumentError, ToolDefinition, resolve_tool
+from cowconv._tools import ToolArgumentError, ToolDefinition, decode_arguments, resolve_tool
 from cowconv._usage import Usage
 
 __all__ = ["Runner", "build_messages"]
@@ -100,30 +101,30 @@ def _last_system_prompt(events: EventLog) -> SystemPromptEvent | None:
     return prompt
 
 
-def _action(response: LLMResponse, call: LLMToolCall, thought: str) -> ActionEvent:
+def _action(
+    response: LLMResponse, call: LLMToolCall, thought: str
+) -> tuple[ActionEvent, ToolArgumentError | None]:
+    """The event recording a tool call, and why its arguments are unusable (``None``: usable).
+
+    The arguments are decoded once, here: the event holds them, and the tool
+    validates that mapping (:meth:`~cowconv.ToolDefinition.validate_arguments`).
+    Text that does not decode to a JSON object is kept verbatim, for the record.
+    """
     try:
-        decoded = json.loads(call.arguments) if call.arguments.strip() else {}
-    except ValueError:
-        decoded = None
-    arguments = decoded if isinstance(decoded, dict) else {INVALID_ARGUMENTS_KEY: call.arguments}
-    try:
-        return ActionEvent(
-            tool_name=call.name,
-            tool_call_id=call.id,
-            arguments=arguments,
-            thought=thought,
-            llm_response_id=response.id,
-        )
-    except ValueError:
-        # Keys or values that cannot be frozen as JSON (cannot happen with json.loads output,
-        # but a custom LLM could hand anything over): keep the text.
-        return ActionEvent(
-            tool_name=call.name,
-            tool_call_id=call.id,
-            arguments={INVALID_ARGUMENTS_KEY: call.arguments},
-            thought=thought,
-            llm_response_id=response.id,
-        )
+        arguments = decode_arguments(call.arguments, call.name)
+    except ToolArgumentError as error:
+        problem: ToolArgumentError | None = error
+        arguments = pmap({INVALID_ARGUMENTS_KEY: call.arguments})
+    else:
+        problem = None
+    action = ActionEvent(
+        tool_name=call.name,
+        tool_call_id=call.id,
+        arguments=arguments,
+        thought=thought,
+        llm_response_id=response.id,
+    )
+    return action, problem
 
 
 class Runner:
@@ -347,13 +348,13 @@ class Runner:
         if not response.tool_calls:
             message = MessageEvent(source="agent", role="assistant", content=response.content)
             return [message], False
-        actions = [
+        calls = [
             _action(response, call, response.content if index == 0 else "")
             for index, call in enumerate(response.tool_calls)
         ]
         results: list[Event] = []
         crashed = False
-        for action, call in zip(actions, response.tool_calls, strict=True):
+        for action, problem in calls:
             if self._interrupted:
                 results.append(
                     AgentErrorEvent(
@@ -372,10 +373,10 @@ class Runner:
                     )
                 )
                 continue
-            result = _execute(tools, call)
+            result = _execute(tools, action, problem)
             crashed = isinstance(result, AgentErrorEvent)
             results.append(result)
-        return [*actions, *results], crashed
+        return [*(action for action, _ in calls), *results], crashed
 
     def _tools_for(self, agent: Agent) -> dict[str, ToolDefinition[Any]]:
         with self._lock:
@@ -396,39 +397,47 @@ class Runner:
         return tools
 
 
-def _execute(tools: Mapping[str, ToolDefinition[Any]], call: LLMToolCall) -> Event:
-    """The result of one tool call: an observation, or an error if the tool crashed."""
+def _execute(
+    tools: Mapping[str, ToolDefinition[Any]],
+    action: ActionEvent,
+    problem: ToolArgumentError | None = None,
+) -> Event:
+    """The result of one tool call: an observation, or an error if the tool crashed.
+
+    ``problem`` is why the call's arguments did not decode (see :func:`_action`).
+    """
 
     def observation(output: str, error: str) -> ObservationEvent:
         return ObservationEvent(
-            tool_name=call.name,
-            tool_call_id=call.id,
+            tool_name=action.tool_name,
+            tool_call_id=action.tool_call_id,
             output=f"Error: {output}",
             extra={"error": error},
         )
 
-    tool = tools.get(call.name)
+    name = action.tool_name
+    tool = tools.get(name)
     if tool is None:
-        available = ", ".join(repr(name) for name in tools) or "none"
-        return observation(
-            f"there is no tool {call.name!r}; the tools are: {available}", "unknown_tool"
-        )
+        available = ", ".join(repr(known) for known in tools) or "none"
+        return observation(f"there is no tool {name!r}; the tools are: {available}", "unknown_tool")
     try:
-        params = tool.parse_arguments(call.arguments)
+        if problem is not None:
+            raise problem
+        params = tool.validate_arguments(action.arguments)
     except ToolArgumentError as error:
         return observation(str(error), "invalid_arguments")
     try:
         result = tool.execute(params)
     except Exception as error:
-        logger.exception("tool %r crashed on call %s", call.name, call.id)
+        logger.exception("tool %r crashed on call %s", name, action.tool_call_id)
         return AgentErrorEvent(
-            error=f"tool {call.name!r} crashed: {type(error).__name__}: {error}",
-            tool_call_id=call.id,
-            tool_name=call.name,
+            error=f"tool {name!r} crashed: {type(error).__name__}: {error}",
+            tool_call_id=action.tool_call_id,
+            tool_name=name,
         )
     return ObservationEvent(
-        tool_name=call.name,
-        tool_call_id=call.id,
+        tool_name=name,
+        tool_call_id=action.tool_call_id,
         output=result.output,
         exit_code=result.exit_code,
         extra=dict(result.extra) if result.extra is not None else None,

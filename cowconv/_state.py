@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 from pyrsistent import pmap
@@ -42,6 +42,8 @@ __all__ = [
     "TokenUsage",
     "Usage",
     "check_tags",
+    "dump_state",
+    "dump_state_json",
 ]
 
 
@@ -245,6 +247,67 @@ class ConversationState(CheckedModel):
         _set(new, "__pydantic_fields_set__", self.__pydantic_fields_set__)
         _set(new, "__pydantic_private__", None)
         return new
+
+
+SecretsInDump = Literal["clear", "masked", "dropped"]
+"""How a state dump writes API keys: in clear, as ``**********``, or as ``null``."""
+
+_SECRETS_CONTEXT: dict[str, dict[str, bool] | None] = {
+    "clear": {"expose_secrets": True},
+    "masked": None,
+    "dropped": {"drop_secrets": True},
+}
+
+
+def _dump_options(secrets: SecretsInDump, branches: bool) -> dict[str, Any]:
+    # The one statement of what a state dump holds. Events travel beside it (a store's rows,
+    # an export's shared prefixes, an agent server's pages), and so do the other branches of
+    # the conversation tree unless `branches`.
+    return {
+        "exclude": {"events"} if branches else {"events", "other_branches"},
+        "context": _SECRETS_CONTEXT[secrets],
+    }
+
+
+def dump_state(
+    state: ConversationState, *, secrets: SecretsInDump = "clear", branches: bool = False
+) -> dict[str, Any]:
+    """Everything of ``state`` but its events, as JSON data (what stores and exports keep).
+
+    ``secrets`` says how API keys are written: ``"clear"`` (a store, so a
+    resumed conversation can run), ``"masked"`` or ``"dropped"`` (``None``).
+    ``branches`` keeps the other branches of the conversation tree in the
+    dump (an agent server's state answer); by default they travel beside it.
+    ``ConversationState.model_validate`` reads any of them back.
+
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> state = ConversationState(id="c1", workspace=Workspace(working_dir="."),
+    ...                           agent=Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-1")))
+    >>> [dump_state(state, secrets=how)["agent"]["llm"]["api_key"]
+    ...  for how in ("clear", "masked", "dropped")]
+    ['sk-1', '**********', None]
+    >>> "events" in dump_state(state), ConversationState.model_validate(dump_state(state)) == state
+    (False, True)
+    """
+    return state.model_dump(mode="json", **_dump_options(secrets, branches))
+
+
+def dump_state_json(
+    state: ConversationState, *, secrets: SecretsInDump = "clear", branches: bool = False
+) -> str:
+    """:func:`dump_state` as JSON text: what a :class:`~cowconv.SQLiteStore` row holds.
+
+    Pydantic writes the text (compact, UTF-8), byte for byte as stores have
+    written it since 0.1, so a stored row compares equal to its snapshot's dump.
+
+    >>> import json
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> state = ConversationState(id="c1", workspace=Workspace(working_dir="."),
+    ...                           agent=Agent(llm=LLM(model="openai/gpt-4o")))
+    >>> json.loads(dump_state_json(state)) == dump_state(state)
+    True
+    """
+    return state.model_dump_json(**_dump_options(secrets, branches))
 
 
 class ConversationInfo(CheckedModel):

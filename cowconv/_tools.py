@@ -41,15 +41,18 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pyrsistent import PMap
 
 from cowconv._events import Event
 from cowconv._exceptions import CowconvError, InvalidTypeError, InvalidValueError
+from cowconv._frozen import freeze, thaw
 from cowconv._workspace import Workspace
 
 __all__ = [
     "ToolArgumentError",
     "ToolDefinition",
     "ToolResult",
+    "decode_arguments",
     "register_tool",
     "registered_tools",
     "resolve_tool",
@@ -75,6 +78,42 @@ class ToolArgumentError(CowconvError, ValueError):
 
     The runtime shows this message to the model as the tool's result.
     """
+
+
+def decode_arguments(arguments: str, tool_name: str) -> PMap[str, Any]:
+    """A tool call's JSON ``arguments`` text as a frozen JSON object (empty text: ``{}``).
+
+    Text that is not JSON, not an object, or holds what a history cannot
+    record (JSON's ``NaN``, a lone surrogate, nesting deeper than
+    :data:`~cowconv._frozen.MAX_DEPTH`) is a :class:`ToolArgumentError`
+    naming ``tool_name``.
+
+    >>> decode_arguments('{"command": "ls"}', "terminal")["command"]
+    'ls'
+    >>> decode_arguments("[1, 2]", "terminal")
+    Traceback (most recent call last):
+    ...
+    cowconv._tools.ToolArgumentError: the arguments of 'terminal' must be a JSON object, got ...
+    """
+    try:
+        decoded = json.loads(arguments) if arguments.strip() else {}
+    except (ValueError, RecursionError) as error:
+        reason = error if isinstance(error, ValueError) else "nested too deeply"
+        raise ToolArgumentError(
+            f"the arguments of {tool_name!r} are not valid JSON ({reason}): {arguments!r}"
+        ) from None
+    if not isinstance(decoded, dict):
+        raise ToolArgumentError(
+            f"the arguments of {tool_name!r} must be a JSON object, got {arguments!r}"
+        )
+    try:
+        frozen: PMap[str, Any] = freeze(decoded)
+    except (ValueError, RecursionError) as error:
+        reason = error if isinstance(error, ValueError) else "nested too deeply"
+        raise ToolArgumentError(
+            f"the arguments of {tool_name!r} cannot be recorded ({reason}): {arguments!r}"
+        ) from None
+    return frozen
 
 
 @dataclass(frozen=True)
@@ -152,19 +191,35 @@ class ToolDefinition(ABC, Generic[P]):
         }
 
     def parse_arguments(self, arguments: str) -> P:
-        """The model's JSON ``arguments`` as ``Params``, or :class:`ToolArgumentError`."""
+        """The model's JSON ``arguments`` text as ``Params``, or :class:`ToolArgumentError`.
+
+        A convenience for :func:`decode_arguments` then :meth:`validate_arguments`,
+        which is the path a run takes (it records the decoded arguments first).
+
+        >>> from cowconv import Workspace
+        >>> terminal = resolve_tool("terminal").create(Workspace(working_dir="."))
+        >>> terminal.parse_arguments('{"command": "ls"}').command
+        'ls'
+        """
+        return self.validate_arguments(decode_arguments(arguments, self.name))
+
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> P:
+        """Decoded arguments (a JSON object, frozen or not) as ``Params``.
+
+        Arguments that do not fit ``Params`` are a :class:`ToolArgumentError`
+        naming every problem.
+
+        >>> from cowconv import Workspace
+        >>> terminal = resolve_tool("terminal").create(Workspace(working_dir="."))
+        >>> terminal.validate_arguments({"command": "ls"}).command
+        'ls'
+        >>> terminal.validate_arguments({})
+        Traceback (most recent call last):
+        ...
+        cowconv._tools.ToolArgumentError: invalid arguments for 'terminal': command: Field required
+        """
         try:
-            decoded = json.loads(arguments) if arguments.strip() else {}
-        except ValueError as error:
-            raise ToolArgumentError(
-                f"the arguments of {self.name!r} are not valid JSON ({error}): {arguments!r}"
-            ) from None
-        if not isinstance(decoded, dict):
-            raise ToolArgumentError(
-                f"the arguments of {self.name!r} must be a JSON object, got {arguments!r}"
-            )
-        try:
-            params: P = self.Params.model_validate(decoded)  # type: ignore[assignment]
+            params: P = self.Params.model_validate(thaw(arguments))  # type: ignore[assignment]
         except ValidationError as error:
             problems = "; ".join(
                 f"{'.'.join(str(part) for part in problem['loc']) or '(arguments)'}: "

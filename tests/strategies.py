@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import strategies as st
 
 from cowconv import (
@@ -29,6 +31,20 @@ json_values = st.recursive(
     max_leaves=8,
 )
 json_objects = st.dictionaries(keys, json_values, max_size=4)
+
+# What a model may send as a tool call's arguments: JSON of any shape (objects that fit a
+# {"name": str, "times": int} tool or not), JSON's NaN, escapes of lone surrogates, or any text.
+tool_argument_texts = st.one_of(
+    st.builds(json.dumps, json_values),
+    st.builds(
+        json.dumps,
+        st.fixed_dictionaries(
+            {"name": texts | st.integers()}, optional={"times": st.integers(-1, 3) | texts}
+        ),
+    ),
+    st.sampled_from(["", "  ", "NaN", '{"name": NaN}', '{"name": "\\ud800"}', '{"name": "a"} x']),
+    st.text(max_size=30),
+)
 str_maps = st.dictionaries(keys, texts, max_size=4)
 
 contents = st.lists(

@@ -34,6 +34,7 @@ from cowconv import (
     Usage,
     Workspace,
 )
+from cowconv._state import dump_state, dump_state_json
 from cowconv._store._lazy import LazyEvents
 from tests.strategies import events, json_objects, keys, texts
 
@@ -508,6 +509,19 @@ class TestExportImport:
             assert other.load(root.id) == root.state
             assert other.load(grandchild.id) == grandchild.state
         assert event_rows(other_path) == 6 + 1
+
+    def test_store_and_export_write_one_serialisation(self, path: Path):
+        """The stored state row is dump_state_json(); an export holds dump_state() of it."""
+        with SQLiteStore(path) as store:
+            conversation = persisted(store, conversation_id="c1", tags={"owner": "ci"})
+            fill(conversation, 2)
+            conversation.update_agent_state({"step": 2, "wait": 1e-05})
+            data = store.export_conversation("c1", include_secrets=True)
+            state = conversation.state
+        with closing(sqlite3.connect(path)) as db, db:
+            (row,) = db.execute("SELECT state FROM conversations").fetchone()
+        assert row == dump_state_json(state)
+        assert json.loads(data)["conversations"][0]["state"] == dump_state(state) == json.loads(row)
 
     def test_secrets_left_out_by_default(self, store: SQLiteStore):
         """Without include_secrets, API keys are exported as null."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
 from pydantic import BaseModel, Field
 
 from cowconv import (
@@ -14,6 +15,9 @@ from cowconv import (
     registered_tools,
     resolve_tool,
 )
+from cowconv._llm import LLMResponse, LLMToolCall
+from cowconv._runtime import _action, _execute
+from tests.strategies import tool_argument_texts
 
 
 class GreetParams(BaseModel):
@@ -120,3 +124,53 @@ class TestToolDefinition:
             tool.parse_arguments('{"name": 5, "times": 0}')
         assert "name: Input should be a valid string" in str(raised.value)
         assert "times: Input should be greater than or equal to 1" in str(raised.value)
+
+
+class TestArgumentsAreDecodedOnce:
+    def test_validate_arguments_takes_the_decoded_mapping(self):
+        """validate_arguments() checks a mapping (frozen or plain) against Params."""
+        tool = GreetTool.create(WORKSPACE)
+        assert tool.validate_arguments({"name": "Ada", "times": 2}) == GreetParams(
+            name="Ada", times=2
+        )
+        with pytest.raises(ToolArgumentError, match="times: Input should be greater than"):
+            tool.validate_arguments({"name": "Ada", "times": 0})
+
+    @pytest.mark.parametrize(
+        ("text", "says"),
+        [
+            ('{"name": NaN}', "cannot be recorded"),
+            ('{"name": "\\ud800"}', "cannot be recorded"),
+            ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
+        ],
+    )
+    def test_arguments_a_history_cannot_hold_are_refused(self, text, says):
+        """NaN, lone surrogates and absurd nesting are a ToolArgumentError, not a crash."""
+        with pytest.raises(ToolArgumentError, match=says):
+            GreetTool.create(WORKSPACE).parse_arguments(text)
+
+    @given(text=tool_argument_texts)
+    def test_a_run_and_parse_arguments_agree(self, text):
+        """For any argument text, the run's tool result is what parse_arguments() leads to."""
+        tool = GreetTool.create(WORKSPACE)
+        call = LLMToolCall(id="c1", name=tool.name, arguments=text)
+        response = LLMResponse(
+            id="r1",
+            content="",
+            tool_calls=(call,),
+            cost=0.0,
+            prompt_tokens=0,
+            completion_tokens=0,
+            latency=0.0,
+        )
+        action, problem = _action(response, call, "")
+        result = _execute({tool.name: tool}, action, problem)
+        try:
+            expected = tool.execute(tool.parse_arguments(text)).output
+        except ToolArgumentError as error:
+            assert result.output == f"Error: {error}"
+            assert result.extra == {"error": "invalid_arguments"}
+            if problem is not None:  # did not decode: the text is kept for the record
+                assert action.arguments == {"__invalid_json__": text}
+        else:
+            assert problem is None and result.output == expected

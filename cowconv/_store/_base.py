@@ -23,7 +23,7 @@ from cowconv._events import Event
 from cowconv._exceptions import InvalidValueError
 from cowconv._history import EventLog
 from cowconv._ids import ConversationID
-from cowconv._state import ConversationInfo, ConversationState, ExecutionStatus
+from cowconv._state import ConversationInfo, ConversationState, ExecutionStatus, dump_state
 
 __all__ = ["EXPORT_FORMAT", "EXPORT_VERSION", "ExportRecord", "Store"]
 
@@ -126,25 +126,6 @@ class ExportRecord:
     fork_len: int = 0
 
 
-def _strip_secrets(exposed: Any, masked: Any) -> Any:
-    # Wherever the exposed dump differs from the masked one there is a secret.
-    if isinstance(exposed, dict) and isinstance(masked, dict):
-        return {key: _strip_secrets(value, masked.get(key)) for key, value in exposed.items()}
-    if isinstance(exposed, list) and isinstance(masked, list) and len(exposed) == len(masked):
-        return [_strip_secrets(a, b) for a, b in zip(exposed, masked, strict=True)]
-    return exposed if exposed == masked else None
-
-
-def dump_state(state: ConversationState, *, include_secrets: bool = True) -> dict[str, Any]:
-    """Everything of ``state`` but its events as JSON data; secrets in clear or ``None``."""
-    # Events and other branches travel beside the state (see export_document), shared, not repeated.
-    skipped = {"events", "other_branches"}
-    exposed = state.model_dump(mode="json", exclude=skipped, context={"expose_secrets": True})
-    if include_secrets:
-        return exposed
-    return _strip_secrets(exposed, state.model_dump(mode="json", exclude=skipped))  # type: ignore[no-any-return]
-
-
 def _dump_events(events: EventLog, start: int) -> list[Any]:
     return [events[position].model_dump(mode="json") for position in range(start, len(events))]
 
@@ -168,7 +149,9 @@ def export_document(records: Iterable[ExportRecord], *, include_secrets: bool) -
             {
                 "parent": record.parent,
                 "fork_len": record.fork_len,
-                "state": dump_state(record.state, include_secrets=include_secrets),
+                "state": dump_state(
+                    record.state, secrets="clear" if include_secrets else "dropped"
+                ),
                 "events": _dump_events(events, record.fork_len),
                 # Each other branch of the conversation tree: what it shares with the active
                 # branch, then its own events.

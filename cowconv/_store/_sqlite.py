@@ -46,7 +46,7 @@ from cowconv._exceptions import (
 )
 from cowconv._history import EventLog
 from cowconv._ids import ConversationID, id_text, public_id
-from cowconv._state import ConversationInfo, ConversationState, check_tags
+from cowconv._state import ConversationInfo, ConversationState, check_tags, dump_state_json
 from cowconv._store._base import (
     ExportRecord,
     export_document,
@@ -661,7 +661,14 @@ class SQLiteStore:
         cursor = db.execute(
             "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (str(state.id), parent, fork_len, len(state.events), _state_json(state), generation),
+            (
+                str(state.id),
+                parent,
+                fork_len,
+                len(state.events),
+                dump_state_json(state),
+                generation,
+            ),
         )
         key = cursor.lastrowid
         assert key is not None
@@ -728,7 +735,7 @@ class SQLiteStore:
         # A snapshot this store object never saw (built elsewhere): it is the stored write
         # only if it is that write, event for event and field for field.
         count = len(previous.events)
-        if row.event_count != count or row.state != _state_json(previous):
+        if row.event_count != count or row.state != dump_state_json(previous):
             return None
         if count and self._event_id_at(db, row.key, count - 1) != previous.events[count - 1].id:
             return None
@@ -764,7 +771,7 @@ class SQLiteStore:
         self._write_events(db, row.key, current.events, start)
         db.execute(
             "UPDATE conversations SET event_count = ?, state = ?, version = ? WHERE key = ?",
-            (len(current.events), _state_json(current), row.version + 1, row.key),
+            (len(current.events), dump_state_json(current), row.version + 1, row.key),
         )
         return (row.key, row.generation, row.version + 1)
 
@@ -816,7 +823,13 @@ class SQLiteStore:
         db.execute("UPDATE conversations SET id = NULL, state = NULL WHERE key = ?", (row.key,))
         db.execute(
             "UPDATE conversations SET id = ?, state = ?, generation = ?, version = ? WHERE key = ?",
-            (conversation_id, _state_json(current), row.generation, row.version + 1, new_keys[0]),
+            (
+                conversation_id,
+                dump_state_json(current),
+                row.generation,
+                row.version + 1,
+                new_keys[0],
+            ),
         )
         for order, key in enumerate(new_keys[1:]):
             marker = json.dumps({"branch_of": conversation_id, "order": order})
@@ -1004,13 +1017,6 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self._path)!r})"
-
-
-def _state_json(state: ConversationState) -> str:
-    # The other branches are rows of their own (see SQLiteStore._restructure).
-    return state.model_dump_json(
-        exclude={"events", "other_branches"}, context={"expose_secrets": True}
-    )
 
 
 def _only_grows(previous: ConversationState, current: ConversationState) -> bool:

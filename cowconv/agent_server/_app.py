@@ -43,7 +43,7 @@ from cowconv._exceptions import (
     StoreLockedError,
 )
 from cowconv._history import EventLog
-from cowconv._state import ConversationInfo
+from cowconv._state import ConversationInfo, dump_state
 from cowconv._store import STORE_FILE_NAME, SQLiteStore, Store
 from cowconv._tree import is_prefix
 from cowconv._workspace import SESSION_API_KEY_HEADER
@@ -356,7 +356,7 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
         if start and (last is None or events[start - 1].id != last):
             start = 0
         return StateResponse(
-            state=state.model_dump(mode="json", exclude={"events"}),
+            state=dump_state(state, secrets="masked", branches=True),
             ids_from=start,
             event_ids=[events[position].id for position in range(start, len(events))],
         )
