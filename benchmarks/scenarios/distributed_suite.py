@@ -538,6 +538,16 @@ def _scaling_report(data: dict[str, Any]) -> list[str]:
             for row, per_request in zip(rows, figures["request_messages"], strict=True)
         )
 
+    started = (
+        [
+            "",
+            "`processes`: every suite starts its own worker processes (spawn, then import "
+            "cowconv and litellm): a fixed cost of seconds in both of its columns, which "
+            "flattens its ratios.",
+        ]
+        if any(engine == "processes" for engine, _ in rows)
+        else []
+    )
     return [
         "",
         f"The same suite from a conversation of {small:,} and of {large:,} events: "
@@ -562,6 +572,7 @@ def _scaling_report(data: dict[str, Any]) -> list[str]:
             ],
             cells,
         ),
+        *started,
         "",
         verdict,
     ]
