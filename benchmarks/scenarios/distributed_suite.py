@@ -25,7 +25,8 @@ import os
 import pickle
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +256,6 @@ class DistributedSuite(Scenario):
 
 def measure(quick: bool, workspace: Path, tick: Callable[[str], None] = print) -> dict[str, Any]:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from cowconv.distributed import ProcessExecutor
     from cowconv.testing import StubLLMServer
 
     events = 300 if quick else 10_000
@@ -286,17 +286,24 @@ def measure(quick: bool, workspace: Path, tick: Callable[[str], None] = print) -
             )
             skipped = {name: "not started in a quick run" for name in ("processes", "dask", "ray")}
         else:
-            tick("worker processes")
-            engines["processes"] = _measure_engine(
-                ProcessExecutor(workers, progress=False), source, branches, workers, workers
+            engine_starts = (
+                ("processes", "worker processes", _processes, workers),
+                ("dask", "Dask LocalCluster", _dask, workers),
+                # One Ray node: the object store holds one copy that its workers share.
+                ("ray", "local Ray", _ray, 1),
             )
-            scaling["processes"] = _scaling(
-                lambda: ProcessExecutor(workers, progress=False), sources, stub, quick
-            )
-            tick("Dask LocalCluster")
-            _with_dask(source, sources, stub, workers, branches, engines, scaling, skipped)
-            tick("local Ray")
-            _with_ray(source, sources, stub, workers, branches, engines, scaling, skipped)
+            for name, label, start, prefix_copies in engine_starts:
+                tick(label)
+                with ExitStack() as stack:
+                    try:
+                        make = stack.enter_context(start(workers))
+                    except ImportError as error:
+                        skipped[name] = f"not installed ({error})"
+                        continue
+                    engines[name] = _measure_engine(
+                        make(), source, branches, workers, prefix_copies
+                    )
+                    scaling[name] = _scaling(make, sources, stub, quick)
         described = _describe(sources)
     return {
         "events": events,
@@ -310,22 +317,21 @@ def measure(quick: bool, workspace: Path, tick: Callable[[str], None] = print) -
     }
 
 
-def _with_dask(
-    source: Any,
-    sources: dict[str, dict[int, Any]],
-    stub: Any,
-    workers: int,
-    branches: int,
-    engines: dict[str, Any],
-    scaling: dict[str, Any],
-    skipped: dict[str, str],
-) -> None:
-    try:
-        import dask
-        from distributed import Client, LocalCluster
-    except ImportError as error:
-        skipped["dask"] = f"not installed ({error})"
-        return
+Executors = Callable[[], Any]
+
+
+@contextmanager
+def _processes(workers: int) -> Iterator[Executors]:
+    from cowconv.distributed import ProcessExecutor
+
+    yield lambda: ProcessExecutor(workers, progress=False)
+
+
+@contextmanager
+def _dask(workers: int) -> Iterator[Executors]:
+    import dask
+    from distributed import Client, LocalCluster
+
     from cowconv.distributed import DaskExecutor
 
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
@@ -338,28 +344,13 @@ def _with_dask(
             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
         )
         with cluster, Client(cluster) as client:
-            executor = DaskExecutor(client, progress=False)
-            engines["dask"] = _measure_engine(executor, source, branches, workers, workers)
-            scaling["dask"] = _scaling(
-                lambda: DaskExecutor(client, progress=False), sources, stub, quick=False
-            )
+            yield lambda: DaskExecutor(client, progress=False)
 
 
-def _with_ray(
-    source: Any,
-    sources: dict[str, dict[int, Any]],
-    stub: Any,
-    workers: int,
-    branches: int,
-    engines: dict[str, Any],
-    scaling: dict[str, Any],
-    skipped: dict[str, str],
-) -> None:
-    try:
-        import ray
-    except ImportError as error:
-        skipped["ray"] = f"not installed ({error})"
-        return
+@contextmanager
+def _ray(workers: int) -> Iterator[Executors]:
+    import ray
+
     from cowconv.distributed import RayExecutor
 
     ray.init(
@@ -369,9 +360,7 @@ def _with_ray(
         log_to_driver=False,
     )
     try:
-        # One node: the object store holds one copy that its workers share.
-        engines["ray"] = _measure_engine(RayExecutor(progress=False), source, branches, workers, 1)
-        scaling["ray"] = _scaling(lambda: RayExecutor(progress=False), sources, stub, quick=False)
+        yield lambda: RayExecutor(progress=False)
     finally:
         ray.shutdown()
 
