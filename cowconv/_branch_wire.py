@@ -154,7 +154,7 @@ class BranchJob:
         """
         events = state.events
         shared = len(prefix.events)
-        if shared > len(events) or events.take(shared) != prefix.events:
+        if not events._starts_with(prefix.events):  # O(1) for a fork of the prefix
             shared = 0
         own = EventLog(events[position] for position in range(shared, len(events)))
         agent = state.agent
@@ -290,7 +290,7 @@ def prefix_loads() -> int:
     return _loads
 
 
-def _prefix(key: str, load: Callable[[], bytes]) -> EventLog:
+def _prefix(key: str, load: Callable[[], bytes], *, rendered: bool) -> EventLog:
     global _loads
     with _prefix_lock:  # one load per process, however many threads a worker runs
         events = _prefixes.get(key)
@@ -299,9 +299,6 @@ def _prefix(key: str, load: Callable[[], bytes]) -> EventLog:
             if not isinstance(loaded, EventLog):
                 raise InvalidTypeError(f"a shared prefix must be an EventLog, got {type(loaded)}")
             events = loaded
-            # Render the model's view of the prefix once: every branch of the suite on this
-            # worker continues from it instead of rendering the whole history again.
-            render(events)
             _loads += 1
             _loads_by_key[key] = _loads_by_key.get(key, 0) + 1
             if len(_loads_by_key) > 1024:
@@ -311,6 +308,12 @@ def _prefix(key: str, load: Callable[[], bytes]) -> EventLog:
                 _prefixes.popitem(last=False)
         else:
             _prefixes.move_to_end(key)
+        if rendered:
+            # An agent without a condenser sees the whole history: render the prefix once
+            # (O(1) when it already is), so every branch of the suite on this worker continues
+            # from it instead of rendering it again. With a condenser the model sees only the
+            # events since the last condensation: rendering all of them would be wasted.
+            render(events)
         return events
 
 
@@ -351,7 +354,9 @@ def run_branch_job(job_data: bytes, load_prefix: Callable[[], bytes]) -> bytes:
     try:
         for tool in job.tools:
             register_tool(tool)
-        prefix = _prefix(job.prefix_key, load_prefix).take(job.prefix_length)
+        prefix = _prefix(
+            job.prefix_key, load_prefix, rendered=job.state.agent.condenser is None
+        ).take(job.prefix_length)
         state = job.state._replace(events=prefix.extend(job.state.events))
         start = len(state.events)
         conversation = Conversation.from_state(

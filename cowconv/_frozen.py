@@ -211,7 +211,7 @@ class CheckedModel(BaseModel):
     ...
     """
 
-    model_config = ConfigDict(allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False, defer_build=True)
 
     @model_validator(mode="after")
     def _valid_text(self, info: ValidationInfo) -> Self:

@@ -228,6 +228,32 @@ class EventLog(Sequence[Event]):
         for position in range(self._len - 1, -1, -1):
             yield self[position]
 
+    def _starts_with(self, prefix: EventLog, max_walk: int = 64) -> bool:
+        """Whether this log's first ``len(prefix)`` events are ``prefix``'s.
+
+        O(1) for a log made from ``prefix`` (or from a log it is a prefix of)
+        by appends and ``take``: their lines connect, and two logs holding a
+        line's first ``n`` events hold the same events. Otherwise (an
+        unpickled copy, a log built apart) the events are compared.
+        """
+        count = prefix._len
+        if count > self._len:
+            return False
+        if count == 0 or self is prefix:
+            return True
+        line: _Line | None = self._line
+        limit = self._len
+        for _ in range(max_walk):
+            if line is None:
+                break
+            if line is prefix._line:
+                if count <= limit:
+                    return True
+                break
+            limit = min(limit, line.at)
+            line = line.parent
+        return self.take(count) == prefix
+
     def _used_chunks(self) -> Iterator[Iterable[Event]]:
         ends = (*self._starts[1:], self._len) if self._starts else ()
         for chunk, start, end in zip(self._chunks, self._starts, ends, strict=True):

@@ -24,14 +24,23 @@ from cowconv import (
     Branch,
     BranchError,
     BranchesError,
+    CondensationEvent,
     Conversation,
     ExecutionStatus,
+    LLMSummarizingCondenser,
     SQLiteStore,
     Tool,
     ToolDefinition,
     ToolResult,
     register_tool,
     run_branches,
+)
+from cowconv._branch_wire import (
+    BranchJob,
+    BranchOutcome,
+    SharedPrefix,
+    forget_prefix,
+    run_branch_job,
 )
 from cowconv.distributed import PicklingExecutor, ProcessExecutor, prefix_loads
 from cowconv.testing import StubLLMServer, StubReply
@@ -268,6 +277,57 @@ class TestMergedBack:
         assert sent and all(b"stub-key" not in job for job in sent)
         assert stub.requests[before].headers["authorization"] == "Bearer key-from-worker-env"
         assert fork.agent.llm.api_key.get_secret_value() == "stub-key"  # kept here
+
+
+class TestCondensedBranches:
+    @staticmethod
+    def _condensed(stub: StubLLMServer, workspace: object) -> Conversation:
+        """A conversation whose runs condensed it (real summary calls to the stub)."""
+        llm = LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+        condenser = LLMSummarizingCondenser(llm=llm, max_size=8, keep_first=1)
+        conversation = Conversation(agent=Agent(llm=llm, condenser=condenser), workspace=workspace)
+        for n in range(12):
+            conversation.send_message(f"Turn {n}: " + "y" * 100)
+            conversation.run()
+        assert any(isinstance(e, CondensationEvent) for e in conversation.state.events)
+        return conversation
+
+    def test_a_branch_of_a_condensed_conversation_sends_only_its_view(self, stub, tmp_path):
+        """The worker sends the condenser's view (head, summary, recent), not the whole prefix."""
+        source = self._condensed(stub, tmp_path)
+        condenser = source.agent.condenser
+        assert condenser is not None
+        expected = source.fork()
+        expected.send_message("Branch.")
+        view = condenser.view(expected.state.events).messages(source.agent.system_prompt)
+        assert len(view) < len(source.state.events) // 2
+        sent = len(stub.requests)
+        forks = run_branches(source, ["Branch."], executor=PicklingExecutor(max_workers=1))
+        (request,) = stub.requests[sent:]
+        assert request.messages == view
+        assert forks[0].state.execution_status is ExecutionStatus.FINISHED
+
+    @pytest.mark.parametrize("condensed", [True, False])
+    def test_the_worker_renders_the_whole_prefix_only_for_agents_without_a_condenser(
+        self, stub, tmp_path, condensed
+    ):
+        """Rendering every shared event is wasted work when the model sees a condensed view."""
+        from cowconv import _branch_wire, _messages
+
+        source = self._condensed(stub, tmp_path)
+        agent = source.agent if condensed else source.agent.model_copy(update={"condenser": None})
+        fork = source.fork(agent=agent)
+        fork.send_message("Branch.")
+        prefix = SharedPrefix.of(source.state.events)
+        job = BranchJob.of(0, prefix, fork.state, 5)
+        try:
+            outcome = BranchOutcome.loads(run_branch_job(job.dumps(), prefix.dumps))
+            assert outcome.error is None and outcome.events
+            events = _branch_wire._prefixes[prefix.key]
+            rendered, _ = _messages._renderings.find(events)
+            assert rendered == (0 if condensed else len(events))
+        finally:
+            forget_prefix(prefix.key)
 
 
 class TestFailures:

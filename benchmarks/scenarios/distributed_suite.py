@@ -7,6 +7,15 @@ on 127.0.0.1. Run it alone with ``python -m benchmarks.scenarios.distributed_sui
 "Shipping each fork whole" is the naive port: the same executor and the same
 worker code, but every job carries its fork's whole history (an empty shared
 prefix), so every task moves and unpickles all of it.
+
+"Scaling" runs the same suite (``run_branches`` with each executor, and the
+thread pool for reference) from a conversation of 100 events and one of 5,000.
+It is judged on what a user with long conversations runs: an agent with a
+condenser (``LLMSummarizingCondenser``), whose conversations were built by
+real runs, so the shared history holds the CondensationEvents the condenser
+recorded and every branch's LLM request is the bounded view. The same suite
+without a condenser is reported beside it, for information: there every
+request carries the whole history.
 """
 
 from __future__ import annotations
@@ -25,13 +34,27 @@ from benchmarks._scenario import Context, Scenario, Target, table
 
 BYTES_TARGET = 50.0
 SCALING_TARGET = 2.0
+SCALING_SIZES = (100, 5_000)
+QUICK_SCALING_SIZES = (100, 500)
+# The condensed workload: an agent with LLMSummarizingCondenser(max_size=40, keep_first=4);
+# each user turn follows 24 events of agent work (messages, tool calls and results), so the
+# view outgrows max_size at every turn once the conversation is under way.
+MAX_SIZE = 40
+KEEP_FIRST = 4
+WORK_PER_TURN = 24
+SUMMARY = "Summary of the earlier turns: tests were run and off-by-one errors were fixed."
 
 
 def _one_line(request: Any) -> Any:
     """The model's answer: one line (the stub's default brain would list every command of the
-    history, ~80 KB at 10k events, and the results would outweigh what the suite ships)."""
+    history, ~80 KB at 10k events, and the results would outweigh what the suite ships).
+    A condenser's summary request gets a one-line summary."""
+    from cowconv._condenser import SUMMARY_INSTRUCTIONS
     from cowconv.testing import StubReply
 
+    messages = request.get("messages") or [{}]
+    if messages[0].get("content") == SUMMARY_INSTRUCTIONS:
+        return StubReply.text(SUMMARY)
     return StubReply.text("Done: the one-line answer this variant asked for.")
 
 
@@ -46,6 +69,34 @@ def _suite_source(events: int, stub: Any, workspace: Path) -> Any:
     # one by one so the history has the chunk layout a real conversation has.
     log = EventLog().extend(make_event(position) for position in range(events))
     return Conversation.from_state(base.state._replace(events=log))
+
+
+def condensed_source(events: int, stub: Any, workspace: Path) -> Any:
+    """A conversation of at least ``events`` events, as an agent with a condenser leaves it.
+
+    Each turn records ``WORK_PER_TURN`` events of agent work (the suite's
+    realistic events), then a user message, then ``run()``: the runtime
+    condenses the view when it outgrows ``MAX_SIZE`` (a real summary call to
+    the stub, recorded as a CondensationEvent) and makes one LLM call.
+    """
+    from benchmarks._workload import make_event
+    from cowconv import LLM, Agent, Conversation, LLMSummarizingCondenser
+
+    llm = LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+    condenser = LLMSummarizingCondenser(
+        llm=llm.model_copy(update={"usage_id": "condenser"}),
+        max_size=MAX_SIZE,
+        keep_first=KEEP_FIRST,
+    )
+    conversation = Conversation(agent=Agent(llm=llm, condenser=condenser), workspace=workspace)
+    position = 0
+    while len(conversation.state.events) < events:
+        for _ in range(WORK_PER_TURN):  # a multiple of 4: every tool call with its result
+            conversation.append_event(make_event(position))
+            position += 1
+        conversation.send_message("Go on with the next failing test.")
+        conversation.run()
+    return conversation
 
 
 def _measure_engine(
@@ -96,36 +147,74 @@ def _measure_engine(
     return figures
 
 
-def _scaling(make_executor: Callable[[], Any], stub: Any, workspace: Path, quick: bool) -> Any:
-    """run_branches with an executor: the same suite at 100 and at 5,000 events (medians)."""
+def _scaling(
+    make_executor: Callable[[], Any] | None,
+    sources: dict[str, dict[int, Any]],
+    stub: Any,
+    quick: bool,
+) -> dict[str, Any]:
+    """run_branches from sources of two sizes, per workload (medians, sizes alternating).
+
+    ``make_executor`` gives a fresh executor per suite; ``None`` is the thread
+    pool (2 threads). Also records how many messages each request carried.
+    """
     from cowconv import run_branches
 
-    branches, sizes, repeats = (4, (100, 500), 1) if quick else (20, (100, 5_000), 3)
-    executor_seconds: list[float] = []
-    thread_seconds: list[float] = []
-    for events in sizes:
-        source = _suite_source(events, stub, workspace)
-        run_branches(source, ["Warm up."], executor=make_executor())
-        messages = [f"Say {n}." for n in range(branches)]
-        seconds: dict[str, list[float]] = {"executor": [], "threads": []}
-        for _ in range(repeats):  # alternating, so both see the same load
-            started = time.perf_counter()
-            run_branches(source, messages, executor=make_executor())
-            seconds["executor"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            run_branches(source, messages, max_workers=2)
-            seconds["threads"].append(time.perf_counter() - started)
-        executor_seconds.append(statistics.median(seconds["executor"]))
-        thread_seconds.append(statistics.median(seconds["threads"]))
-    return {
-        "branches": branches,
-        "sizes": list(sizes),
-        "repeats": repeats,
-        "seconds": executor_seconds,
-        "threads_seconds": thread_seconds,
-        "ratio": executor_seconds[1] / executor_seconds[0],
-        "threads_ratio": thread_seconds[1] / thread_seconds[0],
-    }
+    branches, repeats = (4, 3) if quick else (20, 3)
+    messages = [f"Say {n}." for n in range(branches)]
+
+    def suite(source: Any, branch_messages: list[str]) -> None:
+        if make_executor is None:
+            run_branches(source, branch_messages, max_workers=2)
+        else:
+            run_branches(source, branch_messages, executor=make_executor())
+
+    found: dict[str, Any] = {}
+    for workload, by_size in sources.items():
+        sizes = sorted(by_size)
+        for size in sizes:
+            suite(by_size[size], ["Warm up."])  # workers start, import litellm, connect
+        seconds: dict[int, list[float]] = {size: [] for size in sizes}
+        request_messages: dict[int, set[int]] = {size: set() for size in sizes}
+        for _ in range(repeats):
+            for size in sizes:
+                seen = len(stub.requests)
+                started = time.perf_counter()
+                suite(by_size[size], messages)
+                seconds[size].append(time.perf_counter() - started)
+                request_messages[size].update(len(r.messages) for r in stub.requests[seen:])
+        medians = [statistics.median(seconds[size]) for size in sizes]
+        found[workload] = {
+            "sizes": sizes,
+            "seconds": medians,
+            "ratio": medians[-1] / medians[0],
+            "request_messages": [sorted(request_messages[size]) for size in sizes],
+        }
+    return {"branches": branches, "repeats": repeats, **found}
+
+
+def _describe(sources: dict[str, dict[int, Any]]) -> dict[str, Any]:
+    """Events, condensations and the size of the view of each scaling source."""
+    from cowconv import CondensationEvent
+
+    described: dict[str, Any] = {}
+    for workload, by_size in sources.items():
+        rows = []
+        for size in sorted(by_size):
+            state = by_size[size].state
+            condenser = state.agent.condenser
+            rows.append(
+                {
+                    "size": size,
+                    "events": len(state.events),
+                    "condensations": sum(isinstance(e, CondensationEvent) for e in state.events),
+                    "view": len(state.events)
+                    if condenser is None
+                    else len(condenser.view(state.events)),
+                }
+            )
+        described[workload] = rows
+    return described
 
 
 class DistributedSuite(Scenario):
@@ -150,6 +239,14 @@ class DistributedSuite(Scenario):
                 f"≤{row['shared']['max_prefix_loads_per_worker']} prefix load(s) per worker",
             )
             for engine, row in data["engines"].items()
+        ] + [
+            (
+                f"{engine}, suite at {row['condensed']['sizes'][1]:,} vs "
+                f"{row['condensed']['sizes'][0]:,} events",
+                f"{row['condensed']['ratio']:.2f}× condensed, "
+                f"{row['uncondensed']['ratio']:.2f}× uncondensed",
+            )
+            for engine, row in _scaling_rows(data)
         ]
 
     def markdown(self, data: dict[str, Any], plots: Sequence[str]) -> str:
@@ -164,83 +261,43 @@ def measure(quick: bool, workspace: Path, tick: Callable[[str], None] = print) -
     events = 300 if quick else 10_000
     branches = 8 if quick else 100
     workers = 2
+    sizes = QUICK_SCALING_SIZES if quick else SCALING_SIZES
     engines: dict[str, Any] = {}
+    scaling: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    if quick:
-        # A quick run (the test suite's) starts no engine: the same wire, in this process.
-        from cowconv.distributed import PicklingExecutor
+    with StubLLMServer(brain=_one_line) as stub:
+        source = _suite_source(events, stub, workspace)
+        tick(f"scaling sources: {sizes[0]:,} and {sizes[1]:,} events, condensed by real runs")
+        sources = {
+            "condensed": {size: condensed_source(size, stub, workspace) for size in sizes},
+            "uncondensed": {size: _suite_source(size, stub, workspace) for size in sizes},
+        }
+        scaling["threads"] = _scaling(None, sources, stub, quick)
+        if quick:
+            # A quick run (the test suite's) starts no engine: the same wire, in this process.
+            from cowconv.distributed import PicklingExecutor
 
-        with StubLLMServer(brain=_one_line) as stub:
-            source = _suite_source(events, stub, workspace)
             tick("in-process pickling executor")
             engines["in-process"] = _measure_engine(
                 PicklingExecutor(workers), source, branches, workers, workers
             )
-            tick("scaling: 100 vs 5,000 events (in process)")
-            scaling = _scaling(lambda: PicklingExecutor(workers), stub, workspace, quick)
-        skipped = {name: "not started in a quick run" for name in ("processes", "dask", "ray")}
-        return {
-            "events": events,
-            "branches": branches,
-            "workers": workers,
-            "engines": engines,
-            "skipped": skipped,
-            "scaling": scaling,
-            "scaling_engine": "PicklingExecutor",
-        }
-    with StubLLMServer(brain=_one_line) as stub:
-        source = _suite_source(events, stub, workspace)
-        tick("worker processes")
-        engines["processes"] = _measure_engine(
-            ProcessExecutor(workers, progress=False), source, branches, workers, workers
-        )
-        scaling = None
-        tick("Dask LocalCluster")
-        try:
-            import dask
-            from distributed import Client, LocalCluster
-        except ImportError as error:
-            skipped["dask"] = f"not installed ({error})"
-        else:
-            from cowconv.distributed import DaskExecutor
-
-            with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-                cluster = LocalCluster(
-                    n_workers=workers,
-                    threads_per_worker=1,
-                    host="127.0.0.1",
-                    dashboard_address=None,
-                    # No dashboard; its HTTP server (health checks) on a free port, not on 8787.
-                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                )
-                with cluster, Client(cluster) as client:
-                    executor = DaskExecutor(client, progress=False)
-                    engines["dask"] = _measure_engine(executor, source, branches, workers, workers)
-                    tick("scaling: 100 vs 5,000 events (Dask)")
-                    scaling = _scaling(
-                        lambda: DaskExecutor(client, progress=False), stub, workspace, quick
-                    )
-        tick("local Ray")
-        try:
-            import ray
-        except ImportError as error:
-            skipped["ray"] = f"not installed ({error})"
-        else:
-            from cowconv.distributed import RayExecutor
-
-            ray.init(
-                num_cpus=workers,
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                log_to_driver=False,
+            scaling["in-process"] = _scaling(
+                lambda: PicklingExecutor(workers), sources, stub, quick
             )
-            try:
-                # One node: the object store holds one copy that its workers share.
-                engines["ray"] = _measure_engine(
-                    RayExecutor(progress=False), source, branches, workers, 1
-                )
-            finally:
-                ray.shutdown()
+            skipped = {name: "not started in a quick run" for name in ("processes", "dask", "ray")}
+        else:
+            tick("worker processes")
+            engines["processes"] = _measure_engine(
+                ProcessExecutor(workers, progress=False), source, branches, workers, workers
+            )
+            scaling["processes"] = _scaling(
+                lambda: ProcessExecutor(workers, progress=False), sources, stub, quick
+            )
+            tick("Dask LocalCluster")
+            _with_dask(source, sources, stub, workers, branches, engines, scaling, skipped)
+            tick("local Ray")
+            _with_ray(source, sources, stub, workers, branches, engines, scaling, skipped)
+        described = _describe(sources)
     return {
         "events": events,
         "branches": branches,
@@ -248,8 +305,75 @@ def measure(quick: bool, workspace: Path, tick: Callable[[str], None] = print) -
         "engines": engines,
         "skipped": skipped,
         "scaling": scaling,
-        "scaling_engine": "DaskExecutor",
+        "scaling_sources": described,
+        "condenser": {"max_size": MAX_SIZE, "keep_first": KEEP_FIRST},
     }
+
+
+def _with_dask(
+    source: Any,
+    sources: dict[str, dict[int, Any]],
+    stub: Any,
+    workers: int,
+    branches: int,
+    engines: dict[str, Any],
+    scaling: dict[str, Any],
+    skipped: dict[str, str],
+) -> None:
+    try:
+        import dask
+        from distributed import Client, LocalCluster
+    except ImportError as error:
+        skipped["dask"] = f"not installed ({error})"
+        return
+    from cowconv.distributed import DaskExecutor
+
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address=None,
+            # No dashboard; its HTTP server (health checks) on a free port, not on 8787.
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+        )
+        with cluster, Client(cluster) as client:
+            executor = DaskExecutor(client, progress=False)
+            engines["dask"] = _measure_engine(executor, source, branches, workers, workers)
+            scaling["dask"] = _scaling(
+                lambda: DaskExecutor(client, progress=False), sources, stub, quick=False
+            )
+
+
+def _with_ray(
+    source: Any,
+    sources: dict[str, dict[int, Any]],
+    stub: Any,
+    workers: int,
+    branches: int,
+    engines: dict[str, Any],
+    scaling: dict[str, Any],
+    skipped: dict[str, str],
+) -> None:
+    try:
+        import ray
+    except ImportError as error:
+        skipped["ray"] = f"not installed ({error})"
+        return
+    from cowconv.distributed import RayExecutor
+
+    ray.init(
+        num_cpus=workers,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+    )
+    try:
+        # One node: the object store holds one copy that its workers share.
+        engines["ray"] = _measure_engine(RayExecutor(progress=False), source, branches, workers, 1)
+        scaling["ray"] = _scaling(lambda: RayExecutor(progress=False), sources, stub, quick=False)
+    finally:
+        ray.shutdown()
 
 
 def targets(data: dict[str, Any]) -> list[Target]:
@@ -275,18 +399,44 @@ def targets(data: dict[str, Any]) -> list[Target]:
                 passed=loads <= 1,
             )
         )
-    scaling = data.get("scaling")
-    measured = scaling is not None and scaling["sizes"] == [100, 5_000]
-    found.append(
-        Target(
-            promise="run_branches with an executor: 5,000 events vs 100 events",
-            threshold=f"≤ {SCALING_TARGET:.0f}×",
-            measured=f"{scaling['ratio']:.2f}× (thread pool: {scaling['threads_ratio']:.2f}×)"
-            if measured and scaling is not None
-            else "not measured (a quick run, or no Dask)",
-            passed=scaling["ratio"] <= SCALING_TARGET if measured and scaling is not None else None,
-        )
+    found += scaling_targets(data)
+    return found
+
+
+def _scaling_rows(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(engine, figures) of each executor measured, the thread pool last."""
+    scaling = data.get("scaling") or {}
+    if "sizes" in scaling:  # results written before the condensed workload: not comparable
+        return []
+    return sorted(scaling.items(), key=lambda item: item[0] == "threads")
+
+
+def _ratio_text(row: dict[str, Any]) -> str:
+    condensed, uncondensed = row["condensed"], row["uncondensed"]
+    return (
+        f"{condensed['ratio']:.2f}× (uncondensed, for information: {uncondensed['ratio']:.2f}×, "
+        "every request carrying the whole history)"
     )
+
+
+def scaling_targets(data: dict[str, Any]) -> list[Target]:
+    """run_branches with each executor, 5,000 vs 100 events, judged on condensed conversations."""
+    found = []
+    for engine, row in _scaling_rows(data):
+        if engine == "threads":
+            continue  # the reference, not an executor
+        sizes = row["condensed"]["sizes"]
+        full = sizes == list(SCALING_SIZES)
+        found.append(
+            Target(
+                promise=f"run_branches with {engine}: the same suite at "
+                f"{SCALING_SIZES[1]:,} vs {SCALING_SIZES[0]:,} events (condensed conversations)",
+                threshold=f"≤ {SCALING_TARGET:.0f}×",
+                measured=_ratio_text(row)
+                + ("" if full else f" at {sizes[1]:,} vs {sizes[0]:,} events (quick run)"),
+                passed=row["condensed"]["ratio"] <= SCALING_TARGET if full else None,
+            )
+        )
     return found
 
 
@@ -334,22 +484,98 @@ def report(data: dict[str, Any]) -> str:
             rows,
         ),
     ]
-    scaling = data.get("scaling")
-    if scaling is not None:
-        (small, large), seconds = scaling["sizes"], scaling["seconds"]
-        threads = scaling["threads_seconds"]
-        lines += [
-            "",
-            f"`run_branches` with `{data['scaling_engine']}`, {scaling['branches']} branches, "
-            f"median of {scaling['repeats']}: {human_seconds(seconds[0])} at {small:,} events, "
-            f"{human_seconds(seconds[1])} at {large:,} events ({scaling['ratio']:.2f}×). The same "
-            f"suite in the thread pool (2 threads): {human_seconds(threads[0])} and "
-            f"{human_seconds(threads[1])} ({scaling['threads_ratio']:.2f}×): each branch's LLM "
-            "request carries the whole history, whatever runs it.",
-        ]
+    lines += _scaling_report(data)
     for engine, why in data["skipped"].items():
         lines.append(f"\n{engine}: not measured, {why}.")
     return "\n".join(lines)
+
+
+def _scaling_report(data: dict[str, Any]) -> list[str]:
+    rows = _scaling_rows(data)
+    if not rows:
+        return []
+    first = rows[0][1]
+    small, large = first["condensed"]["sizes"]
+    sources = data["scaling_sources"]
+    condensed, uncondensed = sources["condensed"], sources["uncondensed"]
+    cells = []
+    for engine, row in rows:
+        c, u = row["condensed"], row["uncondensed"]
+        cells.append(
+            [
+                "thread pool (2 threads, reference)" if engine == "threads" else engine,
+                human_seconds(c["seconds"][0]),
+                human_seconds(c["seconds"][1]),
+                f"**{c['ratio']:.2f}×**",
+                human_seconds(u["seconds"][0]),
+                human_seconds(u["seconds"][1]),
+                f"{u['ratio']:.2f}×",
+            ]
+        )
+    judged = [(engine, row) for engine, row in rows if engine != "threads"]
+    full = [small, large] == list(SCALING_SIZES)
+    worst = max((row["condensed"]["ratio"] for _, row in judged), default=float("nan"))
+    verdict = (
+        f"Verdict: with every executor the suite at {large:,} events costs at most "
+        f"{worst:.2f}× the suite at {small:,} events on condensed conversations "
+        + (
+            f"(target ≤ {SCALING_TARGET:.0f}×: "
+            + ("met" if worst <= SCALING_TARGET else "NOT met")
+            + ")."
+            if full
+            else f"(a quick run; the target, ≤ {SCALING_TARGET:.0f}×, is judged at "
+            f"{SCALING_SIZES[1]:,} vs {SCALING_SIZES[0]:,} events)."
+        )
+        + " Without a condenser it grows with the history: every branch's LLM request carries "
+        "all of it (rendered, serialised and parsed by litellm, read by the model), whatever "
+        "runs the branch."
+    )
+
+    def messages(rows: list[dict[str, Any]], figures: dict[str, Any]) -> str:
+        return " and ".join(
+            f"{row['events']:,} events ({row['condensations']} condensations, "
+            f"{'/'.join(str(n) for n in per_request)} messages per request)"
+            for row, per_request in zip(rows, figures["request_messages"], strict=True)
+        )
+
+    started = (
+        [
+            "",
+            "`processes`: every suite starts its own worker processes (spawn, then import "
+            "cowconv and litellm): a fixed cost of seconds in both of its columns, which "
+            "flattens its ratios.",
+        ]
+        if any(engine == "processes" for engine, _ in rows)
+        else []
+    )
+    return [
+        "",
+        f"The same suite from a conversation of {small:,} and of {large:,} events: "
+        f"`run_branches` with {first['branches']} branches (one LLM step each), median of "
+        f"{first['repeats']}, sizes alternating. **Condensed**: the sources were built by real "
+        "runs of an agent with `LLMSummarizingCondenser("
+        f"max_size={data['condenser']['max_size']}, keep_first={data['condenser']['keep_first']})"
+        f"` ({WORK_PER_TURN} events of agent work per user turn; each condensation a real "
+        f"summary call to the stub): {messages(condensed, first['condensed'])}. "
+        f"**Uncondensed**: the same kind of events, no condenser: "
+        f"{messages(uncondensed, first['uncondensed'])}.",
+        "",
+        table(
+            [
+                "runs on",
+                f"condensed, {small:,}",
+                f"condensed, {large:,}",
+                "condensed ratio",
+                f"uncondensed, {small:,}",
+                f"uncondensed, {large:,}",
+                "uncondensed ratio (information)",
+            ],
+            cells,
+        ),
+        *started,
+        "",
+        verdict,
+    ]
 
 
 if __name__ == "__main__":

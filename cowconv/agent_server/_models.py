@@ -52,7 +52,10 @@ _ID = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\s/]+$")
 
 
 class _Request(CheckedModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Built at once (CheckedModel defers for import time; the server is not on that path):
+    # FastAPI wraps a request model in Annotated[..., FieldInfo(alias=...)], and building a
+    # deferred model inside that wrapper warns that the alias has no effect.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=False)
 
 
 class CreateConversationRequest(_Request):
