@@ -28,6 +28,8 @@ never adds one, and a ``run()`` with nothing to answer records nothing.
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from pyrsistent import PMap
@@ -110,6 +112,30 @@ def last_system_prompt(events: EventLog) -> SystemPromptEvent | None:
     return prompt
 
 
+# Prompt events found to hold a given tuple of specs: a tool's JSON schema compared deeply on
+# every message would cost more than the rest of send_message. Keyed by the event object
+# (kept here, so its id() is not reused), bounded.
+_matched: OrderedDict[int, tuple[SystemPromptEvent, tuple[PMap[str, Any], ...]]] = OrderedDict()
+_matched_lock = threading.Lock()
+_MATCHED_KEPT = 256
+
+
+def _holds(prompt: SystemPromptEvent, tools: tuple[PMap[str, Any], ...]) -> bool:
+    with _matched_lock:
+        known = _matched.get(id(prompt))
+    if known is not None and known[0] is prompt and len(known[1]) == len(tools):
+        if all(mine is theirs for mine, theirs in zip(known[1], tools, strict=True)):
+            return True
+    if prompt.tools != tools:
+        return False
+    with _matched_lock:
+        _matched[id(prompt)] = (prompt, tools)
+        _matched.move_to_end(id(prompt))
+        while len(_matched) > _MATCHED_KEPT:
+            _matched.popitem(last=False)
+    return True
+
+
 def with_system_prompt(state: ConversationState) -> ConversationState:
     """``state`` with its agent's system prompt recorded, if it is not the last one recorded.
 
@@ -128,7 +154,7 @@ def with_system_prompt(state: ConversationState) -> ConversationState:
     agent = state.agent
     tools = _tool_specs(agent)
     last = last_system_prompt(state.events)
-    if last is not None and last.system_prompt == agent.system_prompt and last.tools == tools:
+    if last is not None and last.system_prompt == agent.system_prompt and _holds(last, tools):
         return state
     prompt = SystemPromptEvent(system_prompt=agent.system_prompt, tools=tools)
     return state._replace(events=state.events.append(prompt))

@@ -717,6 +717,19 @@ class TestSystemPrompt:
         assert kinds(fork.state)[-1] == "message" and len(fork.state.events) == 5
         assert backend.reload(fork).events == fork.state.events
 
+    def test_other_tools_are_a_new_prompt(self, tmp_path, stub_agent):
+        """Same prompt, other tools: the fork records a prompt with its own tool specs."""
+        source = Conversation(agent=stub_agent, workspace=tmp_path)
+        source.send_message("one")
+        source.send_message("two")  # the recorded prompt was found current
+        fork = source.fork(agent=stub_agent.model_copy(update={"tools": ()}))
+        fork.send_message("three")
+        prompts = [e for e in fork.state.events if isinstance(e, SystemPromptEvent)]
+        assert [len(prompt.tools) for prompt in prompts] == [1, 0]
+        assert kinds(fork.state)[-2:] == ["system_prompt", "message"]
+        source.send_message("four")
+        assert kinds(source.state).count("system_prompt") == 1
+
     def test_resuming_from_sqlite_records_no_second_prompt(self, tmp_path, agents):
         """Reopened (same process or a new one), a stored conversation keeps its one prompt."""
         store = SQLiteStore(tmp_path)
