@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 from pyrsistent import PMap
 
 from cowconv._agent import Agent
-from cowconv._events import Event
+from cowconv._events import Event, MessageEvent
 from cowconv._exceptions import ConversationRunningError, InvalidTypeError, InvalidValueError
 from cowconv._ids import ConversationID
 from cowconv._state import ConversationState
@@ -44,6 +44,7 @@ __all__ = [
     "EventCallback",
     "ForkSpec",
     "NavigateTo",
+    "SendMessage",
     "SetTag",
     "UpdateAgentState",
     "check_max_iteration_per_run",
@@ -106,6 +107,33 @@ class AppendEvent:
     event: Event
 
     def __call__(self, state: ConversationState) -> ConversationState:
+        return state._replace(events=state.events.append(self.event))
+
+
+@dataclass(frozen=True)
+class SendMessage:
+    """Record a user message, the agent's system prompt just before it if it is not current.
+
+    The prompt goes in when the active branch has none yet or its last one
+    is not the agent's (see :func:`~cowconv._prompt.with_system_prompt`),
+    in the same commit as the message, so a history reads
+    ``[SystemPromptEvent, MessageEvent(user), ...]`` as in the seed SDK.
+
+    >>> from cowconv import LLM, Agent, ConversationState, MessageEvent, Workspace
+    >>> state = ConversationState(id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")),
+    ...                           workspace=Workspace(working_dir="."))
+    >>> message = MessageEvent(source="user", role="user", content="hi")
+    >>> [event.kind for event in SendMessage(message)(state).events]
+    ['system_prompt', 'message']
+    """
+
+    event: MessageEvent
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        # Imported here: the tool registry loads when a conversation is first talked to.
+        from cowconv._prompt import with_system_prompt
+
+        state = with_system_prompt(state)
         return state._replace(events=state.events.append(self.event))
 
 
@@ -234,6 +262,10 @@ class Backend(Protocol):
 
     def commit(self, change: Change) -> None:
         """Apply ``change``, persist it, notify the callbacks."""
+        ...
+
+    def send_message(self, text: str) -> MessageEvent:
+        """Record a user message (after the agent's system prompt, see :class:`SendMessage`)."""
         ...
 
     def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> Backend:

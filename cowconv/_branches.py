@@ -143,7 +143,7 @@ def run_branches(
     ...     _ = source.send_message("Propose a plan.")
     ...     forks = run_branches(source, ["Be bold.", Branch("Be careful.", title="B")])
     >>> [f.state.execution_status.value for f in forks], len(source.state.events)
-    (['finished', 'finished'], 1)
+    (['finished', 'finished'], 2)
     """
     specs = [Branch(b) if isinstance(b, str) else b for b in branches]
     for spec in specs:

@@ -6,7 +6,7 @@
 >>> fork = source.fork(title="Follow-up exploration", tags={"variant": "B"})
 >>> _ = fork.send_message("Now focus on the EMEA region.")
 >>> len(source.state.events), len(fork.state.events), sorted(fork.state.tags.items())
-(1, 2, [('title', 'Follow-up exploration'), ('variant', 'B')])
+(2, 3, [('title', 'Follow-up exploration'), ('variant', 'B')])
 
 A conversation checks its arguments and hands the work to its
 :class:`~cowconv.Backend`: in memory or a :class:`~cowconv.Store` in this
@@ -100,8 +100,9 @@ class Conversation:
     ...     agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".", tags={"owner": "ci"}
     ... )
     >>> _ = conversation.send_message("Analyse the sales report.")
-    >>> len(conversation.state.events), conversation.state.execution_status.value
-    (1, 'idle')
+    >>> state = conversation.state
+    >>> [event.kind for event in state.events], state.execution_status.value
+    (['system_prompt', 'message'], 'idle')
 
     ``Conversation(agent=..., workspace=...)`` starts an empty conversation
     in ``workspace`` (a path or a :class:`Workspace`). ``state`` is the
@@ -336,13 +337,24 @@ class Conversation:
         return event
 
     def send_message(self, text: str) -> MessageEvent:
-        """Record a user message and return its event."""
+        """Record a user message and return its event.
+
+        The first time, the agent's system prompt is recorded just before it
+        (a :class:`~cowconv.SystemPromptEvent`, as the seed SDK does; a new
+        conversation stays empty until then), and again before the next
+        message whenever the agent's prompt or tools changed, e.g. in a
+        ``fork(agent=...)``.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> _ = conversation.send_message("hi")
+        >>> [event.kind for event in conversation.state.events]
+        ['system_prompt', 'message']
+        """
         if not isinstance(text, str):
             raise InvalidTypeError(f"send_message() takes a str, got {type(text).__name__}")
         check_text(text, "the message")
-        event = MessageEvent(source="user", role="user", content=text)
-        self.append_event(event)
-        return event
+        return self._backend.send_message(text)
 
     def set_tag(self, key: str, value: str | None) -> None:
         """Set tag ``key`` to ``value``; ``None`` removes it."""
@@ -413,8 +425,8 @@ class Conversation:
         >>> first = source.send_message("one")
         >>> _ = source.send_message("two")
         >>> early = source.fork(from_event_id=first.id)
-        >>> [e.text for e in early.state.events], early.state.forked_from_event_id == first.id
-        (['one'], True)
+        >>> [e.kind for e in early.state.events], early.state.forked_from_event_id == first.id
+        (['system_prompt', 'message'], True)
         """
         new_id = check_conversation_id(conversation_id)
         if new_id == self.id:
@@ -528,7 +540,7 @@ class RemoteConversation(Conversation):
     ...     fork = source.fork(title="Follow-up fork")
     ...     print(type(source).__name__, len(fork.state.events), fork.state.tags["title"])
     ...     source.close(); fork.close()
-    RemoteConversation 1 Follow-up fork
+    RemoteConversation 2 Follow-up fork
     """
 
     def __init__(

@@ -265,6 +265,29 @@ class EventLog(Sequence[Event]):
         position = self.position_of(event.id)
         return position is not None and self[position] == event
 
+    def position_of_last(self, kind: str, start: int = 0) -> int | None:
+        """The position of the last event of ``kind`` at or after ``start`` (``None``: none).
+
+        A stored history answers without validating the events that cannot
+        be of that kind (see :meth:`~cowconv._store._lazy.LazyEvents.might_be`).
+
+        >>> from cowconv import MessageEvent, SystemPromptEvent
+        >>> log = EventLog([SystemPromptEvent(system_prompt="Be brief."),
+        ...                 MessageEvent(source="user", role="user", content="hi")])
+        >>> log.position_of_last("system_prompt"), log.position_of_last("pause")
+        (0, None)
+        """
+        chunks, starts = self._chunks, self._starts
+        for position in range(self._len - 1, max(start, 0) - 1, -1):
+            index = bisect_right(starts, position) - 1
+            chunk, offset = chunks[index], position - starts[index]
+            might_be = getattr(chunk, "might_be", None)
+            if might_be is not None and not might_be(offset, kind):
+                continue
+            if chunk[offset].kind == kind:
+                return position
+        return None
+
     def position_of(self, event_id: str) -> int | None:
         """The position of the event with this id, or ``None``, in O(log n).
 

@@ -32,10 +32,11 @@ from cowconv._backend import (
     Change,
     EventCallback,
     ForkSpec,
+    SendMessage,
     check_max_iteration_per_run,
     notify,
 )
-from cowconv._events import Event, utc_now
+from cowconv._events import Event, MessageEvent, utc_now
 from cowconv._exceptions import EventNotFoundError
 from cowconv._ids import id_text
 from cowconv._state import NO_STATS, ConversationState, ExecutionStatus
@@ -61,8 +62,8 @@ class StateSink(Protocol):
     >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
     >>> printed = Conversation.from_state(conversation.state, store=Printer())
     0 events
-    >>> _ = printed.send_message("hi")
-    1 events
+    >>> _ = printed.send_message("hi")  # the system prompt first, in the same save
+    2 events
     """
 
     def save(self, previous: ConversationState | None, current: ConversationState) -> None: ...
@@ -149,6 +150,12 @@ class LocalBackend:
                     for position in range(len(previous.events), len(current.events))
                 )
                 self._notify_in_order()
+
+    def send_message(self, text: str) -> MessageEvent:
+        """Record a user message, after the agent's system prompt if it is not current."""
+        event = MessageEvent(source="user", role="user", content=text)
+        self.commit(SendMessage(event))
+        return event
 
     def _settle(self, status: ExecutionStatus) -> None:
         # The sink refused to record how a run ended: show it here without saving (the

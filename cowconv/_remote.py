@@ -19,7 +19,7 @@ snapshots (a history only grows).
 ...     fork = source.fork(title="Follow-up")
 ...     print(type(fork.backend).__name__, len(fork.state.events), fork.state.title)
 ...     fork.close(), source.close()
-RemoteBackend 1 Follow-up
+RemoteBackend 2 Follow-up
 (None, None)
 """
 
@@ -46,7 +46,7 @@ from cowconv._backend import (
     UpdateAgentState,
     notify,
 )
-from cowconv._events import Event
+from cowconv._events import Event, MessageEvent
 from cowconv._exceptions import (
     ConversationConflictError,
     ConversationExistsError,
@@ -60,7 +60,7 @@ from cowconv._frozen import thaw
 from cowconv._history import EventLog
 from cowconv._ids import id_text
 from cowconv._state import ConversationInfo, ConversationState
-from cowconv._workspace import SESSION_API_KEY_HEADER, Workspace
+from cowconv._workspace import SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER, Workspace
 
 __all__ = ["RemoteBackend", "RemoteEvents", "raise_for_status", "read_info"]
 
@@ -467,6 +467,23 @@ class RemoteBackend:
                 "changes through its methods (append_event, set_tag, update_agent_state, "
                 "activate_skill, run)"
             )
+
+    def send_message(self, text: str) -> MessageEvent:
+        """Send a user message; the server records the system prompt before it if needed.
+
+        The callbacks get the prompt (if the server recorded one, the
+        ``X-Cowconv-System-Prompt-At`` header says where) and then the message.
+        """
+        response = self._client.post(self._path("/messages"), json={"text": text})
+        event = Event.model_validate(raise_for_status(response).json())
+        assert isinstance(event, MessageEvent)
+        if self._callbacks:
+            prompt_at = response.headers.get(SYSTEM_PROMPT_AT_HEADER)
+            if prompt_at is not None:
+                for prompt in self.events(offset=int(prompt_at), limit=1):
+                    notify(self._callbacks, prompt)
+            notify(self._callbacks, event)
+        return event
 
     def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> RemoteBackend:
         """Fork on the server (O(1) there); the fork shares this connection."""

@@ -40,12 +40,12 @@ from cowconv._events import (
     MessageEvent,
     ObservationEvent,
     PauseEvent,
-    SystemPromptEvent,
 )
 from cowconv._exceptions import ConversationRunningError, InvalidValueError, LLMError
 from cowconv._history import EventLog
 from cowconv._llm import LLMResponse, LLMToolCall
-from cowconv._messages import INVALID_ARGUMENTS_KEY, PrefixCache, build_messages
+from cowconv._messages import INVALID_ARGUMENTS_KEY, build_messages
+from cowconv._prompt import with_system_prompt
 from cowconv._state import ConversationState, ExecutionStatus
 from cowconv._tools import ToolArgumentError, ToolDefinition, decode_arguments, resolve_tool
 from cowconv._usage import Usage
@@ -76,29 +76,6 @@ def _user_message_since(events: EventLog, position: int) -> bool:
         isinstance(event, MessageEvent) and event.role == "user"
         for event in (events[index] for index in range(position, len(events)))
     )
-
-
-# The last SystemPromptEvent of each history prefix run before (a fork's included), so
-# finding it reads only the events since: the prompt usually sits at the very start.
-_prompts: PrefixCache[tuple[SystemPromptEvent | None]] = PrefixCache()
-
-
-def _last_system_prompt(events: EventLog) -> SystemPromptEvent | None:
-    known, found = _prompts.find(events)
-    prompt = found[0] if found is not None else None
-    length = len(events)
-    for position in range(length - 1, known - 1, -1):
-        event = events[position]
-        if isinstance(event, SystemPromptEvent):
-            prompt = event
-            break
-    else:
-        position = -1
-    if known < length - 1 and position < length - 1:
-        # Also for the prefix without the last event: the fork point of a fork's first step.
-        _prompts.keep(events.take(length - 1), (prompt,))
-    _prompts.keep(events, (prompt,))
-    return prompt
 
 
 def _action(
@@ -245,20 +222,14 @@ class Runner:
             )
             return
         specs = [type(tool).spec() for tool in tools.values()]
-        prompt = SystemPromptEvent(system_prompt=agent.system_prompt, tools=specs)
 
         def start(state: ConversationState) -> ConversationState:
             if not _needs_reply(state.events):
                 return state._replace(execution_status=ExecutionStatus.FINISHED)
-            events = state.events
-            last = _last_system_prompt(events)
-            if (
-                last is None
-                or last.system_prompt != prompt.system_prompt
-                or last.tools != prompt.tools
-            ):
-                events = events.append(prompt)
-            return state._replace(events=events, execution_status=ExecutionStatus.RUNNING)
+            # The agent's prompt, if it is not the one recorded last: send_message() put it
+            # before the message already, unless the history was built by raw appends.
+            state = with_system_prompt(state)
+            return state._replace(execution_status=ExecutionStatus.RUNNING)
 
         self._commit(start)
         iterations = 0

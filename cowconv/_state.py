@@ -166,8 +166,8 @@ class ConversationState(CheckedModel):
     >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
     >>> snapshot = conversation.state
     >>> _ = conversation.send_message("hi")
-    >>> len(snapshot.events), len(conversation.state.events)
-    (0, 1)
+    >>> len(snapshot.events), len(conversation.state.events)  # the system prompt, "hi"
+    (0, 2)
     """
 
     model_config = ConfigDict(
@@ -215,7 +215,7 @@ class ConversationState(CheckedModel):
         >>> _ = conversation.send_message("two")
         >>> conversation.navigate_to(first.id)
         >>> _ = conversation.send_message("three")
-        >>> [[e.text for e in branch] for branch in conversation.state.branches]
+        >>> [[e.text for e in branch[1:]] for branch in conversation.state.branches]  # [0]: prompt
         [['one', 'two'], ['one', 'three']]
         """
         from cowconv._tree import branches

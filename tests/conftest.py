@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from cowconv import (
     Agent,
     Conversation,
     ConversationState,
+    MessageEvent,
     RemoteConversation,
     SQLiteStore,
     Tool,
@@ -29,6 +30,11 @@ from cowconv import (
 )
 from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.testing import StubLLMServer
+
+
+def message_texts(events: Iterable[Any]) -> list[str]:
+    """The texts of the messages among ``events`` (the system prompt, tool calls left out)."""
+    return [event.text for event in events if isinstance(event, MessageEvent)]
 
 
 @pytest.fixture

@@ -138,7 +138,7 @@ class TestCreate:
         body = create_body(stub_agent, tmp_path, id=conversation_id)
         response = client.post("/api/conversations", json=body)
         assert response.status_code == 409 and conversation_id in response.json()["detail"]
-        assert client.get(f"/api/conversations/{conversation_id}").json()["event_count"] == 2
+        assert client.get(f"/api/conversations/{conversation_id}").json()["event_count"] == 3
 
     @pytest.mark.parametrize(
         "change",
@@ -223,7 +223,8 @@ class TestGetAndDelete:
     def test_get(self, client: TestClient, conversation_id: str):
         """The info of a conversation: its event count and status."""
         info = client.get(f"/api/conversations/{conversation_id}").json()
-        assert info["event_count"] == 2 and info["execution_status"] == "idle"
+        # The system prompt, "one", "two".
+        assert info["event_count"] == 3 and info["execution_status"] == "idle"
 
     @pytest.mark.parametrize(
         ("method", "path"),
@@ -264,21 +265,23 @@ class TestGetAndDelete:
         assert client.delete(f"/api/conversations/{conversation_id}").status_code == 204
         assert client.get(f"/api/conversations/{conversation_id}").status_code == 404
         events = client.get(f"/api/conversations/{fork['id']}/events").json()
-        assert [e["content"][0]["text"] for e in events["items"]] == ["one", "two"]
+        assert [e["kind"] for e in events["items"]] == ["system_prompt", "message", "message"]
+        assert [e["content"][0]["text"] for e in events["items"][1:]] == ["one", "two"]
 
 
 class TestEvents:
     def test_pages(self, client: TestClient, conversation_id: str):
         """offset/limit pages; total and next_offset describe the rest."""
         page = client.get(f"/api/conversations/{conversation_id}/events?limit=1").json()
-        assert (len(page["items"]), page["total"], page["next_offset"]) == (1, 2, 1)
+        assert (len(page["items"]), page["total"], page["next_offset"]) == (1, 3, 1)
+        assert page["items"][0]["kind"] == "system_prompt"
         rest = client.get(f"/api/conversations/{conversation_id}/events?offset=1").json()
-        assert [e["content"][0]["text"] for e in rest["items"]] == ["two"]
+        assert [e["content"][0]["text"] for e in rest["items"]] == ["one", "two"]
         assert rest["next_offset"] is None
 
     def test_after(self, client: TestClient, conversation_id: str):
         """after=<event id> starts right after that event."""
-        first = client.get(f"/api/conversations/{conversation_id}/events").json()["items"][0]
+        first = client.get(f"/api/conversations/{conversation_id}/events").json()["items"][1]
         page = client.get(f"/api/conversations/{conversation_id}/events?after={first['id']}")
         assert [e["content"][0]["text"] for e in page.json()["items"]] == ["two"]
 
@@ -315,7 +318,7 @@ class TestFork:
         response = client.post(f"/api/conversations/{conversation_id}/fork")
         assert response.status_code == 201
         fork = response.json()
-        assert fork["id"] != conversation_id and fork["event_count"] == 2
+        assert fork["id"] != conversation_id and fork["event_count"] == 3
         assert fork["forked_from_conversation_id"] == conversation_id
         assert fork["execution_status"] == "idle"
 
@@ -486,7 +489,7 @@ class TestSessionKey:
 class TestEventStream:
     def test_resume_after_event(self, client: TestClient, conversation_id: str):
         """after=<id> (or Last-Event-ID) replays the events after it, then the status."""
-        first = client.get(f"/api/conversations/{conversation_id}/events").json()["items"][0]
+        first = client.get(f"/api/conversations/{conversation_id}/events").json()["items"][1]
         url = f"/api/conversations/{conversation_id}/events/stream"
         for kwargs in (
             {"params": {"after": first["id"], "until_idle": "true"}},
@@ -502,7 +505,7 @@ class TestEventStream:
             assert messages[1][1] == {
                 "execution_status": "idle",
                 "running": False,
-                "event_count": 2,
+                "event_count": 3,
             }
 
     def test_unknown_after(self, client: TestClient, conversation_id: str):
@@ -526,7 +529,11 @@ class TestEventStream:
                         elif line.startswith("data: ") and kind == "status":
                             connected.set()
                         elif line.startswith("data: ") and kind == "event":
-                            received.append(json.loads(line[6:])["content"][0]["text"])
+                            data = json.loads(line[6:])
+                            if data["kind"] == "system_prompt":  # before the first message
+                                assert not received
+                                continue
+                            received.append(data["content"][0]["text"])
                             if len(received) == 30:
                                 return
 
@@ -569,7 +576,7 @@ class TestRestart:
             http.post("/api/conversations/pf/run")
             events = [d for k, d, _ in wait_until_idle(http, "pf") if k == "event"]
             assert any("again" in e.get("output", "") for e in events)
-            assert http.get("/api/conversations/p").json()["event_count"] == 1
+            assert http.get("/api/conversations/p").json()["event_count"] == 2
 
 
 def free_port() -> int:

@@ -51,7 +51,7 @@ class TestRunBranches:
 
     def test_from_event_and_carried_metrics(self, source):
         """from_event_id and reset_metrics are passed to every fork."""
-        first = source.state.events[0]
+        first = source.state.events[1]  # the first message, after the system prompt
         (fork,) = run_branches(source, ["Hi"], from_event_id=first.id, reset_metrics=False)
         messages = [e.text for e in fork.state.events if isinstance(e, MessageEvent)]
         assert messages[:2] == ["Run `echo shared-start` in the terminal.", "Hi"]

@@ -92,7 +92,8 @@ class TestTree:
         assert depth("CI run 42") < depth("Debug") < depth("Deeper")
         assert depth("Variant B") == depth("Debug")
         assert depth("Unrelated") == depth("CI run 42")
-        assert "6 events" in line_of("Debug") and "forked after 5 events" in line_of("Debug")
+        # Each history starts with the system prompt.
+        assert "7 events" in line_of("Debug") and "forked after 6 events" in line_of("Debug")
         assert "forked after 2 events" in line_of("Variant B")
 
     def test_draws_the_branches_inside_a_conversation(self, tmp_path):
@@ -110,8 +111,8 @@ class TestTree:
         # The whole fork carries the branches too (as the seed's fork does): two of each.
         old, _ = [line for line in lines if line.lstrip(" │├└─").startswith("branch ")]
         active, _ = [line for line in lines if "active branch" in line]
-        assert "2 events" in old and a1.id in old
-        assert "2 events" in active and b1.id in active
+        assert "3 events" in old and a1.id in old  # the system prompt, root, a1
+        assert "3 events" in active and b1.id in active
         (tree_line,) = [line for line in lines if "tree " in line and "events" in line]
         indent = len(tree_line) - len(tree_line.lstrip(" │├└─"))
         assert len(old) - len(old.lstrip(" │├└─")) > indent

@@ -7,6 +7,9 @@ fixture (tests/conftest.py): in memory, on a SQLite file, on an agent server.
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -33,12 +36,15 @@ from cowconv import (
     EventNotFoundError,
     ExecutionStatus,
     MessageEvent,
+    SQLiteStore,
+    SystemPromptEvent,
     Tool,
     Workspace,
+    resolve_tool,
     thaw,
 )
 from cowconv.testing import StubLLMServer
-from tests.conftest import BACKENDS, Backend, open_backend
+from tests.conftest import BACKENDS, Backend, message_texts, open_backend
 from tests.strategies import events, json_objects, keys, str_maps, texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"), tools=[Tool(name="terminal")])
@@ -137,10 +143,23 @@ class ForkIsolation(RuleBasedStateMachine):
     @rule(pair=conversations, text=texts)
     def send_message(self, pair, text):
         conversation, model = pair
+        # The agent's prompt goes first unless the last one recorded is the agent's (these
+        # agents have no tools); random appends may have recorded other prompts.
+        prompts = [e for e in model.events if isinstance(e, SystemPromptEvent)]
+        current = (model.agent.system_prompt, ())
+        stale = not prompts or (prompts[-1].system_prompt, prompts[-1].tools) != current
         event = conversation.send_message(text)
         assert event.text == text and event.source == "user"
-        model.events.append(event)
-        model.seen_ids.add(event.id)
+        added = list(conversation.state.events)[len(model.events) :]
+        if stale:
+            prompt = added[0]
+            assert isinstance(prompt, SystemPromptEvent)
+            assert (prompt.system_prompt, prompt.tools) == current
+            assert added == [prompt, event]
+        else:
+            assert added == [event]
+        model.events.extend(added)
+        model.seen_ids.update(e.id for e in added)
         model.record()
 
     @rule(pair=conversations, event=events)
@@ -433,9 +452,9 @@ class TestFork:
         assert tip.state.forked_from_conversation_id == source.id
         # As the seed: a whole-conversation fork names no event; the count says where.
         assert tip.state.forked_from_event_id is None
-        assert tip.state.forked_from_event_count == 2 and tip.state.events[-1] == last
+        assert tip.state.forked_from_event_count == 3 and tip.state.events[-1] == last  # + prompt
         assert early.state.forked_from_event_id == first.id
-        assert early.state.forked_from_event_count == 1
+        assert early.state.forked_from_event_count == 2  # the system prompt, "one"
         assert backend.new(agents[0]).fork().state.forked_from_event_count == 0
 
     def test_from_event_id(self, backend, agents):
@@ -444,9 +463,9 @@ class TestFork:
         first = source.send_message("one")
         source.send_message("two")
         early = source.fork(from_event_id=first.id)
-        assert [e.text for e in early.state.events] == ["one"]
+        assert message_texts(early.state.events) == ["one"]
         early.send_message("other two")
-        assert [e.text for e in source.state.events] == ["one", "two"]
+        assert message_texts(source.state.events) == ["one", "two"]
 
     def test_unknown_from_event_id(self, backend, agents):
         """An unknown from_event_id is the same EventNotFoundError (a KeyError) everywhere."""
@@ -461,7 +480,9 @@ class TestFork:
         fork = source.fork(callbacks=[seen_by_fork.append])
         on_fork = fork.send_message("fork only")
         on_source = source.send_message("source only")
-        assert seen_by_fork == [on_fork] and seen_by_source == [on_source]
+        assert seen_by_fork == list(fork.state.events) and seen_by_fork[-1] == on_fork
+        assert seen_by_source == list(source.state.events) and seen_by_source[-1] == on_source
+        assert seen_by_fork[0] != seen_by_source[0]  # each records its own system prompt
 
     def test_fork_of_fork(self, backend, agents):
         """Forks of forks stay independent of every ancestor."""
@@ -471,7 +492,12 @@ class TestFork:
         b.send_message("b")
         c = b.fork()
         c.send_message("c")
-        assert [len(x.state.events) for x in (a, b, c)] == [1, 2, 3]
+        assert [message_texts(x.state.events) for x in (a, b, c)] == [
+            ["a"],
+            ["a", "b"],
+            list("abc"),
+        ]
+        assert [len(x.state.events) for x in (a, b, c)] == [2, 3, 4]  # a's prompt, shared
 
 
 class TestConversation:
@@ -510,7 +536,7 @@ class TestConversation:
         conversation = backend.new(agents[0])
         before = conversation.state
         conversation.send_message("hi")
-        assert len(before.events) == 0 and len(conversation.state.events) == 1
+        assert len(before.events) == 0 and len(conversation.state.events) == 2  # prompt, "hi"
         assert isinstance(before, ConversationState)
 
     def test_every_method_changes_the_state(self, backend, agents):
@@ -542,7 +568,7 @@ class TestConversation:
         a = conversation.send_message("a")
         b = conversation.send_message("b")
         conversation.run()
-        assert seen[:2] == [a, b] and seen == list(conversation.state.events)
+        assert seen[1:3] == [a, b] and seen == list(conversation.state.events)
 
     def test_failed_save_keeps_previous_state(self):
         """If the sink refuses a change, the conversation keeps its previous state."""
@@ -581,7 +607,7 @@ class TestConcurrency:
         for fork in forks:
             fork_events = list(fork.state.events)
             assert all(a is b for a, b in zip(fork_events, final, strict=False))
-            assert [e.text for e in fork_events] == [str(i) for i in range(len(fork_events))]
+            assert message_texts(fork_events) == [str(i) for i in range(len(fork_events) - 1)]
 
     def test_concurrent_writers_lose_nothing(self):
         """Messages sent from several threads are all recorded exactly once."""
@@ -596,5 +622,137 @@ class TestConcurrency:
             thread.start()
         for thread in threads:
             thread.join()
-        texts_seen = sorted(e.text for e in conversation.state.events)
+        texts_seen = sorted(message_texts(conversation.state.events))
         assert texts_seen == sorted(f"{n}-{i}" for n in "abcd" for i in range(500))
+        # The first messages raced: one system prompt went in, before all of them.
+        assert [e.kind for e in conversation.state.events].count("system_prompt") == 1
+        assert conversation.state.events[0].kind == "system_prompt"
+
+
+# -- the system prompt: recorded before the first message, as the seed does --------------
+
+
+def kinds(state: ConversationState) -> list[str]:
+    return [event.kind for event in state.events]
+
+
+class TestSystemPrompt:
+    def test_recorded_just_before_the_first_message(self, backend, agents):
+        """A new conversation is empty; send_message() records the prompt, then the message."""
+        conversation = backend.new(agents[0])
+        assert kinds(conversation.state) == []
+        first = conversation.send_message("one")
+        prompt = conversation.state.events[0]
+        assert isinstance(prompt, SystemPromptEvent)
+        assert prompt.system_prompt == agents[0].system_prompt and prompt.tools == ()
+        assert list(conversation.state.events) == [prompt, first]
+        conversation.send_message("two")
+        conversation.run()
+        assert kinds(conversation.state) == ["system_prompt", "message", "message", "message"]
+        assert backend.reload(conversation).events == conversation.state.events
+
+    def test_the_prompt_carries_the_tools_specs(self, backend, stub_agent):
+        """The recorded prompt holds each tool's spec, as the model is sent them."""
+        conversation = backend.new(stub_agent)
+        conversation.send_message("hi")
+        (prompt,) = [e for e in conversation.state.events if isinstance(e, SystemPromptEvent)]
+        assert [spec["function"]["name"] for spec in prompt.tools] == ["terminal"]
+        assert thaw(prompt.tools[0]) == resolve_tool("terminal").spec()
+
+    def test_callbacks_see_the_prompt_first(self, backend, agents):
+        """Callbacks get the prompt, then the message: the order of the history."""
+        seen: list = []
+        conversation = backend.new(agents[0], callbacks=[seen.append])
+        message = conversation.send_message("hi")
+        assert [e.kind for e in seen] == ["system_prompt", "message"] and seen[1] == message
+        assert seen == list(conversation.state.events)
+
+    def test_raw_appends_add_no_prompt(self, backend, agents):
+        """append_event() records the event as given; a run then records the prompt it needs."""
+        conversation = backend.new(agents[0])
+        event = conversation.append_event(MessageEvent(source="user", role="user", content="hi"))
+        assert list(conversation.state.events) == [event]
+        conversation.run()
+        assert kinds(conversation.state) == ["message", "system_prompt", "message"]
+
+    def test_a_fork_then_a_message_keeps_one_prompt(self, backend, agents):
+        """A fork shares its source's prompt; its next message records none."""
+        source = backend.new(agents[0])
+        source.send_message("one")
+        fork = source.fork()
+        backend.opened.append(fork)
+        fork.send_message("two")
+        assert kinds(fork.state) == ["system_prompt", "message", "message"]
+        assert fork.state.events[0] == source.state.events[0]
+        assert kinds(source.state) == ["system_prompt", "message"]
+        assert backend.reload(fork).events == fork.state.events
+
+    def test_a_fork_of_an_empty_conversation_records_its_own(self, backend, agents):
+        """Forks of an empty conversation stay empty until their first message."""
+        source = backend.new(agents[0])
+        fork = source.fork()
+        backend.opened.append(fork)
+        assert kinds(fork.state) == []
+        fork.send_message("hi")
+        assert kinds(fork.state) == ["system_prompt", "message"] and kinds(source.state) == []
+
+    def test_another_prompt_is_recorded_before_the_forks_next_message(self, backend, stub_llm):
+        """fork(agent=...) with another prompt: the new prompt goes just before the next message."""
+        english = Agent(llm=stub_llm, system_prompt="Answer in English.")
+        french = Agent(llm=stub_llm, system_prompt="Answer in French.")
+        source = backend.new(english)
+        source.send_message("Hello")
+        if backend.kind == "remote":  # fork(agent=...) is local only (docs/remote.md)
+            with pytest.raises(NotImplementedError):
+                source.fork(agent=french)
+            return
+        fork = source.fork(agent=french)
+        backend.opened.append(fork)
+        assert kinds(fork.state) == ["system_prompt", "message"]  # nothing recorded yet
+        fork.send_message("Bonjour")
+        prompts = [e.system_prompt for e in fork.state.events if isinstance(e, SystemPromptEvent)]
+        assert prompts == ["Answer in English.", "Answer in French."]
+        assert kinds(fork.state) == ["system_prompt", "message", "system_prompt", "message"]
+        fork.send_message("Encore")
+        assert kinds(fork.state)[-1] == "message" and len(fork.state.events) == 5
+        assert backend.reload(fork).events == fork.state.events
+
+    def test_other_tools_are_a_new_prompt(self, tmp_path, stub_agent):
+        """Same prompt, other tools: the fork records a prompt with its own tool specs."""
+        source = Conversation(agent=stub_agent, workspace=tmp_path)
+        source.send_message("one")
+        source.send_message("two")  # the recorded prompt was found current
+        fork = source.fork(agent=stub_agent.model_copy(update={"tools": ()}))
+        fork.send_message("three")
+        prompts = [e for e in fork.state.events if isinstance(e, SystemPromptEvent)]
+        assert [len(prompt.tools) for prompt in prompts] == [1, 0]
+        assert kinds(fork.state)[-2:] == ["system_prompt", "message"]
+        source.send_message("four")
+        assert kinds(source.state).count("system_prompt") == 1
+
+    def test_resuming_from_sqlite_records_no_second_prompt(self, tmp_path, agents):
+        """Reopened (same process or a new one), a stored conversation keeps its one prompt."""
+        store = SQLiteStore(tmp_path)
+        conversation = Conversation(
+            agent=agents[0], workspace=tmp_path, store=store, conversation_id="c1"
+        )
+        conversation.send_message("one")
+        conversation.close()
+        again = Conversation(agent=agents[0], workspace=tmp_path, store=store, conversation_id="c1")
+        again.send_message("two")
+        Conversation.resume(store, "c1").send_message("three")
+        store.close()
+        script = (
+            "import sys; from cowconv import Conversation\n"
+            "Conversation.resume(sys.argv[1], 'c1').send_message('four')\n"
+            "print([e.kind for e in Conversation.resume(sys.argv[1], 'c1').state.events])\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+            check=True,
+        )
+        assert result.stdout.strip() == str(["system_prompt"] + ["message"] * 4)

@@ -212,7 +212,7 @@ class TestMergedBack:
         shared = len(source.state.events)
         own = [e.id for fork in forks for e in list(fork.state.events)[shared:]]
         assert sorted(seen) == sorted(own)
-        assert store.info(source.id).event_count == 1
+        assert store.info(source.id).event_count == 2  # the system prompt, the message
 
     def test_cowconv_tree_shows_the_suite(self, stub_agent, tmp_path, executor):
         """The suite's forks are ordinary forks in the store: ``cowconv tree`` draws them."""
@@ -242,7 +242,7 @@ class TestMergedBack:
             return len(line) - len(line.lstrip(" │├└─"))
 
         assert depth("Suite source") < depth("Arm A") == depth("Arm B")
-        assert all("forked after 1 events" in line for line in lines if "Arm" in line)
+        assert all("forked after 2 events" in line for line in lines if "Arm" in line)
 
     def test_llm_errors_are_recorded_not_raised(self, source, stub, executor):
         """A failed LLM call ends its branch in ``error`` with the reason; nothing is raised."""

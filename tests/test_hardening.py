@@ -33,6 +33,7 @@ from cowconv import (
 )
 from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.testing import StubReply
+from tests.conftest import message_texts
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -119,7 +120,7 @@ class TestCallbackOrder:
         )
         conversation.send_message("first")
         assert seen == ["first", "second"]
-        assert [e.text for e in conversation.state.events] == seen
+        assert message_texts(conversation.state.events) == seen
 
 
 class TestRemote:

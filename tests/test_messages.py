@@ -30,7 +30,7 @@ from cowconv._messages import (
     build_messages,
     render,
 )
-from cowconv._runtime import _last_system_prompt
+from cowconv._prompt import last_system_prompt
 from tests.strategies import paired_events
 
 
@@ -118,10 +118,10 @@ class TestRender:
         for log in grown(plan, "p"):
             logs.append(log)
             prompts = [e for e in log if isinstance(e, SystemPromptEvent)]
-            assert _last_system_prompt(log) == (prompts[-1] if prompts else None)
+            assert last_system_prompt(log) == (prompts[-1] if prompts else None)
         for log in logs:
             prompts = [e for e in log if isinstance(e, SystemPromptEvent)]
-            assert _last_system_prompt(log) == (prompts[-1] if prompts else None)
+            assert last_system_prompt(log) == (prompts[-1] if prompts else None)
 
     def test_a_fork_continues_from_its_source_rendering(self) -> None:
         """A fork's first render reuses the source's: only the new event is rendered."""

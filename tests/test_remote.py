@@ -24,6 +24,7 @@ from cowconv import (
 )
 from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.testing import StubLLMServer, StubReply
+from tests.conftest import message_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +76,7 @@ class TestFactory:
         """An id the server has reopens that conversation, like a local resume."""
         remote.send_message("kept")
         with RemoteConversation(stub_agent, workspace, conversation_id=remote.id) as again:
-            assert [e.text for e in again.state.events] == ["kept"]
+            assert message_texts(again.state.events) == ["kept"]
 
     def test_needs_host(self, stub_agent: Agent, tmp_path: Path):
         """A RemoteConversation without a server URL is a ValueError."""
@@ -88,7 +89,7 @@ class TestAttach:
         """attach(host, id) reopens a conversation; its agent comes back with the key hidden."""
         remote.send_message("hello")
         with RemoteConversation.attach(server.url, remote.id) as attached:
-            assert attached.id == remote.id and len(attached.state.events) == 1
+            assert attached.id == remote.id and message_texts(attached.state.events) == ["hello"]
             assert attached.agent.llm.model == stub_agent.llm.model
             assert attached.agent.llm.api_key is not None
             assert attached.agent.llm.api_key.get_secret_value() == "**********"
@@ -105,19 +106,19 @@ class TestState:
         """state.events reads every event through pages, indexable and sliceable."""
         sent = [remote.send_message(str(n)) for n in range(230)]
         events = remote.state.events
-        assert len(events) == 230
-        assert [e.id for e in events] == [e.id for e in sent]
-        assert events[-1] == sent[-1] and events[150].text == "150"
-        assert [e.text for e in events[98:102]] == ["98", "99", "100", "101"]
+        assert len(events) == 231 and events[0].kind == "system_prompt"  # then the messages
+        assert [e.id for e in events][1:] == [e.id for e in sent]
+        assert events[-1] == sent[-1] and events[151].text == "150"
+        assert message_texts(events[98:102]) == ["97", "98", "99", "100"]
         assert events.last == sent[-1]
         with pytest.raises(IndexError):
-            events[230]
+            events[231]
 
     def test_snapshot(self, remote: RemoteConversation):
         """A state read earlier keeps its length; reading state again shows news."""
         before = remote.state
         remote.send_message("later")
-        assert len(before.events) == 0 and len(remote.state.events) == 1
+        assert len(before.events) == 0 and len(remote.state.events) == 2  # prompt, "later"
 
     def test_summary_fields(self, remote: RemoteConversation):
         """tags, title, stats and fork links come from the server's info."""
@@ -137,7 +138,12 @@ class TestSendMessage:
         with RemoteConversation(stub_agent, workspace, callbacks=[seen.append]) as conversation:
             event = conversation.send_message("hi")
             assert isinstance(event, MessageEvent) and event.text == "hi"
-            assert seen == [event] and list(conversation.state.events) == [event]
+            # The server recorded the system prompt first; the callbacks see both, in order.
+            prompt = conversation.state.events[0]
+            assert prompt.kind == "system_prompt"
+            assert seen == [prompt, event] and list(conversation.state.events) == [prompt, event]
+            second = conversation.send_message("again")
+            assert seen == [prompt, event, second]
 
     def test_rejects_non_str(self, remote: RemoteConversation):
         """send_message takes text."""
@@ -202,8 +208,8 @@ class TestFork:
         assert isinstance(fork, RemoteConversation) and fork.id == "f1"
         fork.send_message("fork only")
         remote.send_message("source only")
-        assert [e.text for e in fork.state.events] == ["shared", "fork only"]
-        assert [e.text for e in remote.state.events] == ["shared", "source only"]
+        assert message_texts(fork.state.events) == ["shared", "fork only"]
+        assert message_texts(remote.state.events) == ["shared", "source only"]
         fork.close()
 
     def test_from_event(self, remote: RemoteConversation):
@@ -211,7 +217,7 @@ class TestFork:
         first = remote.send_message("one")
         remote.send_message("two")
         with remote.fork(from_event_id=first.id) as fork:
-            assert [e.text for e in fork.state.events] == ["one"]
+            assert message_texts(fork.state.events) == ["one"]
 
     def test_fork_runs_with_credentials(self, remote: RemoteConversation, stub: StubLLMServer):
         """A remote fork runs on the server with the source agent's api key."""
@@ -258,4 +264,4 @@ class TestClose:
         remote.send_message("stay")
         remote.close()
         with RemoteConversation.attach(server.url, remote.id) as again:
-            assert len(again.state.events) == 1
+            assert message_texts(again.state.events) == ["stay"]

@@ -77,8 +77,8 @@ class TestToolLoop:
         conversation.send_message("Run `cat report.txt` please.")
         conversation.run()
         assert kinds(conversation) == [
-            "message",
             "system_prompt",
+            "message",
             "action",
             "observation",
             "message",
@@ -177,8 +177,8 @@ class TestToolLoop:
         conversation.run()
         assert saves == [
             [],
-            ["message"],
-            ["system_prompt"],
+            ["system_prompt", "message"],  # send_message: the prompt first, one save
+            [],  # the run starts
             ["action", "action", "observation", "observation"],
             ["message"],
             [],
@@ -244,7 +244,7 @@ class TestErrors:
         conversation.send_message("Hello")
         conversation.run()
         conversation.run()
-        assert kinds(conversation) == ["message", "system_prompt", "agent_error", "message"]
+        assert kinds(conversation) == ["system_prompt", "message", "agent_error", "message"]
         assert conversation.state.execution_status is ExecutionStatus.FINISHED
         assert stub.requests[0].messages == stub.requests[1].messages
 
@@ -263,7 +263,7 @@ class TestErrors:
         stub.script(StubReply.error(429), StubReply.error(500))
         conversation.send_message("Hello")
         conversation.run()
-        assert kinds(conversation) == ["message", "system_prompt", "message"]
+        assert kinds(conversation) == ["system_prompt", "message", "message"]
         assert len(stub.requests) == 3
         assert conversation.state.execution_status is ExecutionStatus.FINISHED
 

@@ -30,6 +30,7 @@ from cowconv import (
     Usage,
 )
 from cowconv.agent_server import BackgroundServer, create_app
+from tests.conftest import message_texts
 
 
 def _agent() -> Agent:
@@ -304,14 +305,14 @@ class TestVisualizer:
 
         source = make_local(visualizer=Recorder)
         source.send_message("hi")
-        assert [e.text for e in Recorder.made[0].events] == ["hi"]
+        assert message_texts(Recorder.made[0].events) == ["hi"]
         assert Recorder.made[0].conversation_stats is not None
         make_local(visualizer=None).send_message("quiet")
         assert len(Recorder.made) == 1
         fork = source.fork()  # as the seed: a new visualiser of the same kind
         fork.send_message("on the fork")
-        assert [e.text for e in Recorder.made[1].events] == ["on the fork"]
-        assert [e.text for e in Recorder.made[0].events] == ["hi"]
+        assert message_texts(Recorder.made[1].events) == ["on the fork"]
+        assert message_texts(Recorder.made[0].events) == ["hi"]
 
     def test_default_is_on_in_a_terminal_and_off_when_piped(self, tmp_path):
         """Left out, the visualiser prints when stdout is a terminal, nothing when piped."""
@@ -414,7 +415,7 @@ class TestLineage:
         whole = src.fork()
         early = src.fork(from_event_id=second.id)
         assert whole.state.forked_from_event_id is None
-        assert whole.state.forked_from_event_count == 2
+        assert whole.state.forked_from_event_count == 3  # the system prompt, "one", "two"
         assert whole.state.forked_from_conversation_id == src.id
         assert early.state.forked_from_event_id == second.id
 

@@ -36,6 +36,7 @@ from cowconv import (
 )
 from cowconv._state import dump_state, dump_state_json
 from cowconv._store._lazy import LazyEvents
+from tests.conftest import message_texts
 from tests.strategies import events, json_objects, keys, texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-stored"))
@@ -161,7 +162,7 @@ class TestSaveLoad:
         fill(first, 2)
         with pytest.raises(ValueError, match="already exists"):
             store.save(None, first.state._replace(events=EventLog()))
-        assert len(store.load("c1").events) == 2
+        assert message_texts(store.load("c1").events) == ["message 0", "message 1"]
 
     def test_appends_in_one_transaction(self, store: SQLiteStore, path: Path):
         """Several events appended in one commit are all stored."""
@@ -201,11 +202,11 @@ class TestForkStorage:
         fill(fork, 3)
         early = fork.fork(from_event_id=sent[4].id)
         later = early.send_message("after")
-        assert event_rows(path) == 10 + 3 + 1
+        assert event_rows(path) == 1 + 10 + 3 + 1  # the system prompt, then the messages
         reopened = SQLiteStore(path)
         for conversation in (source, fork, early):
             assert reopened.load(conversation.id) == conversation.state
-        assert [e.text for e in reopened.load(early.id).events][-2:] == ["message 4", later.text]
+        assert message_texts(reopened.load(early.id).events)[-2:] == ["message 4", later.text]
 
     def test_fork_at_first_own_event_of_a_fork(self, store: SQLiteStore, path: Path):
         """Forking at a fork's first own event shares rows with both ancestors."""
@@ -225,7 +226,7 @@ class TestForkStorage:
         fill(source, 4)
         fork = source.fork()
         store.save(None, fork.state)
-        assert event_rows(path) == 4
+        assert event_rows(path) == 1 + 4  # the system prompt, then the messages
         assert store.load(fork.id) == fork.state
 
     def test_source_appending_after_fork(self, store: SQLiteStore):
@@ -235,7 +236,7 @@ class TestForkStorage:
         fork = source.fork()
         source.send_message("source only")
         fork.send_message("fork only")
-        assert [e.text for e in store.load(fork.id).events] == [
+        assert message_texts(store.load(fork.id).events) == [
             "message 0",
             "message 1",
             "message 2",
@@ -263,7 +264,7 @@ class TestSharedLoading:
             parent_events = store.load(source.id).events
             fork_events = store.load(fork.id).events
         assert fork_events._chunks[0] is parent_events._chunks[0]
-        assert list(fork_events)[:40] == list(parent_events)
+        assert list(fork_events)[:41] == list(parent_events)  # the prompt and 40 messages
 
     def test_events_validated_on_first_read(self, path: Path):
         """A loaded history is validated lazily: only the events read so far."""
@@ -274,10 +275,10 @@ class TestSharedLoading:
         chunk = loaded._chunks[0]
         assert isinstance(chunk, LazyEvents)
         assert chunk.validated == 0
-        assert loaded[57].text == "message 57"
+        assert loaded[58].text == "message 57"  # after the system prompt
         assert chunk.validated == 1
-        assert [e.text for e in loaded] == [f"message {i}" for i in range(100)]
-        assert chunk.validated == 100
+        assert message_texts(loaded) == [f"message {i}" for i in range(100)]
+        assert chunk.validated == 101
 
     def test_resumed_history_appends_after_lazy_chunk(self, path: Path):
         """Appending to a loaded history leaves the stored chunk sealed and unread."""
@@ -287,22 +288,23 @@ class TestSharedLoading:
             resumed = Conversation.resume(store, "c1")
             resumed.send_message("new")
             chunk = resumed.state.events._chunks[0]
-            assert isinstance(chunk, LazyEvents) and chunk.validated == 0
-            assert [e.text for e in store.load("c1").events][-2:] == ["message 99", "new"]
+            # Only the system prompt was read, to see that it is the agent's: no second one.
+            assert isinstance(chunk, LazyEvents) and chunk.validated == 1
+            assert message_texts(store.load("c1").events)[-2:] == ["message 99", "new"]
 
     def test_key_reused_by_another_writer_is_not_served_from_memory(self, path: Path):
         """A row key freed and handed out again by another connection never yields stale events."""
         with SQLiteStore(path) as reader, SQLiteStore(path) as writer:
             first = persisted(writer, conversation_id="first")
             fill(first, 3)
-            assert [e.text for e in reader.load("first").events][-1] == "message 2"
+            assert message_texts(reader.load("first").events)[-1] == "message 2"
             writer.delete("first")
             second = persisted(writer, conversation_id="second")
             second.send_message("only this")
             with closing(sqlite3.connect(path)) as db, db:
                 keys = [row[0] for row in db.execute("SELECT key FROM conversations")]
             assert len(keys) == 1  # the freed key came back: what the reader remembers is stale
-            assert [e.text for e in reader.load("second").events] == ["only this"]
+            assert message_texts(reader.load("second").events) == ["only this"]
 
     def test_fork_writes_no_sequence_page(self, path: Path):
         """A fork's commit touches the row and the id index only (no AUTOINCREMENT bookkeeping)."""
@@ -319,12 +321,12 @@ class TestSharedLoading:
         with SQLiteStore(path) as store:
             fill(persisted(store, conversation_id="c1"), 2)
         with closing(sqlite3.connect(path)) as db, db:
-            db.execute('UPDATE events SET body = \'{"kind": "nope"}\' WHERE position = 1')
+            db.execute('UPDATE events SET body = \'{"kind": "nope"}\' WHERE position = 2')
         with SQLiteStore(path) as store:
             loaded = store.load("c1").events
-            assert loaded[0].text == "message 0"
+            assert loaded[1].text == "message 0"  # after the system prompt
             with pytest.raises(CorruptStoreError, match="damaged"):
-                loaded[1]
+                loaded[2]
 
 
 class TestConflicts:
@@ -338,7 +340,7 @@ class TestConflicts:
             with pytest.raises(StoreError, match="another writer"):
                 second.send_message("second")
             assert len(second.state.events) == 0
-            assert [e.text for e in second_store.load("c1").events] == ["first"]
+            assert message_texts(second_store.load("c1").events) == ["first"]
 
     def test_failed_save_keeps_previous_state(self, path: Path):
         """When the store cannot save, the conversation keeps its previous snapshot."""
@@ -387,7 +389,7 @@ class TestThreads:
             thread.join()
         assert errors == []
         assert len(store.list()) == 7
-        assert [e.text for e in store.load("fork-3").events][5:] == [f"3-{i}" for i in range(20)]
+        assert message_texts(store.load("fork-3").events)[5:] == [f"3-{i}" for i in range(20)]
 
 
 class TestList:
@@ -398,11 +400,11 @@ class TestList:
         fork = source.fork(conversation_id="b", title="Fork", tags={"team": "y"})
         infos = store.list()
         assert [info.id for info in infos] == ["a", "b"]
-        assert infos[0].event_count == 3 and infos[1].event_count == 3
+        assert infos[0].event_count == 4 and infos[1].event_count == 4  # prompt + 3 messages
         assert infos[1].title == "Fork"
         assert infos[1].forked_from_conversation_id == "a"
         assert infos[1].forked_from_event_id is None  # a whole fork, as the seed says
-        assert infos[1].forked_from_event_count == 3
+        assert infos[1].forked_from_event_count == 4
         assert infos[1].created_at == fork.state.created_at
         assert infos[0].updated_at == source.state.updated_at
         assert store.info("b") == infos[1]
@@ -471,7 +473,7 @@ class TestDelete:
         store.delete("c1")
         fresh = persisted(store, conversation_id="c1")
         fresh.send_message("fresh")
-        assert [e.text for e in store.load("c1").events] == ["fresh"]
+        assert message_texts(store.load("c1").events) == ["fresh"]
         assert store.load(keeper.id) == keeper.state
 
     def test_unknown_id(self, store: SQLiteStore):
@@ -508,7 +510,7 @@ class TestExportImport:
             assert other.import_conversations(data) == [root.id, grandchild.id]
             assert other.load(root.id) == root.state
             assert other.load(grandchild.id) == grandchild.state
-        assert event_rows(other_path) == 6 + 1
+        assert event_rows(other_path) == 1 + 6 + 1  # the prompt, root's messages, grandchild's
 
     def test_store_and_export_write_one_serialisation(self, path: Path):
         """The stored state row is dump_state_json(); an export holds dump_state() of it."""
@@ -614,7 +616,7 @@ class TestConversationPersistence:
         with SQLiteStore(tmp_path) as store:
             assert store.path == tmp_path / "cowconv.db"
             registry = ConversationRegistry(store)
-            assert [len(registry.get(first.id).state.events)] == [1]
+            assert message_texts(registry.get(first.id).state.events) == ["hello"]
             registry.close()
 
     def test_old_server_file_is_renamed(self, tmp_path: Path):
@@ -623,7 +625,7 @@ class TestConversationPersistence:
             kept = persisted(old, conversation_id="c1")
             kept.send_message("from the old server")
         with SQLiteStore(tmp_path) as store:
-            assert [e.text for e in store.load("c1").events] == ["from the old server"]
+            assert message_texts(store.load("c1").events) == ["from the old server"]
         assert not (tmp_path / "conversations.db").exists()
 
     def test_two_files_are_reported(self, tmp_path: Path):

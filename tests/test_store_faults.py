@@ -24,6 +24,7 @@ from cowconv import (
     StoreError,
     StoreLockedError,
 )
+from tests.conftest import message_texts
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -77,7 +78,7 @@ def start_writer(path: Path, conversation_id: str, limit: int = 10**9) -> subpro
 
 def check_numbered(store: SQLiteStore, conversation_id: str) -> int:
     """The stored history is events 0..n-1 in order, every one whole; returns n."""
-    texts = [event.text for event in store.load(conversation_id).events]
+    texts = message_texts(store.load(conversation_id).events)
     assert [text.split(":")[0] for text in texts] == [str(n) for n in range(len(texts))]
     assert all(text == f"{n}:" + "x" * (n % 5 * 3000) for n, text in enumerate(texts))
     return len(texts)
@@ -151,7 +152,7 @@ class TestTwoProcesses:
                 holder.stdin.close()
                 holder.wait(timeout=30)
                 conversation.send_message("after release")
-                assert [e.text for e in store.load("c").events] == ["after release"]
+                assert message_texts(store.load("c").events) == ["after release"]
 
 
 def make_store(path: Path) -> None:

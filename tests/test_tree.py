@@ -22,13 +22,14 @@ from cowconv import (
 )
 from cowconv._tree import is_prefix
 from cowconv.agent_server import BackgroundServer, create_app
+from tests.conftest import message_texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))
 DATA_DIRS: dict = {}  # the data dir of each remote conversation's server
 
 
 def texts(history) -> list[str]:
-    return [event.text for event in history]
+    return message_texts(history)
 
 
 def three(conversation: Conversation) -> list[MessageEvent]:
@@ -169,7 +170,7 @@ class TestForkAndTheTree:
         assert texts(fork.state.events) == ["root", "a1", "a2"]
         assert fork.state.leaf_event_id == e2.id
         assert fork.state.other_branches == ()
-        assert len(conversation.state.events) == 2  # the source is untouched
+        assert texts(conversation.state.events) == ["root", "b1"]  # the source is untouched
         fork.close()
 
     def test_whole_fork_keeps_every_branch_and_the_leaf(self, conversation):
@@ -241,7 +242,7 @@ class TestPersistedTree:
             conversation.navigate_to(target.id)
         conversation.send_message("new")
         with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:
-            assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 51
+            assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 52  # + prompt
 
     def test_delete_removes_every_branch_but_forks_keep_theirs(self, tmp_path):
         """Deleting a conversation reclaims its branches; a fork's history survives."""
@@ -258,8 +259,8 @@ class TestPersistedTree:
         store = conversation.backend.sink
         store.delete(conversation.id)
         assert texts(store.load(fork.id).events) == ["root", "a1", "a2"]
-        with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:
-            assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 3
+        with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:  # and the system prompt
+            assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 4
 
 
 class TestExportedTree:

@@ -50,7 +50,7 @@ class Store(Protocol):
     >>> _ = source.send_message("hi")
     >>> fork = source.fork(title="B")
     >>> sorted((info.title or "-", info.event_count) for info in store.list())
-    [('-', 1), ('B', 1)]
+    [('-', 2), ('B', 2)]
     """
 
     def save(self, previous: ConversationState | None, current: ConversationState) -> None:

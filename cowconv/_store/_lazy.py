@@ -67,6 +67,24 @@ class LazyEvents(Sequence[Event]):
         for position, event in enumerate(events):
             yield self._validate(position) if event is None else event
 
+    def might_be(self, index: int, kind: str) -> bool:
+        """Whether event ``index`` may be of ``kind``, judged without validating it.
+
+        ``False`` is certain (its JSON never names that kind); ``True`` asks
+        the reader to validate the event and look.
+
+        >>> from cowconv import MessageEvent
+        >>> hi = MessageEvent(source="user", role="user", content="hi")
+        >>> chunk = LazyEvents([hi.model_dump_json()])
+        >>> chunk.might_be(0, "system_prompt"), chunk.might_be(0, "message"), chunk.validated
+        (False, True, 0)
+        """
+        event = self._events[index]
+        if event is not None:
+            return event.kind == kind
+        raw = self._raw[index]
+        return raw is None or f'"{kind}"' in raw
+
     def _validate(self, position: int) -> Event:
         raw = self._raw[position]
         if raw is None:  # another thread validated it meanwhile (it set the event first)

@@ -9,8 +9,8 @@ has no data directory, so its registry has one code path for both cases.
 >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".", store=store)
 >>> _ = source.send_message("hi")
 >>> fork = source.fork(title="B")
->>> [(info.title, info.event_count) for info in store.list()]
-[(None, 1), ('B', 1)]
+>>> [(info.title, info.event_count) for info in store.list()]  # the system prompt, "hi"
+[(None, 2), ('B', 2)]
 """
 
 from __future__ import annotations

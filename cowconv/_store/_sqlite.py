@@ -10,7 +10,7 @@
 >>> _ = source.send_message("Analyse the sales report.")
 >>> fork = source.fork(title="Follow-up")  # one row written, no event copied
 >>> [info.title for info in store.list()], len(store.load(fork.id).events)
-([None, 'Follow-up'], 1)
+([None, 'Follow-up'], 2)
 >>> store.close()
 
 Each event is stored once, by the conversation that appended it; a fork is a

@@ -32,7 +32,7 @@ from pydantic.json_schema import PydanticJsonSchemaWarning
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cowconv._agent import Agent
-from cowconv._events import AnyEvent, Event
+from cowconv._events import AnyEvent, Event, SystemPromptEvent
 from cowconv._exceptions import (
     ConversationConflictError,
     ConversationNotFoundError,
@@ -46,7 +46,7 @@ from cowconv._history import EventLog
 from cowconv._state import ConversationInfo, dump_state
 from cowconv._store import STORE_FILE_NAME, SQLiteStore, Store
 from cowconv._tree import is_prefix
-from cowconv._workspace import SESSION_API_KEY_HEADER
+from cowconv._workspace import SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER
 from cowconv.agent_server._models import (
     ActivateSkillRequest,
     AppendEventRequest,
@@ -400,9 +400,25 @@ def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         response_model=AnyEvent,
         responses=_errors(404),
     )
-    def send_message(conversation_id: str, request: SendMessageRequest) -> Event:
-        """Add a user message; answers with its event."""
-        return registry.get(conversation_id).send_message(request.text)
+    def send_message(
+        conversation_id: str, request: SendMessageRequest, response: Response
+    ) -> Event:
+        """Add a user message; answers with its event.
+
+        The agent's system prompt is recorded just before it when it is not
+        current (the first message, or after the agent changed); the header
+        ``X-Cowconv-System-Prompt-At`` then gives that event's position.
+        """
+        conversation = registry.get(conversation_id)
+        before = conversation.state.events
+        event = conversation.send_message(request.text)
+        events = conversation.state.events
+        position = events.position_of(event.id)
+        if position:
+            prompt = events[position - 1]
+            if isinstance(prompt, SystemPromptEvent) and before.position_of(prompt.id) is None:
+                response.headers[SYSTEM_PROMPT_AT_HEADER] = str(position - 1)
+        return event
 
     @api.post(
         "/{conversation_id}/navigate",

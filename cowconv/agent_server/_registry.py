@@ -83,8 +83,8 @@ class ConversationRegistry:
     >>> source = registry.create(Agent(llm=LLM(model="openai/gpt-4o")), Workspace(working_dir="."))
     >>> _ = source.send_message("hi")
     >>> fork = registry.fork(source.id, title="B")
-    >>> registry.get(fork.id) is fork, len(fork.state.events)
-    (True, 1)
+    >>> registry.get(fork.id) is fork, [event.kind for event in fork.state.events]
+    (True, ['system_prompt', 'message'])
     """
 
     def __init__(self, store: Store | None = None) -> None:
