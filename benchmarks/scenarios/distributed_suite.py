@@ -1,4 +1,4 @@
-"""Scenario: branch suites on executors (issue 14): bytes moved, prefix loads, wall time.
+"""Scenario: branch suites on executors: bytes moved, prefix loads, wall time.
 
 Self-contained: it builds its own history and starts its own engines (Dask
 LocalCluster and a local Ray, when installed; worker processes always), all
