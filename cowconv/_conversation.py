@@ -19,6 +19,7 @@ differences an agent server brings are listed in ``docs/remote.md``.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from cowconv._events import Event, MessageEvent, utc_now
 from cowconv._exceptions import ConversationExistsError, InvalidTypeError, InvalidValueError
 from cowconv._frozen import check_text, freeze
 from cowconv._guards import guarded, unguarded
-from cowconv._ids import ConversationID, id_text, new_id, public_id
+from cowconv._ids import ConversationID, id_text, public_id
 from cowconv._local import LocalBackend, StateSink
 from cowconv._state import ConversationState, check_tags
 from cowconv._store._base import Store
@@ -61,7 +62,9 @@ def check_conversation_id(conversation_id: ConversationID | None) -> Conversatio
     >>> check_conversation_id("c1"), check_conversation_id(None).version
     ('c1', 4)
     """
-    return public_id(new_id() if conversation_id is None else id_text(conversation_id))
+    if conversation_id is None:
+        return uuid.uuid4()  # a UUID is its own public form: no text round trip
+    return public_id(id_text(conversation_id))
 
 
 def _open_store(directory_or_store: str | os.PathLike[str] | Store) -> Store:
@@ -428,9 +431,10 @@ class Conversation:
         >>> [e.kind for e in early.state.events], early.state.forked_from_event_id == first.id
         (['system_prompt', 'message'], True)
         """
-        new_id = check_conversation_id(conversation_id)
-        if new_id == self.id:
-            raise ConversationExistsError(id_text(new_id))
+        fork_id = check_conversation_id(conversation_id)
+        # A fresh random UUID cannot be this conversation's id; only a given one is checked.
+        if conversation_id is not None and fork_id == self.id:
+            raise ConversationExistsError(id_text(fork_id))
         if agent is not None and not isinstance(agent, Agent):
             raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         if title is not None and not isinstance(title, str):
@@ -443,7 +447,7 @@ class Conversation:
         if title is not None:
             fork_tags["title"] = title
         spec = ForkSpec(
-            conversation_id=new_id,
+            conversation_id=fork_id,
             agent=agent,
             tags=fork_tags,
             reset_metrics=bool(reset_metrics),

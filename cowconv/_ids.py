@@ -23,15 +23,10 @@ from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
 from cowconv._exceptions import InvalidValueError
 
-__all__ = ["ConversationID", "ConversationIDField", "id_text", "new_id", "public_id"]
+__all__ = ["ConversationID", "ConversationIDField", "id_text", "public_id"]
 
 ConversationID: TypeAlias = uuid.UUID | str
 """What a conversation id may be given as: a ``uuid.UUID`` or a non-empty string."""
-
-
-def new_id() -> str:
-    """A fresh random (version 4) UUID id, as text."""
-    return str(uuid.uuid4())
 
 
 def id_text(conversation_id: object, *, name: str = "conversation_id") -> str:
