@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cowconv import (
     LLM,
@@ -15,6 +17,7 @@ from cowconv import (
     ExecutionStatus,
     MemoryStore,
     MessageEvent,
+    PauseEvent,
     RemoteConversation,
     RemoteError,
     SQLiteStore,
@@ -243,6 +246,35 @@ class TestPersistedTree:
         conversation.send_message("new")
         with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:
             assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 52  # + prompt
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        steps=st.lists(
+            st.one_of(st.just("append"), st.none(), st.integers(0, 999)), min_size=1, max_size=30
+        )
+    )
+    def test_navigating_anywhere_copies_no_event(self, tmp_path_factory, steps):
+        """Whatever the appends and navigations (to none, back, or forward along another
+        branch), SQLite holds each event once: one row per distinct event of the tree."""
+        import sqlite3
+        from contextlib import closing
+
+        directory = tmp_path_factory.mktemp("tree")
+        with SQLiteStore(directory) as store:
+            conversation = Conversation(agent=AGENT, workspace=".", visualizer=None, store=store)
+            for step in steps:
+                if step == "append":
+                    conversation.append_event(PauseEvent())
+                    continue
+                every = [event.id for branch in conversation.state.branches for event in branch]
+                conversation.navigate_to(
+                    None if step is None or not every else every[step % len(every)]
+                )
+            distinct = {event.id for branch in conversation.state.branches for event in branch}
+            reloaded = store.load(conversation.id)
+            assert [e.id for e in reloaded.events] == [e.id for e in conversation.state.events]
+        with closing(sqlite3.connect(directory / "cowconv.db")) as db:
+            assert db.execute("SELECT count(*) FROM events").fetchone()[0] == len(distinct)
 
     def test_delete_removes_every_branch_but_forks_keep_theirs(self, tmp_path):
         """Deleting a conversation reclaims its branches; a fork's history survives."""

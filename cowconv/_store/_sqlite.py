@@ -1020,11 +1020,19 @@ class SQLiteStore:
 
 
 def _only_grows(previous: ConversationState, current: ConversationState) -> bool:
-    """Whether ``current`` only adds events to ``previous``'s active branch (the common case)."""
+    """Whether ``current`` only adds new events to ``previous``'s active branch (the common case).
+
+    The active branch also grows when ``navigate_to`` moves its leaf forward
+    along another branch; those events are stored already, in that branch's
+    rows, so that change is a restructure (rows, not copies).
+    """
     if previous.other_branches != current.other_branches:
         return False
-    return len(current.events) >= len(previous.events) and is_prefix(
-        previous.events, current.events
+    start = len(previous.events)
+    if len(current.events) < start or not is_prefix(previous.events, current.events):
+        return False
+    return len(current.events) == start or not any(
+        _common_prefix(current.events, branch) > start for branch in current.other_branches
     )
 
 
