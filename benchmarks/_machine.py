@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from cowconv._history import VECTOR_IMPLEMENTATION
+from cowconv.core.history import VECTOR_IMPLEMENTATION
 
 PACKAGES = (
     "cowconv",

@@ -27,7 +27,7 @@ from cowconv import (
     ObservationEvent,
     Tool,
 )
-from cowconv._store import Store
+from cowconv.stores import Store
 
 EVENT_MIX = (
     "user MessageEvent, ActionEvent (terminal command, 2 arguments, a thought), "

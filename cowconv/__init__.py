@@ -36,6 +36,7 @@ from cowconv._exceptions import (
     ServiceError,
     StoreError,
     StoreLockedError,
+    ToolArgumentError,
     WorkspaceMissingError,
 )
 
@@ -47,77 +48,82 @@ __version__ = "0.1.0"
 # the core (events, history, state, agent and LLM settings), and the LLM library, stores,
 # server and tools load when they are used.
 _LAZY = {
-    "Agent": "cowconv._agent",
-    "Tool": "cowconv._agent",
-    "Backend": "cowconv._backend",
-    "EventCallback": "cowconv._backend",
-    "BranchRow": "cowconv._branch_report",
-    "SuiteReport": "cowconv._branch_report",
-    "BranchExecutor": "cowconv._branch_wire",
-    "BranchJob": "cowconv._branch_wire",
-    "BranchOutcome": "cowconv._branch_wire",
-    "SharedPrefix": "cowconv._branch_wire",
-    "Branch": "cowconv._branches",
-    "BranchRuns": "cowconv._branches",
-    "run_branches": "cowconv._branches",
-    "LLMSummarizingCondenser": "cowconv._condenser",
-    "Conversation": "cowconv._conversation",
-    "LocalConversation": "cowconv._conversation",
-    "RemoteConversation": "cowconv._conversation",
-    "ActionEvent": "cowconv._events",
-    "AgentErrorEvent": "cowconv._events",
-    "AnyEvent": "cowconv._events",
-    "CondensationEvent": "cowconv._events",
-    "Content": "cowconv._events",
-    "Event": "cowconv._events",
-    "EventSource": "cowconv._events",
-    "ImageContent": "cowconv._events",
-    "MessageEvent": "cowconv._events",
-    "ObservationEvent": "cowconv._events",
-    "PauseEvent": "cowconv._events",
-    "Role": "cowconv._events",
-    "SystemPromptEvent": "cowconv._events",
-    "TextContent": "cowconv._events",
-    "MAX_DEPTH": "cowconv._frozen",
-    "freeze": "cowconv._frozen",
-    "thaw": "cowconv._frozen",
-    "EventLog": "cowconv._history",
-    "LLM": "cowconv._llm",
-    "LLMMetrics": "cowconv._llm",
-    "LLMResponse": "cowconv._llm",
-    "LLMToolCall": "cowconv._llm",
-    "StateSink": "cowconv._local",
-    "ConversationExecutionStatus": "cowconv._state",
-    "ConversationInfo": "cowconv._state",
-    "ConversationState": "cowconv._state",
-    "ConversationStats": "cowconv._state",
-    "ExecutionStatus": "cowconv._state",
-    "TokenUsage": "cowconv._state",
-    "Usage": "cowconv._state",
-    "MemoryStore": "cowconv._store",
-    "SQLiteStore": "cowconv._store",
-    "Store": "cowconv._store",
-    "ToolArgumentError": "cowconv._tools",
-    "ToolDefinition": "cowconv._tools",
-    "ToolResult": "cowconv._tools",
-    "register_tool": "cowconv._tools",
-    "registered_tools": "cowconv._tools",
-    "resolve_tool": "cowconv._tools",
-    "ConversationVisualizerBase": "cowconv._visualizer",
-    "DefaultConversationVisualizer": "cowconv._visualizer",
-    "RemoteWorkspace": "cowconv._workspace",
-    "Workspace": "cowconv._workspace",
+    "Agent": "cowconv.core.agent",
+    "Tool": "cowconv.core.agent",
+    "Backend": "cowconv.ports",
+    "EventCallback": "cowconv.ports",
+    "BranchRow": "cowconv.branches.report",
+    "SuiteReport": "cowconv.branches.report",
+    "BranchExecutor": "cowconv.branches.wire",
+    "BranchJob": "cowconv.branches.wire",
+    "BranchOutcome": "cowconv.branches.wire",
+    "SharedPrefix": "cowconv.branches.wire",
+    "Branch": "cowconv.branches.suite",
+    "BranchRuns": "cowconv.branches.suite",
+    "run_branches": "cowconv.branches.suite",
+    "LLMSummarizingCondenser": "cowconv.agent.condenser",
+    "Conversation": "cowconv.conversation",
+    "LocalConversation": "cowconv.conversation",
+    "RemoteConversation": "cowconv.conversation",
+    "ActionEvent": "cowconv.core.events",
+    "AgentErrorEvent": "cowconv.core.events",
+    "AnyEvent": "cowconv.core.events",
+    "CondensationEvent": "cowconv.core.events",
+    "Content": "cowconv.core.events",
+    "Event": "cowconv.core.events",
+    "EventSource": "cowconv.core.events",
+    "ImageContent": "cowconv.core.events",
+    "MessageEvent": "cowconv.core.events",
+    "ObservationEvent": "cowconv.core.events",
+    "PauseEvent": "cowconv.core.events",
+    "Role": "cowconv.core.events",
+    "SystemPromptEvent": "cowconv.core.events",
+    "TextContent": "cowconv.core.events",
+    "MAX_DEPTH": "cowconv.core.frozen",
+    "freeze": "cowconv.core.frozen",
+    "thaw": "cowconv.core.frozen",
+    "EventLog": "cowconv.core.history",
+    "LLM": "cowconv.core.llm",
+    "LLMMetrics": "cowconv.core.llm",
+    "LLMResponse": "cowconv.core.llm",
+    "LLMToolCall": "cowconv.core.llm",
+    "StateSink": "cowconv.ports",
+    "ConversationExecutionStatus": "cowconv.core.state",
+    "ConversationInfo": "cowconv.core.state",
+    "ConversationState": "cowconv.core.state",
+    "ConversationStats": "cowconv.core.state",
+    "ExecutionStatus": "cowconv.core.state",
+    "TokenUsage": "cowconv.core.state",
+    "Usage": "cowconv.core.state",
+    "MemoryStore": "cowconv.stores",
+    "SQLiteStore": "cowconv.stores",
+    "Store": "cowconv.stores",
+    "ToolDefinition": "cowconv.agent.tools",
+    "ToolResult": "cowconv.agent.tools",
+    "register_tool": "cowconv.agent.tools",
+    "registered_tools": "cowconv.agent.tools",
+    "resolve_tool": "cowconv.agent.tools",
+    "ConversationVisualizerBase": "cowconv.visualizer",
+    "DefaultConversationVisualizer": "cowconv.visualizer",
+    "RemoteWorkspace": "cowconv.core.workspace",
+    "Workspace": "cowconv.core.workspace",
 }
 
 if TYPE_CHECKING:
-    from cowconv._agent import Agent, Tool
-    from cowconv._backend import Backend, EventCallback
-    from cowconv._branch_report import BranchRow, SuiteReport
-    from cowconv._branch_wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
-    from cowconv._branches import Branch, BranchRuns, run_branches
-    from cowconv._condenser import LLMSummarizingCondenser
-    from cowconv._conversation import Conversation, LocalConversation, RemoteConversation
-    from cowconv._events import (
+    from cowconv.agent.condenser import LLMSummarizingCondenser
+    from cowconv.agent.tools import (
+        ToolDefinition,
+        ToolResult,
+        register_tool,
+        registered_tools,
+        resolve_tool,
+    )
+    from cowconv.branches.report import BranchRow, SuiteReport
+    from cowconv.branches.suite import Branch, BranchRuns, run_branches
+    from cowconv.branches.wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
+    from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
+    from cowconv.core.agent import Agent, Tool
+    from cowconv.core.events import (
         ActionEvent,
         AgentErrorEvent,
         AnyEvent,
@@ -133,11 +139,10 @@ if TYPE_CHECKING:
         SystemPromptEvent,
         TextContent,
     )
-    from cowconv._frozen import MAX_DEPTH, freeze, thaw
-    from cowconv._history import EventLog
-    from cowconv._llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
-    from cowconv._local import StateSink
-    from cowconv._state import (
+    from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
+    from cowconv.core.history import EventLog
+    from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
         ConversationState,
@@ -146,17 +151,10 @@ if TYPE_CHECKING:
         TokenUsage,
         Usage,
     )
-    from cowconv._store import MemoryStore, SQLiteStore, Store
-    from cowconv._tools import (
-        ToolArgumentError,
-        ToolDefinition,
-        ToolResult,
-        register_tool,
-        registered_tools,
-        resolve_tool,
-    )
-    from cowconv._visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
-    from cowconv._workspace import RemoteWorkspace, Workspace
+    from cowconv.core.workspace import RemoteWorkspace, Workspace
+    from cowconv.ports import Backend, EventCallback, StateSink
+    from cowconv.stores import MemoryStore, SQLiteStore, Store
+    from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
 
 
 def __getattr__(name: str) -> Any:

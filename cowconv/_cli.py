@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cowconv._ids import ConversationID, public_id
-from cowconv._state import ConversationInfo
+from cowconv.core.ids import ConversationID, public_id
+from cowconv.core.state import ConversationInfo
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -48,7 +48,7 @@ def _version(value: bool) -> None:
         import platform
 
         from cowconv import __version__
-        from cowconv._history import VECTOR_IMPLEMENTATION
+        from cowconv.core.history import VECTOR_IMPLEMENTATION
 
         python = platform.python_version()
         typer.echo(f"cowconv {__version__} (Python {python}, pyrsistent {VECTOR_IMPLEMENTATION})")
@@ -173,7 +173,7 @@ def serve(
 ) -> None:
     """Serve conversations over a JSON REST API (see docs/server.md)."""
     try:
-        from cowconv.agent_server._serve import ServerSettings, StartError, run_server
+        from cowconv.agent_server.serve import ServerSettings, StartError, run_server
     except ImportError as error:
         raise fail(
             f"cowconv serve needs the server extra: pip install 'cowconv[server]' ({error})"
@@ -319,7 +319,7 @@ def _tree(path: Path, conversation_id: str | None) -> int:
     from rich.tree import Tree
 
     from cowconv._exceptions import CowconvError
-    from cowconv._store import SQLiteStore, store_file
+    from cowconv.stores import SQLiteStore, store_file
 
     try:
         database = store_file(path)  # a directory's cowconv.db, as persistence_dir writes it

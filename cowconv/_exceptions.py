@@ -22,6 +22,7 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     │   └── StoreLockedError
     ├── RemoteError (status_code, message)
     ├── ServiceError (also RuntimeError)
+    ├── ToolArgumentError (also ValueError): a tool call's arguments do not fit the tool
     ├── WorkspaceMissingError (also FileNotFoundError)
     ├── BranchError (index, conversation_id): one branch of a suite could not run
     └── BranchesError (also ExceptionGroup): the branch runs that raised, and every fork
@@ -41,7 +42,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cowconv._conversation import Conversation
+    from cowconv.conversation import Conversation
 
 __all__ = [
     "BranchError",
@@ -63,6 +64,7 @@ __all__ = [
     "ServiceError",
     "StoreError",
     "StoreLockedError",
+    "ToolArgumentError",
     "WorkspaceMissingError",
 ]
 
@@ -342,6 +344,20 @@ class BranchesError(ExceptionGroup[Exception], CowconvError):
 
     def derive(self, errors: Sequence[Exception]) -> BranchesError:  # type: ignore[override]
         return BranchesError(self.message, errors, self.forks)
+
+
+class ToolArgumentError(CowconvError, ValueError):
+    """A tool call's arguments are not valid JSON or do not fit the tool's ``Params``.
+
+    >>> from cowconv import Workspace, resolve_tool
+    >>> terminal = resolve_tool("terminal").create(Workspace(working_dir="."))
+    >>> terminal.parse_arguments('{"comand": "ls"}')  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.ToolArgumentError: invalid arguments for 'terminal': command: ...
+
+    The runtime shows this message to the model as the tool's result.
+    """
 
 
 class WorkspaceMissingError(CowconvError, FileNotFoundError):

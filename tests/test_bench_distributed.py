@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.scenarios.distributed_suite import SUMMARY, _one_line, condensed_source
 from cowconv import CondensationEvent, run_branches
-from cowconv._condenser import SUMMARY_INSTRUCTIONS
+from cowconv.agent.condenser import SUMMARY_INSTRUCTIONS
 from cowconv.distributed import PicklingExecutor
 from cowconv.testing import StubLLMServer
 

@@ -15,7 +15,7 @@ import pytest
 
 from cowconv import LLM, Agent, Conversation, SQLiteStore
 from cowconv import __version__ as cowconv_version
-from cowconv._history import VECTOR_IMPLEMENTATION
+from cowconv.core.history import VECTOR_IMPLEMENTATION
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = Agent(llm=LLM(model="openai/stub-model"))
@@ -281,7 +281,7 @@ class TestServe:
         """
         code = (
             "import logging\n"
-            "from cowconv.agent_server._serve import _configure_logging\n"
+            "from cowconv.agent_server.serve import _configure_logging\n"
             "_configure_logging('info')\n"
             "from litellm._logging import verbose_logger\n"
             "verbose_logger.setLevel(logging.INFO)\n"

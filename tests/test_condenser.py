@@ -23,7 +23,7 @@ from cowconv import (
     MessageEvent,
     ObservationEvent,
 )
-from cowconv._messages import build_messages
+from cowconv.agent.messages import build_messages
 from cowconv.testing import StubLLMServer, StubReply
 from tests.strategies import agent_steps, paired_events
 

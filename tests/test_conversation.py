@@ -1,4 +1,4 @@
-"""Tests for cowconv._conversation: Conversation on every backend, and fork's isolation.
+"""Tests for cowconv.conversation: Conversation on every backend, and fork's isolation.
 
 The isolation machine and most tests run three times, from the ``backend``
 fixture (tests/conftest.py): in memory, on a SQLite file, on an agent server.

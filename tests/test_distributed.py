@@ -35,7 +35,7 @@ from cowconv import (
     register_tool,
     run_branches,
 )
-from cowconv._branch_wire import (
+from cowconv.branches.wire import (
     BranchJob,
     BranchOutcome,
     SharedPrefix,
@@ -312,7 +312,8 @@ class TestCondensedBranches:
         self, stub, tmp_path, condensed
     ):
         """Rendering every shared event is wasted work when the model sees a condensed view."""
-        from cowconv import _branch_wire, _messages
+        from cowconv.agent import messages as _messages
+        from cowconv.branches import wire as _branch_wire
 
         source = self._condensed(stub, tmp_path)
         agent = source.agent if condensed else source.agent.model_copy(update={"condenser": None})
@@ -354,7 +355,7 @@ class TestFailures:
 
     def test_raising_commits_come_back_together(self, source, executor, monkeypatch):
         """Commits that raise (a failing store) come back as one group, with every fork."""
-        from cowconv._branch_wire import BranchOutcome
+        from cowconv.branches.wire import BranchOutcome
 
         def broken(self, state):
             raise OSError("disk full")
@@ -465,7 +466,7 @@ class TestDrive:
         from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
         from types import SimpleNamespace
 
-        from cowconv.distributed._driver import drive
+        from cowconv.distributed.driver import drive
 
         running = peak = 0
         jobs = [SimpleNamespace(index=n) for n in range(7)]

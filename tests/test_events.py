@@ -1,4 +1,4 @@
-"""Tests for cowconv._events: frozen, polymorphic events."""
+"""Tests for cowconv.core.events: frozen, polymorphic events."""
 
 from __future__ import annotations
 

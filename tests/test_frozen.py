@@ -1,4 +1,4 @@
-"""Tests for cowconv._frozen: deeply immutable JSON values."""
+"""Tests for cowconv.core.frozen: deeply immutable JSON values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for cowconv._history: the persistent, structurally shared EventLog."""
+"""Tests for cowconv.core.history: the persistent, structurally shared EventLog."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, rule
 from pydantic import BaseModel, ConfigDict
 
-from cowconv import EventLog, MessageEvent, PauseEvent, _history
+from cowconv import EventLog, MessageEvent, PauseEvent
+from cowconv.core import history as _history
 from tests.test_messages import steps
 
 

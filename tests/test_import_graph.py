@@ -117,7 +117,10 @@ class TestImportGraph:
 
     @pytest.mark.parametrize(
         ("importer", "imported"),
-        [("cowconv._conversation", "cowconv._local"), ("cowconv._local", "cowconv._runtime")],
+        [
+            ("cowconv.conversation", "cowconv.backends.local"),
+            ("cowconv.backends.local", "cowconv.agent.runtime"),
+        ],
     )
     def test_sees_the_layers(self, importer: str, imported: str):
         """The graph holds the edges the layers are made of (the checker reads the code)."""

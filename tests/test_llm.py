@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from cowconv import LLM, Agent, Conversation, LLMError, LLMMetrics
-from cowconv._llm import needs_cache_marks
+from cowconv.core.llm import needs_cache_marks
 from cowconv.testing import StubLLMServer, StubReply
 
 TERMINAL_SPEC = {
@@ -315,7 +315,7 @@ class TestLazyImport:
             "names = [t.name for t in threading.enumerate()]\n"
             "LLM(model='openai/gpt-4o')  # a second LLM starts no second import\n"
             "names2 = [t.name for t in threading.enumerate()]\n"
-            "from cowconv._llm import _litellm\n"
+            "from cowconv.core.llm import _litellm\n"
             "_litellm()\n"
             "print('cowconv-import-litellm' in names, names2.count('cowconv-import-litellm'),"
             " 'litellm' in sys.modules)\n"

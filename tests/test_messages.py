@@ -23,14 +23,14 @@ from cowconv import (
     SystemPromptEvent,
     Tool,
 )
-from cowconv._messages import (
+from cowconv.agent.messages import (
     _assistant_message,
     _content,
     _tool_message,
     build_messages,
     render,
 )
-from cowconv._prompt import last_system_prompt
+from cowconv.agent.prompt import last_system_prompt
 from tests.strategies import paired_events
 
 

@@ -1,4 +1,4 @@
-"""Tests for cowconv._remote: RemoteConversation against a real agent server on loopback."""
+"""Tests for cowconv.backends.remote: RemoteConversation against a real agent server on loopback."""
 
 from __future__ import annotations
 

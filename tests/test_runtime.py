@@ -27,7 +27,7 @@ from cowconv import (
     ToolResult,
     register_tool,
 )
-from cowconv._runtime import build_messages
+from cowconv.agent.runtime import build_messages
 from cowconv.testing import StubReply
 
 

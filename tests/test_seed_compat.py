@@ -423,7 +423,7 @@ class TestLineage:
 class TestRemoteClientTolerance:
     def test_reads_a_seed_shaped_conversation_info(self):
         """Unknown fields are ignored; a missing event_count or unreadable stats are tolerated."""
-        from cowconv._remote import read_info
+        from cowconv.backends.remote import read_info
 
         info = read_info(
             {
@@ -446,7 +446,7 @@ class TestRemoteClientTolerance:
         """A summary without its required fields is an error, not a silent default."""
         from pydantic import ValidationError
 
-        from cowconv._remote import read_info
+        from cowconv.backends.remote import read_info
 
         with pytest.raises(ValidationError):
             read_info({"execution_status": "idle"})

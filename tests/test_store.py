@@ -1,4 +1,4 @@
-"""Tests for cowconv._store: SQLiteStore, the Store protocol, and persisted Conversations."""
+"""Tests for cowconv.stores: SQLiteStore, the Store protocol, and persisted Conversations."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ from cowconv import (
     Usage,
     Workspace,
 )
-from cowconv._state import dump_state, dump_state_json
-from cowconv._store._lazy import LazyEvents
+from cowconv.core.state import dump_state, dump_state_json
+from cowconv.stores.lazy import LazyEvents
 from tests.conftest import message_texts
 from tests.strategies import events, json_objects, keys, texts
 

@@ -15,8 +15,8 @@ from cowconv import (
     registered_tools,
     resolve_tool,
 )
-from cowconv._llm import LLMResponse, LLMToolCall
-from cowconv._runtime import _action, _execute
+from cowconv.agent.runtime import _action, _execute
+from cowconv.core.llm import LLMResponse, LLMToolCall
 from tests.strategies import tool_argument_texts
 
 

@@ -23,8 +23,8 @@ from cowconv import (
     SQLiteStore,
     Workspace,
 )
-from cowconv._tree import is_prefix
 from cowconv.agent_server import BackgroundServer, create_app
+from cowconv.core.tree import is_prefix
 from tests.conftest import message_texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))

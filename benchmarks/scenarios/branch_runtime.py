@@ -34,7 +34,7 @@ from cowconv import (
     MessageEvent,
     SystemPromptEvent,
 )
-from cowconv._messages import Rendering, render
+from cowconv.agent.messages import Rendering, render
 from cowconv.testing import StubLLMServer, StubReply
 
 RUN_SIZES = (100, 20_000)

@@ -50,7 +50,7 @@ def _one_line(request: Any) -> Any:
     """The model's answer: one line (the stub's default brain would list every command of the
     history, ~80 KB at 10k events, and the results would outweigh what the suite ships).
     A condenser's summary request gets a one-line summary."""
-    from cowconv._condenser import SUMMARY_INSTRUCTIONS
+    from cowconv.agent.condenser import SUMMARY_INSTRUCTIONS
     from cowconv.testing import StubReply
 
     messages = request.get("messages") or [{}]
@@ -62,7 +62,7 @@ def _one_line(request: Any) -> Any:
 def _suite_source(events: int, stub: Any, workspace: Path) -> Any:
     from benchmarks._workload import make_event
     from cowconv import LLM, Agent, Conversation
-    from cowconv._history import EventLog
+    from cowconv.core.history import EventLog
 
     agent = Agent(llm=LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0))
     base = Conversation(agent=agent, workspace=workspace)
@@ -104,8 +104,8 @@ def _measure_engine(
     executor: Any, source: Any, branches: int, workers: int, prefix_copies: int
 ) -> dict[str, Any]:
     """One suite shipped smartly and one shipped whole, through ``executor``'s run_jobs."""
-    from cowconv._branch_wire import BranchJob, BranchOutcome, SharedPrefix
-    from cowconv._history import EventLog
+    from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
+    from cowconv.core.history import EventLog
 
     forks = [source.fork() for _ in range(branches)]
     for n, fork in enumerate(forks):

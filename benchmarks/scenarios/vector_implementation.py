@@ -18,7 +18,7 @@ from pyrsistent._pvector import python_pvector  # always the pure-Python vector
 from benchmarks._measure import human_seconds, time_op
 from benchmarks._scenario import Config, Context, Scenario, Target, cell, fmt_ratio, point, table
 from cowconv import Event
-from cowconv._history import VECTOR_IMPLEMENTATION
+from cowconv.core.history import VECTOR_IMPLEMENTATION
 
 SIZE = 10_000
 BATCH = 1_000

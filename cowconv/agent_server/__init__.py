@@ -26,10 +26,9 @@ except ImportError as error:  # pragma: no cover - depends on the install
     ) from error
 
 from cowconv._exceptions import ConversationConflictError, EventNotFoundError
-from cowconv._store import STORE_FILE_NAME
-from cowconv.agent_server._app import SESSION_API_KEY_HEADER, create_app
-from cowconv.agent_server._background import BackgroundServer
-from cowconv.agent_server._models import (
+from cowconv.agent_server.app import SESSION_API_KEY_HEADER, create_app
+from cowconv.agent_server.background import BackgroundServer
+from cowconv.agent_server.models import (
     ActivateSkillRequest,
     AppendEventRequest,
     ConversationPage,
@@ -42,8 +41,9 @@ from cowconv.agent_server._models import (
     StateResponse,
     StreamStatus,
 )
-from cowconv.agent_server._registry import ConversationRegistry
-from cowconv.agent_server._security import DEFAULT_MAX_BODY_SIZE, UnsafeExposureError
+from cowconv.agent_server.registry import ConversationRegistry
+from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, UnsafeExposureError
+from cowconv.stores import STORE_FILE_NAME
 
 __all__ = [
     "DEFAULT_MAX_BODY_SIZE",

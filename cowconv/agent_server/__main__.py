@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cowconv.agent_server._serve import (
+from cowconv.agent_server.serve import (
     DEFAULT_DATA_DIR,
     ENV_PREFIX,
     ServerSettings,

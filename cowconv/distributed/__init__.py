@@ -26,9 +26,9 @@ message, and commits what each run appended back to its fork here.
 See ``docs/distributed.md`` for what travels, secrets and the pitfalls.
 """
 
-from cowconv._branch_wire import prefix_loads
-from cowconv.distributed._dask import DaskExecutor
-from cowconv.distributed._process import PicklingExecutor, ProcessExecutor
-from cowconv.distributed._ray import RayExecutor
+from cowconv.branches.wire import prefix_loads
+from cowconv.distributed.dask import DaskExecutor
+from cowconv.distributed.process import PicklingExecutor, ProcessExecutor
+from cowconv.distributed.ray import RayExecutor
 
 __all__ = ["DaskExecutor", "PicklingExecutor", "ProcessExecutor", "RayExecutor", "prefix_loads"]

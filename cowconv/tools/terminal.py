@@ -53,10 +53,10 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cowconv._events import Event, ObservationEvent
 from cowconv._exceptions import WorkspaceMissingError
-from cowconv._tools import ToolDefinition, ToolResult, register_tool
-from cowconv._workspace import Workspace
+from cowconv.agent.tools import ToolDefinition, ToolResult, register_tool
+from cowconv.core.events import Event, ObservationEvent
+from cowconv.core.workspace import Workspace
 
 __all__ = ["TerminalParams", "TerminalSettings", "TerminalTool"]
 

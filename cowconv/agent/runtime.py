@@ -1,0 +1,421 @@
+"""The agent loop behind ``Conversation.run()`` and ``pause()``.
+
+A *step* is one LLM call and the tool calls it asked for. Everything a step
+produces (the tool calls, their results or the answer, the step's cost, the
+status change) is appended in one commit of the conversation's backend: one transaction
+in a persistent store, so a history never holds a tool call without its
+result. No lock is held while the model thinks or a tool runs, so
+``send_message()``, ``fork()`` and readers never wait for a step.
+
+:func:`build_messages` rebuilds the model's view from the history alone,
+which is why a fork's ``run()`` continues exactly where its source was:
+
+>>> from cowconv import ActionEvent, MessageEvent, ObservationEvent, SystemPromptEvent
+>>> history = [
+...     SystemPromptEvent(system_prompt="Be brief."),
+...     MessageEvent(source="user", role="user", content="List files."),
+...     ActionEvent(tool_name="terminal", tool_call_id="c1", arguments={"command": "ls"},
+...                 llm_response_id="r1"),
+...     ObservationEvent(tool_name="terminal", tool_call_id="c1", output="a.py", exit_code=0),
+... ]
+>>> [message["role"] for message in build_messages(history)]
+['system', 'user', 'assistant', 'tool']
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pyrsistent import pmap
+
+from cowconv._exceptions import (
+    ConversationRunningError,
+    InvalidValueError,
+    LLMError,
+    ToolArgumentError,
+)
+from cowconv.agent.messages import INVALID_ARGUMENTS_KEY, build_messages
+from cowconv.agent.prompt import with_system_prompt
+from cowconv.agent.tools import ToolDefinition, decode_arguments, resolve_tool
+from cowconv.core.agent import Agent
+from cowconv.core.changes import Change
+from cowconv.core.events import (
+    ActionEvent,
+    AgentErrorEvent,
+    Event,
+    MessageEvent,
+    ObservationEvent,
+    PauseEvent,
+)
+from cowconv.core.history import EventLog
+from cowconv.core.llm import LLMResponse, LLMToolCall
+from cowconv.core.state import ConversationState, ExecutionStatus
+from cowconv.core.usage import Usage
+from cowconv.ports import DEFAULT_MAX_ITERATION_PER_RUN, check_max_iteration_per_run
+
+__all__ = ["Runner", "build_messages"]
+
+logger = logging.getLogger("cowconv.runtime")
+
+
+def _needs_reply(events: EventLog) -> bool:
+    """Whether the model has something to answer: the history does not end with its answer."""
+    for event in reversed(events):
+        if isinstance(event, MessageEvent):
+            if event.role == "user":
+                return True
+            if event.role == "assistant":
+                return False
+        elif isinstance(event, ActionEvent | ObservationEvent):
+            return True
+        elif isinstance(event, AgentErrorEvent) and event.tool_call_id is not None:
+            return True
+    return False
+
+
+def _user_message_since(events: EventLog, position: int) -> bool:
+    """Whether a user message was recorded at or after ``position`` (sent during a step)."""
+    return any(
+        isinstance(event, MessageEvent) and event.role == "user"
+        for event in (events[index] for index in range(position, len(events)))
+    )
+
+
+def _action(
+    response: LLMResponse, call: LLMToolCall, thought: str
+) -> tuple[ActionEvent, ToolArgumentError | None]:
+    """The event recording a tool call, and why its arguments are unusable (``None``: usable).
+
+    The arguments are decoded once, here: the event holds them, and the tool
+    validates that mapping (:meth:`~cowconv.ToolDefinition.validate_arguments`).
+    Text that does not decode to a JSON object is kept verbatim, for the record.
+    """
+    try:
+        arguments = decode_arguments(call.arguments, call.name)
+    except ToolArgumentError as error:
+        problem: ToolArgumentError | None = error
+        arguments = pmap({INVALID_ARGUMENTS_KEY: call.arguments})
+    else:
+        problem = None
+    action = ActionEvent(
+        tool_name=call.name,
+        tool_call_id=call.id,
+        arguments=arguments,
+        thought=thought,
+        llm_response_id=response.id,
+    )
+    return action, problem
+
+
+class Runner:
+    """Runs one conversation's agent; at most one ``run()`` at a time."""
+
+    def __init__(
+        self,
+        snapshot: Callable[[], ConversationState],
+        commit: Callable[[Change], object],
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+        settle: Callable[[ExecutionStatus], object] | None = None,
+    ) -> None:
+        check_max_iteration_per_run(max_iteration_per_run)
+        self.max_iteration_per_run = max_iteration_per_run
+        self._snapshot = snapshot
+        self._commit_change = commit
+        # Sets the status in memory only, for when the store refuses to record why a run
+        # stopped: the conversation must not go on showing "running".
+        self._settle = settle
+        self._lock = threading.Lock()
+        self._active = False
+        self._pause_requested = False
+        self._interrupted = False
+        self._tools: dict[str, ToolDefinition[Any]] = {}
+        self._tools_agent: Agent | None = None
+
+    @property
+    def is_running(self) -> bool:
+        """Whether a ``run()`` is in progress."""
+        return self._active
+
+    def pause(self) -> None:
+        """Ask the running loop to stop after its current step (no-op when idle)."""
+        with self._lock:
+            if self._active:
+                self._pause_requested = True
+
+    def interrupt(self) -> None:
+        """End the run now: kill running tool commands, run no further call, stop (no-op idle).
+
+        The killed command's result and the calls left unrun are recorded,
+        then the run ends ``paused`` as after :meth:`pause`. An LLM call in
+        flight is not cut off: its answer is recorded, its tool calls are not run.
+        """
+        with self._lock:
+            if not self._active:
+                return
+            self._pause_requested = True
+            self._interrupted = True
+            tools = list(self._tools.values())
+        for tool in tools:
+            tool.close()
+
+    def close(self) -> None:
+        """Stop after the current step and kill running tool processes."""
+        self.pause()
+        with self._lock:
+            tools, self._tools, self._tools_agent = self._tools, {}, None
+        for tool in tools.values():
+            tool.close()
+
+    def run(self) -> None:
+        """Run the agent until it finishes, pauses, errors or hits the iteration limit."""
+        with self._lock:
+            if self._active:
+                raise ConversationRunningError(
+                    f"conversation {self._snapshot().id} is already running in another thread"
+                )
+            self._active = True
+            self._pause_requested = False
+            self._interrupted = False
+        try:
+            self._loop()
+        except BaseException as error:
+            # A failing store or an interrupt: leave a readable status, not "running".
+            self._record_crash(error)
+            raise
+        finally:
+            with self._lock:
+                self._active = False
+                self._pause_requested = False
+                self._interrupted = False
+
+    # -- the loop ------------------------------------------------------------
+
+    def _commit(self, change: Change) -> None:
+        self._commit_change(change)
+
+    def _finish(self, status: ExecutionStatus, *events: Event) -> None:
+        def change(state: ConversationState) -> ConversationState:
+            return state._replace(events=state.events.extend(events), execution_status=status)
+
+        self._commit(change)
+
+    def _record_crash(self, error: BaseException) -> None:
+        if self._snapshot().execution_status is not ExecutionStatus.RUNNING:
+            return
+        status = ExecutionStatus.ERROR if isinstance(error, Exception) else ExecutionStatus.PAUSED
+        try:
+            if status is ExecutionStatus.ERROR:
+                message = f"the run stopped: {type(error).__name__}: {error}"
+                self._finish(status, AgentErrorEvent(error=message))
+            else:
+                self._finish(status, PauseEvent())
+        except Exception:
+            logger.exception("could not record why conversation %s stopped", self._snapshot().id)
+            if self._settle is not None:
+                self._settle(status)
+
+    def _loop(self) -> None:
+        agent = self._snapshot().agent
+        try:
+            tools = self._tools_for(agent)
+        except Exception as error:
+            self._finish(
+                ExecutionStatus.ERROR,
+                AgentErrorEvent(error=f"cannot set up the agent's tools: {error}"),
+            )
+            return
+        specs = [type(tool).spec() for tool in tools.values()]
+
+        def start(state: ConversationState) -> ConversationState:
+            if not _needs_reply(state.events):
+                return state._replace(execution_status=ExecutionStatus.FINISHED)
+            # The agent's prompt, if it is not the one recorded last: send_message() put it
+            # before the message already, unless the history was built by raw appends.
+            state = with_system_prompt(state)
+            return state._replace(execution_status=ExecutionStatus.RUNNING)
+
+        self._commit(start)
+        iterations = 0
+        unseen_message = False
+        while True:
+            state = self._snapshot()
+            if not unseen_message and not _needs_reply(state.events):
+                self._finish(ExecutionStatus.FINISHED)
+                return
+            if self._pause_requested:
+                self._finish(ExecutionStatus.PAUSED, PauseEvent())
+                return
+            if iterations >= self.max_iteration_per_run:
+                limit = AgentErrorEvent(
+                    error=f"stopped after max_iteration_per_run={self.max_iteration_per_run} "
+                    "steps without a final answer; run() again to continue"
+                )
+                self._finish(ExecutionStatus.STUCK, limit)
+                return
+            iterations += 1
+            messages = self._messages(agent)
+            state = self._snapshot()  # a condensation may have been recorded
+            try:
+                response = agent.llm.completion(messages, specs)
+            except LLMError as llm_error:
+                self._finish(ExecutionStatus.ERROR, AgentErrorEvent(error=str(llm_error)))
+                return
+            produced, crashed = self._act(response, tools)
+            status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
+
+            def record(
+                state: ConversationState,
+                produced: Sequence[Event] = produced,
+                status: ExecutionStatus = status,
+                usage_id: str = agent.llm.usage_id,
+                usage: Usage = response.usage,
+            ) -> ConversationState:
+                return state._replace(
+                    events=state.events.extend(produced),
+                    stats=state.stats.record(usage_id, usage),
+                    execution_status=status,
+                )
+
+            self._commit(record)
+            if crashed:
+                return
+            unseen_message = _user_message_since(self._snapshot().events, len(state.events))
+
+    def _messages(self, agent: Agent) -> list[dict[str, Any]]:
+        """What the model sees this step: the history, or the condenser's view of it.
+
+        A condensation the view needs is recorded first (its summary call
+        counted under the condenser's ``usage_id``). If the summary call
+        fails, the failure is recorded and this step sees the uncondensed
+        view: no event is lost either way.
+        """
+        events = self._snapshot().events
+        condenser = agent.condenser
+        if condenser is None:
+            return build_messages(events)
+        view = condenser.view(events)
+        plan = condenser.plan(view) if condenser.should_condense(view) else None
+        if plan is not None:
+            try:
+                condensation, response = condenser.summarize(plan)
+            except LLMError as error:
+                failure = AgentErrorEvent(
+                    error=f"condensation failed, sending the full view: {error}"
+                )
+                self._commit(lambda state: state._replace(events=state.events.append(failure)))
+            else:
+
+                def record(state: ConversationState) -> ConversationState:
+                    return state._replace(
+                        events=state.events.append(condensation),
+                        stats=state.stats.record(condenser.llm.usage_id, response.usage),
+                    )
+
+                self._commit(record)
+                view = condenser.view(self._snapshot().events)
+        return view.messages(system_prompt=agent.system_prompt)
+
+    def _act(
+        self, response: LLMResponse, tools: Mapping[str, ToolDefinition[Any]]
+    ) -> tuple[list[Event], bool]:
+        """The events of one answer: a message, or tool calls and their results."""
+        if not response.tool_calls:
+            message = MessageEvent(source="agent", role="assistant", content=response.content)
+            return [message], False
+        calls = [
+            _action(response, call, response.content if index == 0 else "")
+            for index, call in enumerate(response.tool_calls)
+        ]
+        results: list[Event] = []
+        crashed = False
+        for action, problem in calls:
+            if self._interrupted:
+                results.append(
+                    AgentErrorEvent(
+                        error="not run: the run was interrupted",
+                        tool_call_id=action.tool_call_id,
+                        tool_name=action.tool_name,
+                    )
+                )
+                continue
+            if crashed:
+                results.append(
+                    AgentErrorEvent(
+                        error="not run: an earlier tool call of the same step crashed",
+                        tool_call_id=action.tool_call_id,
+                        tool_name=action.tool_name,
+                    )
+                )
+                continue
+            result = _execute(tools, action, problem)
+            crashed = isinstance(result, AgentErrorEvent)
+            results.append(result)
+        return [*(action for action, _ in calls), *results], crashed
+
+    def _tools_for(self, agent: Agent) -> dict[str, ToolDefinition[Any]]:
+        with self._lock:
+            if self._tools_agent is agent:
+                return self._tools
+        workspace = self._snapshot().workspace
+        tools: dict[str, ToolDefinition[Any]] = {}
+        for reference in agent.tools:
+            if reference.name in tools:
+                raise InvalidValueError(f"the agent lists tool {reference.name!r} twice")
+            tool = resolve_tool(reference.name).create(workspace, reference.params)
+            tool.restore(self._snapshot().events)
+            tools[reference.name] = tool
+        with self._lock:
+            old, self._tools, self._tools_agent = self._tools, tools, agent
+        for tool in old.values():
+            tool.close()
+        return tools
+
+
+def _execute(
+    tools: Mapping[str, ToolDefinition[Any]],
+    action: ActionEvent,
+    problem: ToolArgumentError | None = None,
+) -> Event:
+    """The result of one tool call: an observation, or an error if the tool crashed.
+
+    ``problem`` is why the call's arguments did not decode (see :func:`_action`).
+    """
+
+    def observation(output: str, error: str) -> ObservationEvent:
+        return ObservationEvent(
+            tool_name=action.tool_name,
+            tool_call_id=action.tool_call_id,
+            output=f"Error: {output}",
+            extra={"error": error},
+        )
+
+    name = action.tool_name
+    tool = tools.get(name)
+    if tool is None:
+        available = ", ".join(repr(known) for known in tools) or "none"
+        return observation(f"there is no tool {name!r}; the tools are: {available}", "unknown_tool")
+    try:
+        if problem is not None:
+            raise problem
+        params = tool.validate_arguments(action.arguments)
+    except ToolArgumentError as error:
+        return observation(str(error), "invalid_arguments")
+    try:
+        result = tool.execute(params)
+    except Exception as error:
+        logger.exception("tool %r crashed on call %s", name, action.tool_call_id)
+        return AgentErrorEvent(
+            error=f"tool {name!r} crashed: {type(error).__name__}: {error}",
+            tool_call_id=action.tool_call_id,
+            tool_name=name,
+        )
+    return ObservationEvent(
+        tool_name=name,
+        tool_call_id=action.tool_call_id,
+        output=result.output,
+        exit_code=result.exit_code,
+        extra=dict(result.extra) if result.extra is not None else None,
+    )

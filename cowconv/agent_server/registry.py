@@ -1,0 +1,327 @@
+"""``ConversationRegistry``: the server's live conversations, backed by a store.
+
+Live :class:`~cowconv.Conversation` objects stay in memory; with a store
+every change is written through it, so after a restart each conversation is
+reopened from the store the first time it is asked for. Every live
+conversation reports its events to a :class:`_Hub`, which wakes the event
+streams subscribed to it.
+
+>>> from cowconv import LLM, Agent, Workspace
+>>> registry = ConversationRegistry()
+>>> agent = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-1"))
+>>> source = registry.create(agent, Workspace(working_dir="."), conversation_id="c1")
+>>> fork = registry.fork("c1", title="Try B")
+>>> fork.state.forked_from_conversation_id, fork.agent.llm.api_key.get_secret_value()
+('c1', 'sk-1')
+>>> registry.close()
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import threading
+from collections.abc import Callable, Mapping
+
+from cowconv._exceptions import (
+    ConversationConflictError,
+    ConversationNotFoundError,
+    CorruptStoreError,
+)
+from cowconv.backends.local import LocalBackend
+from cowconv.conversation import Conversation, check_conversation_id
+from cowconv.core.agent import Agent
+from cowconv.core.events import Event
+from cowconv.core.ids import ConversationID, id_text
+from cowconv.core.state import ConversationInfo, ConversationState, check_tags
+from cowconv.core.workspace import Workspace
+from cowconv.stores import MemoryStore, Store
+
+__all__ = ["ConversationRegistry"]
+
+logger = logging.getLogger("cowconv.agent_server")
+
+Waker = Callable[[], None]
+
+
+class _Hub:
+    """The wakers of the event streams that follow one conversation."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wakers: list[Waker] = []
+
+    def add(self, waker: Waker) -> None:
+        with self._lock:
+            self._wakers.append(waker)
+
+    def discard(self, waker: Waker) -> None:
+        with self._lock:
+            if waker in self._wakers:
+                self._wakers.remove(waker)
+
+    def notify(self, _event: Event | None = None) -> None:
+        # Streams read the events from the conversation's snapshot, so a wake-up carries
+        # no payload and a slow subscriber can never miss or reorder an event.
+        with self._lock:
+            wakers = tuple(self._wakers)
+        for waker in wakers:
+            waker()
+
+
+class ConversationRegistry:
+    """The conversations an agent server serves, by id.
+
+    Conversations are kept in ``store`` (a :class:`~cowconv.MemoryStore`
+    when none is given). Methods raise
+    :class:`~cowconv.ConversationNotFoundError`,
+    :class:`~cowconv.ConversationConflictError` and
+    :class:`~cowconv.EventNotFoundError`; the app maps them to 404, 409 and 404.
+
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> registry = ConversationRegistry()
+    >>> source = registry.create(Agent(llm=LLM(model="openai/gpt-4o")), Workspace(working_dir="."))
+    >>> _ = source.send_message("hi")
+    >>> fork = registry.fork(source.id, title="B")
+    >>> registry.get(fork.id) is fork, [event.kind for event in fork.state.events]
+    (True, ['system_prompt', 'message'])
+    """
+
+    def __init__(self, store: Store | None = None) -> None:
+        self._store: Store = MemoryStore() if store is None else store
+        self._lock = threading.RLock()
+        self._live: dict[str, Conversation] = {}
+        self._hubs: dict[str, _Hub] = {}
+        self._runs: dict[str, threading.Thread] = {}
+        self._closed = False
+
+    # -- finding -------------------------------------------------------------
+
+    def _hub(self, conversation_id: str) -> _Hub:
+        with self._lock:
+            hub = self._hubs.get(conversation_id)
+            if hub is None:
+                hub = self._hubs[conversation_id] = _Hub()
+            return hub
+
+    def get(self, conversation_id: ConversationID) -> Conversation:
+        """The live conversation ``conversation_id``, reopened from the store if needed."""
+        conversation_id = id_text(conversation_id)
+        with self._lock:
+            conversation = self._live.get(conversation_id)
+            if conversation is None:
+                conversation = Conversation.resume(
+                    self._store, conversation_id, callbacks=[self._hub(conversation_id).notify]
+                )
+                self._live[conversation_id] = conversation
+            return conversation
+
+    def find(self, conversation_id: str) -> Conversation | None:
+        """The conversation if it exists, else ``None``."""
+        try:
+            return self.get(conversation_id)
+        except ConversationNotFoundError:
+            return None
+
+    def list(
+        self, *, tags: Mapping[str, str] | None = None, limit: int = 100, offset: int = 0
+    ) -> list[ConversationInfo]:
+        """Summaries, oldest first, of the conversations carrying all ``tags``."""
+        return self._store.list(tags=tags, limit=limit, offset=offset)
+
+    def unreadable(self) -> builtins.list[str]:
+        """Ids of stored conversations the store cannot read (reported, never hidden)."""
+        return self._store.unreadable()
+
+    def is_running(self, conversation_id: str) -> bool:
+        """Whether a run started through :meth:`run` is still going."""
+        with self._lock:
+            return conversation_id in self._runs
+
+    # -- creating --------------------------------------------------------------
+
+    def _adopt(
+        self, make: Callable[[ConversationID], Conversation], conversation_id: str | None
+    ) -> Conversation:
+        # The store's save refuses a taken id (ConversationExistsError, a 409): the one check.
+        chosen = check_conversation_id(conversation_id)
+        with self._lock:
+            if self._closed:
+                raise ConversationConflictError("the server is shutting down")
+            conversation = make(chosen)
+            self._live[id_text(chosen)] = conversation
+        return conversation
+
+    def create(
+        self,
+        agent: Agent,
+        workspace: Workspace | str,
+        *,
+        conversation_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        max_iteration_per_run: int | None = None,
+    ) -> Conversation:
+        """A new conversation; :class:`~cowconv.ConversationExistsError` if the id is taken."""
+        state_tags = check_tags(tags)
+        options = (
+            {}
+            if max_iteration_per_run is None
+            else {"max_iteration_per_run": max_iteration_per_run}
+        )
+
+        def make(chosen: ConversationID) -> Conversation:
+            state = ConversationState(
+                id=chosen, agent=agent, workspace=Workspace.coerce(workspace), tags=state_tags
+            )
+            backend = LocalBackend.create(
+                state, sink=self._store, callbacks=[self._hub(id_text(chosen)).notify], **options
+            )
+            return Conversation.from_backend(backend)
+
+        return self._adopt(make, conversation_id)
+
+    def fork(
+        self,
+        conversation_id: str,
+        *,
+        fork_id: str | None = None,
+        title: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        reset_metrics: bool = True,
+        from_event_id: str | None = None,
+    ) -> Conversation:
+        """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials."""
+        source = self.get(conversation_id)
+
+        def make(chosen: ConversationID) -> Conversation:
+            return source.fork(
+                conversation_id=chosen,
+                title=title,
+                tags=tags,
+                reset_metrics=reset_metrics,
+                from_event_id=from_event_id,
+                callbacks=[self._hub(id_text(chosen)).notify],
+            )
+
+        return self._adopt(make, fork_id)
+
+    # -- running ---------------------------------------------------------------
+
+    def run(self, conversation_id: str) -> ConversationState:
+        """Start a run in a background thread; the snapshot it starts from.
+
+        :class:`ConversationConflictError` if a run is already going.
+        """
+        conversation = self.get(conversation_id)
+        with self._lock:
+            if self._closed:
+                raise ConversationConflictError("the server is shutting down")
+            if conversation_id in self._runs:
+                raise ConversationConflictError(
+                    f"conversation {conversation_id!r} is already running"
+                )
+            thread = threading.Thread(
+                target=self._run,
+                args=(conversation,),
+                name=f"cowconv-run-{conversation_id}",
+                daemon=True,
+            )
+            self._runs[conversation_id] = thread
+            state = conversation.state
+            thread.start()
+        return state
+
+    def _run(self, conversation: Conversation) -> None:
+        try:
+            conversation.run()
+        except Exception:
+            # The runtime turns agent failures into events; this is a bug, keep serving.
+            logger.exception("run of conversation %s failed", conversation.id)
+        finally:
+            with self._lock:
+                self._runs.pop(id_text(conversation.id), None)
+            self._hub(id_text(conversation.id)).notify()
+
+    def navigate(self, conversation_id: str, event_id: str | None) -> ConversationState:
+        """Move the active branch to ``event_id`` (thread-safe); the new snapshot.
+
+        :class:`~cowconv.ConversationConflictError` while a run is going.
+        """
+        conversation = self.get(conversation_id)
+        with self._lock:
+            if id_text(conversation_id) in self._runs:
+                raise ConversationConflictError(
+                    f"conversation {conversation_id!r} is running; pause it before navigating"
+                )
+            conversation.navigate_to(event_id)
+        return conversation.state
+
+    def pause(self, conversation_id: str) -> ConversationState:
+        """Ask a running conversation to pause (thread-safe); the current snapshot."""
+        conversation = self.get(conversation_id)
+        conversation.pause()
+        return conversation.state
+
+    def interrupt(self, conversation_id: str) -> ConversationState:
+        """End a run now (its command killed); the current snapshot."""
+        conversation = self.get(conversation_id)
+        conversation.interrupt()
+        return conversation.state
+
+    # -- streaming ---------------------------------------------------------------
+
+    def subscribe(self, conversation_id: str, waker: Waker) -> Callable[[], None]:
+        """Call ``waker`` on every change of the conversation; returns the unsubscriber."""
+        hub = self._hub(conversation_id)
+        hub.add(waker)
+        return lambda: hub.discard(waker)
+
+    # -- removing ----------------------------------------------------------------
+
+    def delete(self, conversation_id: str) -> None:
+        """Remove a conversation; :class:`ConversationConflictError` while it runs.
+
+        One whose stored state cannot be read (:class:`~cowconv.CorruptStoreError`)
+        is removed all the same.
+        """
+        try:
+            conversation = self.get(conversation_id)
+        except CorruptStoreError:
+            with self._lock:
+                self._store.delete(conversation_id)
+                hub = self._hubs.pop(conversation_id, None)
+            if hub is not None:
+                hub.notify()
+            return
+        with self._lock:
+            if conversation_id in self._runs:
+                raise ConversationConflictError(
+                    f"conversation {conversation_id!r} is running; pause it before deleting it"
+                )
+            del self._live[conversation_id]
+            self._store.delete(conversation_id)
+            hub = self._hubs.pop(conversation_id, None)
+        conversation.close()
+        if hub is not None:
+            hub.notify()
+
+    def close(self, *, timeout: float = 10.0) -> None:
+        """Pause the running conversations and wait for them; the store stays open."""
+        with self._lock:
+            self._closed = True
+            runs = dict(self._runs)
+            hubs = list(self._hubs.values())
+        for conversation_id, thread in runs.items():
+            self.pause(conversation_id)
+            thread.join(timeout)
+        for hub in hubs:
+            hub.notify()
+        with self._lock:
+            live = list(self._live.values())
+        for conversation in live:
+            conversation.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed

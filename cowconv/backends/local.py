@@ -1,0 +1,227 @@
+"""``LocalBackend``: a conversation's snapshot in this process, swapped atomically.
+
+Every change builds a new :class:`~cowconv.ConversationState` and swaps it in
+under a lock that only writers take; readers and :meth:`LocalBackend.fork`
+read the current snapshot without locking, so a fork never waits for a
+writer and never holds a lock. With a ``sink`` (a :class:`~cowconv.Store`)
+every change is durable before it is seen, and forks go to the same store.
+
+>>> from cowconv import LLM, Agent, ConversationState, MessageEvent, Workspace
+>>> from cowconv.ports import ForkSpec
+>>> from cowconv.core.changes import AppendEvent
+>>> state = ConversationState(
+...     id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=Workspace(working_dir=".")
+... )
+>>> backend = LocalBackend(state)
+>>> _ = backend.commit(AppendEvent(MessageEvent(source="user", role="user", content="hi")))
+>>> fork = backend.fork(ForkSpec(conversation_id="f1"), callbacks=())
+>>> len(fork.snapshot().events), fork.snapshot().forked_from_conversation_id
+(1, 'c1')
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from pyrsistent import pmap
+
+from cowconv._exceptions import EventNotFoundError
+from cowconv.core.changes import Change, SendMessage
+from cowconv.core.events import Event, MessageEvent, utc_now
+from cowconv.core.ids import id_text
+from cowconv.core.state import NO_STATS, ConversationState, ExecutionStatus
+from cowconv.core.tree import history_to
+from cowconv.ports import (
+    DEFAULT_MAX_ITERATION_PER_RUN,
+    EventCallback,
+    ForkSpec,
+    StateSink,
+    check_max_iteration_per_run,
+    notify,
+)
+
+if TYPE_CHECKING:
+    from cowconv.agent.runtime import Runner
+
+__all__ = ["LocalBackend"]
+
+
+class LocalBackend:
+    """A conversation held in this process, in memory or written through a store.
+
+    ``sink.save(None, state)`` is the caller's to do for a new conversation
+    (:meth:`create` does it); a fork saves itself.
+
+    >>> from cowconv import LLM, Agent, ConversationState, Workspace
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+    >>> state = ConversationState(id="c1", agent=agent, workspace=Workspace(working_dir="."))
+    >>> LocalBackend(state).snapshot() is state
+    True
+    """
+
+    # Events committed but not yet handed to the callbacks, and whether a commit up the
+    # stack is handing them out (class defaults: most backends never need them).
+    _unnotified: deque[Event] | None = None
+    _notifying = False
+
+    def __init__(
+        self,
+        state: ConversationState,
+        *,
+        sink: StateSink | None = None,
+        callbacks: Iterable[EventCallback] = (),
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    ) -> None:
+        self._state = state
+        self.sink = sink
+        self._callbacks = tuple(callbacks)
+        check_max_iteration_per_run(max_iteration_per_run)
+        self.max_iteration_per_run = max_iteration_per_run
+        self._lock = threading.RLock()
+        # The runner (a lock, tool processes) is made on first use: forks that never run
+        # stay under a kilobyte.
+        self._runner: Runner | None = None
+
+    @classmethod
+    def create(
+        cls,
+        state: ConversationState,
+        *,
+        sink: StateSink | None = None,
+        callbacks: Iterable[EventCallback] = (),
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    ) -> LocalBackend:
+        """A backend for a new conversation, saved first (``sink.save(None, state)``)."""
+        check_max_iteration_per_run(max_iteration_per_run)
+        if sink is not None:
+            sink.save(None, state)
+        return cls(
+            state, sink=sink, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
+        )
+
+    @property
+    def id(self) -> str:
+        """The conversation id (its text)."""
+        return id_text(self._state.id)
+
+    def snapshot(self) -> ConversationState:
+        """The current snapshot; no lock (a swap is atomic)."""
+        return self._state
+
+    def commit(self, change: Change) -> None:
+        """Apply ``change`` to the current snapshot, persist it, swap it in, notify."""
+        with self._lock:
+            previous = self._state
+            current = change(previous)
+            if current is previous:
+                return
+            current = current._replace(updated_at=utc_now())
+            if self.sink is not None:
+                self.sink.save(previous, current)
+            self._state = current
+            if self._callbacks:
+                if self._unnotified is None:  # made on first use: forks stay small
+                    self._unnotified = deque()
+                self._unnotified.extend(
+                    current.events[position]
+                    for position in range(len(previous.events), len(current.events))
+                )
+                self._notify_in_order()
+
+    def send_message(self, text: str) -> MessageEvent:
+        """Record a user message, after the agent's system prompt if it is not current."""
+        event = MessageEvent(source="user", role="user", content=text)
+        self.commit(SendMessage(event))
+        return event
+
+    def _settle(self, status: ExecutionStatus) -> None:
+        # The sink refused to record how a run ended: show it here without saving (the
+        # stored snapshot says running, which loads as paused).
+        with self._lock:
+            self._state = self._state._replace(execution_status=status, updated_at=utc_now())
+
+    def _notify_in_order(self) -> None:
+        # A callback may commit too (send_message): its events queue behind the ones not yet
+        # delivered and the outermost commit delivers them, so every callback sees every
+        # event in history order. Called under the lock, so one thread delivers at a time.
+        if self._notifying or self._unnotified is None:
+            return
+        self._notifying = True
+        try:
+            while self._unnotified:
+                notify(self._callbacks, self._unnotified.popleft())
+        finally:
+            self._notifying = False
+
+    def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> LocalBackend:
+        """A new backend with an O(1) fork of the current snapshot (same sink)."""
+        state = self._state  # one consistent snapshot; no lock needed
+        events = state.events
+        if spec.from_event_id is not None:
+            try:
+                events = history_to(state, spec.from_event_id)  # on any branch
+            except KeyError:
+                raise EventNotFoundError(
+                    f"cannot fork from event {spec.from_event_id!r}: no such event in "
+                    f"conversation {str(state.id)!r}"
+                ) from None
+        assert spec.conversation_id is not None
+        now = utc_now()
+        forked = state._replace(
+            id=spec.conversation_id,
+            agent=state.agent if spec.agent is None else spec.agent,
+            events=events,
+            tags=pmap(spec.tags),
+            stats=NO_STATS if spec.reset_metrics else state.stats,
+            execution_status=ExecutionStatus.IDLE,
+            forked_from_conversation_id=state.id,
+            # As the seed: the event id of a fork at an event; None for a whole fork.
+            forked_from_event_id=spec.from_event_id,
+            forked_from_event_count=len(events),
+            created_at=now,
+            updated_at=now,
+            other_branches=state.other_branches if spec.from_event_id is None else (),
+        )
+        return LocalBackend.create(
+            forked,
+            sink=self.sink,
+            callbacks=callbacks,
+            max_iteration_per_run=self.max_iteration_per_run,
+        )
+
+    def run(self) -> None:
+        """Run the agent in this thread (one run at a time)."""
+        runner = self._runner
+        if runner is None:
+            from cowconv.agent.runtime import Runner  # the runtime (LLM, tools) loads on first run
+
+            with self._lock:
+                if self._runner is None:
+                    self._runner = Runner(
+                        self.snapshot, self.commit, self.max_iteration_per_run, self._settle
+                    )
+                runner = self._runner
+        runner.run()
+
+    def pause(self) -> None:
+        """Ask a run to stop after its current step (no-op when idle)."""
+        if self._runner is not None:
+            self._runner.pause()
+
+    def interrupt(self) -> None:
+        """End a run now (no-op when idle); see :meth:`Conversation.interrupt`."""
+        if self._runner is not None:
+            self._runner.interrupt()
+
+    def close(self) -> None:
+        """Stop a run after its step and kill the tools' processes."""
+        if self._runner is not None:
+            self._runner.close()
+
+    @property
+    def runner(self) -> Runner | None:
+        """The runner, once ``run()`` made one."""
+        return self._runner

@@ -1,0 +1,567 @@
+"""``RemoteBackend``: a conversation kept by an agent server, reached over HTTP.
+
+``Conversation(agent=..., workspace=Workspace(host=url, working_dir=...))``
+puts the conversation on the server at ``url`` (``python -m
+cowconv.agent_server`` or ``cowconv serve``); the conversation is the same
+class as a local one, with this backend under it. Snapshots are real
+:class:`~cowconv.ConversationState` values read in one request; their events
+are fetched page by page when first read, and pages are shared by later
+snapshots (a history only grows).
+
+>>> from cowconv import LLM, Agent, Conversation, Workspace
+>>> from cowconv.agent_server import BackgroundServer, create_app
+>>> with BackgroundServer(create_app()) as server:
+...     source = Conversation(
+...         agent=Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-1")),
+...         workspace=Workspace(host=server.url, working_dir="."),
+...     )
+...     _ = source.send_message("Analyse the sales report.")
+...     fork = source.fork(title="Follow-up")
+...     print(type(fork.backend).__name__, len(fork.state.events), fork.state.title)
+...     fork.close(), source.close()
+RemoteBackend 2 Follow-up
+(None, None)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
+
+import httpx
+import httpx_sse
+from pydantic import ValidationError
+
+from cowconv._exceptions import (
+    ConversationConflictError,
+    ConversationExistsError,
+    ConversationNotFoundError,
+    CowconvError,
+    EventIndexError,
+    EventNotFoundError,
+    RemoteError,
+)
+from cowconv.core.agent import Agent
+from cowconv.core.changes import (
+    ActivateSkill,
+    AppendEvent,
+    Change,
+    NavigateTo,
+    SetTag,
+    UpdateAgentState,
+)
+from cowconv.core.events import Event, MessageEvent
+from cowconv.core.frozen import thaw
+from cowconv.core.history import EventLog
+from cowconv.core.ids import id_text
+from cowconv.core.state import ConversationInfo, ConversationState
+from cowconv.core.workspace import SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER, Workspace
+from cowconv.ports import DEFAULT_MAX_ITERATION_PER_RUN, EventCallback, ForkSpec, notify
+
+__all__ = ["RemoteBackend", "RemoteEvents", "raise_for_status", "read_info"]
+
+_PAGE = 100
+_RECONNECTS = 5
+_TIMEOUT = httpx.Timeout(60.0)
+# The server sends a keepalive every 15 s while a run goes on.
+_STREAM_TIMEOUT = httpx.Timeout(60.0, read=60.0)
+
+# The errors the server names in its answers, raised here as the same class (and RemoteError).
+_MIRRORED: dict[str, type[CowconvError]] = {
+    error.__name__: error
+    for error in (
+        ConversationNotFoundError,
+        EventNotFoundError,
+        ConversationConflictError,
+        ConversationExistsError,
+    )
+}
+
+
+_REMOTE_CLASSES: dict[type[CowconvError], type[RemoteError]] = {}
+
+
+def _remote_error_class(local: type[CowconvError]) -> type[RemoteError]:
+    known = _REMOTE_CLASSES.get(local)
+    if known is not None:
+        return known
+    made = type(
+        local.__name__,
+        (RemoteError, local),
+        {"__module__": __name__, "__doc__": f"A {local.__name__} the agent server answered."},
+    )
+    return _REMOTE_CLASSES.setdefault(local, made)
+
+
+def raise_for_status(response: httpx.Response) -> httpx.Response:
+    """``response`` if it succeeded, else the :class:`~cowconv.RemoteError` it carries.
+
+    When the server names one of cowconv's errors, the exception is also an
+    instance of that error (a 404 for an unknown event is an
+    :class:`~cowconv.EventNotFoundError` too).
+
+    >>> import httpx
+    >>> answer = httpx.Response(404, json={"detail": "gone", "error": "EventNotFoundError"})
+    >>> try:
+    ...     raise_for_status(answer)
+    ... except EventNotFoundError as error:
+    ...     print(error.status_code, isinstance(error, RemoteError))
+    404 True
+    """
+    if response.is_success:
+        return response
+    response.read()
+    name = None
+    try:
+        body = response.json()
+        detail = body.get("detail", response.text)
+        name = body.get("error")
+    except (ValueError, AttributeError):
+        detail = response.text
+    if isinstance(detail, list):  # validation errors: one message per bad field
+        detail = "; ".join(
+            f"{'.'.join(str(part) for part in item.get('loc', ()))}: {item.get('msg')}"
+            for item in detail
+            if isinstance(item, dict)
+        )
+    local = _MIRRORED.get(name) if isinstance(name, str) else None
+    error_class = RemoteError if local is None else _remote_error_class(local)
+    raise error_class(response.status_code, str(detail))
+
+
+def read_info(data: Any) -> ConversationInfo:
+    """A server's conversation summary, as a client that must outlive server versions reads it.
+
+    Fields this cowconv does not know are ignored; an optional field it
+    cannot read (another server's shape of ``stats``, say) is left at its
+    default. Only a summary without a usable ``id``, ``execution_status`` or
+    dates fails.
+
+    >>> read_info({"id": "c1", "execution_status": "idle", "created_at": "2026-01-01T00:00:00Z",
+    ...            "updated_at": "2026-01-01T00:00:00Z", "event_count": 2, "new": 1}).event_count
+    2
+    """
+    if not isinstance(data, dict):
+        raise RemoteError(0, f"the server sent no conversation summary: {data!r}")
+    fields = ConversationInfo.model_fields
+    known = {key: value for key, value in data.items() if key in fields}
+    try:
+        return ConversationInfo.model_validate(known)
+    except ValidationError as error:
+        unreadable = {str(item["loc"][0]) for item in error.errors() if item["loc"]}
+        if any(fields[name].is_required() for name in unreadable if name in fields):
+            raise
+        readable = {key: value for key, value in known.items() if key not in unreadable}
+        return ConversationInfo.model_validate(readable)
+
+
+class _UnreachableError(RemoteError, httpx.TransportError):
+    """The agent server could not be reached (refused, reset, timed out): status 0.
+
+    Also an ``httpx.TransportError``, so the event stream's reconnect loop
+    still sees a transport failure.
+    """
+
+    def __init__(self, host: str, error: httpx.TransportError, request: httpx.Request) -> None:
+        RemoteError.__init__(self, 0, f"cannot reach the agent server at {host}: {error}")
+        self.request = request
+
+
+class _Transport(httpx.BaseTransport):
+    """httpx's transport, with every failure to reach the server a :class:`RemoteError`."""
+
+    def __init__(self, host: str) -> None:
+        self._host = host
+        self._inner = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return self._inner.handle_request(request)
+        except httpx.TransportError as error:
+            raise _UnreachableError(self._host, error, request) from error
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _without_key(agent: Agent) -> dict[str, Any]:
+    # The server never shows an API key: agents are compared on everything else.
+    return agent.model_dump(mode="json", exclude={"llm": {"api_key"}})
+
+
+class _Connection:
+    """One pooled HTTP client, shared by a conversation and the forks made from it."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        assert workspace.host is not None
+        headers = {}
+        if workspace.api_key is not None:
+            headers[SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
+        self.workspace = workspace
+        self.client = httpx.Client(
+            base_url=workspace.host.rstrip("/"),
+            headers=headers,
+            timeout=_TIMEOUT,
+            transport=_Transport(workspace.host),
+        )
+        self._users = 1  # the creator's share, released when it is done with it
+        self._lock = threading.Lock()
+
+    def acquire(self) -> _Connection:
+        with self._lock:
+            self._users += 1
+        return self
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self.client.close()
+
+
+class RemoteEvents(Sequence[Event]):
+    """Events ``start`` to ``start + count`` of a remote conversation, fetched when read.
+
+    Pages of 100 events are fetched on first access and kept; histories only
+    grow, so a page read later holds the same events.
+    """
+
+    def __init__(self, backend: RemoteBackend, start: int, count: int) -> None:
+        self._backend = backend
+        self._start = start
+        self._count = count
+        self._pages: dict[int, list[Event]] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _page(self, number: int) -> list[Event]:
+        page = self._pages.get(number)
+        if page is None:
+            offset = number * _PAGE
+            limit = min(_PAGE, self._count - offset)
+            page = self._backend.events(offset=self._start + offset, limit=limit)
+            if len(page) != limit:
+                raise RemoteError(0, f"the server sent {len(page)} events where {limit} exist")
+            self._pages[number] = page
+        return page
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(self._count))]
+        position = index + self._count if index < 0 else index
+        if not 0 <= position < self._count:
+            raise EventIndexError(f"event index {index} out of range for {self._count} events")
+        return self._page(position // _PAGE)[position % _PAGE]
+
+    def __iter__(self) -> Iterator[Event]:
+        for number in range((self._count + _PAGE - 1) // _PAGE):
+            yield from self._page(number)
+
+
+class RemoteBackend:
+    """A conversation on an agent server: snapshots read over HTTP, changes sent as requests.
+
+    :meth:`create` makes the conversation on the server (or attaches to the
+    one with that id), :meth:`attach` reopens one by id. Errors the server
+    answers raise :class:`~cowconv.RemoteError` with its status and message.
+
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> from cowconv.agent_server import BackgroundServer, create_app
+    >>> with BackgroundServer(create_app()) as server:
+    ...     workspace = Workspace(host=server.url, working_dir=".")
+    ...     backend = RemoteBackend.create(Agent(llm=LLM(model="openai/gpt-4o")), workspace)
+    ...     backend.commit(SetTag("owner", "ci"))
+    ...     print(dict(backend.snapshot().tags))
+    ...     backend.close()
+    {'owner': 'ci'}
+    """
+
+    def __init__(
+        self,
+        connection: _Connection,
+        conversation_id: str,
+        *,
+        agent: Agent | None,
+        callbacks: Iterable[EventCallback],
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    ) -> None:
+        self.max_iteration_per_run = max_iteration_per_run
+        self._connection = connection.acquire()
+        self._client = connection.client
+        self._id = conversation_id
+        self._agent = agent
+        self._callbacks = tuple(callbacks)
+        self._events = EventLog()
+        self._events_lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def create(
+        cls,
+        agent: Agent,
+        workspace: Workspace,
+        *,
+        conversation_id: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        callbacks: Iterable[EventCallback] = (),
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    ) -> RemoteBackend:
+        """Create the conversation on the server; attach if ``conversation_id`` exists there."""
+        body: dict[str, Any] = {
+            # The server keeps the credentials so the conversation and its forks can run.
+            "agent": agent.model_dump(mode="json", context={"expose_secrets": True}),
+            "workspace": {"working_dir": workspace.working_dir},
+            "tags": dict(tags or {}),
+        }
+        if conversation_id is not None:
+            body["id"] = conversation_id
+        body["max_iteration_per_run"] = max_iteration_per_run
+        limit = {"max_iteration_per_run": max_iteration_per_run}
+        connection = _Connection(workspace)
+        try:
+            created = connection.client.post("/api/conversations", json=body)
+            if created.status_code == 409 and conversation_id is not None:
+                backend = cls._attach(
+                    connection, conversation_id, agent=agent, callbacks=callbacks, **limit
+                )
+            else:
+                chosen = raise_for_status(created).json()["id"]
+                backend = cls(connection, chosen, agent=agent, callbacks=callbacks, **limit)
+        finally:
+            connection.release()  # the backend holds its own share
+        return backend
+
+    @classmethod
+    def attach(
+        cls, workspace: Workspace, conversation_id: str, *, callbacks: Iterable[EventCallback] = ()
+    ) -> RemoteBackend:
+        """The conversation ``conversation_id`` the server has (``RemoteError`` 404 if none)."""
+        connection = _Connection(workspace)
+        try:
+            return cls._attach(connection, conversation_id, agent=None, callbacks=callbacks)
+        finally:
+            connection.release()
+
+    @classmethod
+    def _attach(
+        cls,
+        connection: _Connection,
+        conversation_id: str,
+        *,
+        agent: Agent | None,
+        callbacks: Iterable[EventCallback],
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    ) -> RemoteBackend:
+        backend = cls(
+            connection,
+            conversation_id,
+            agent=agent,
+            callbacks=callbacks,
+            max_iteration_per_run=max_iteration_per_run,
+        )
+        try:
+            served = backend.snapshot(as_served=True)  # fails now if the server has no such id
+            if agent is not None and _without_key(served.agent) != _without_key(agent):
+                raise _remote_error_class(ConversationConflictError)(
+                    409,
+                    f"conversation {conversation_id!r} on {connection.workspace.host} runs another "
+                    f"agent ({served.agent.llm.model!r}, {len(served.agent.tools)} tools) than "
+                    f"the one given ({agent.llm.model!r}, {len(agent.tools)} tools); attach "
+                    "without an agent (RemoteConversation.attach), or fork it with yours",
+                )
+        except BaseException:
+            backend.close()
+            raise
+        return backend
+
+    # -- reading ---------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The conversation id (its text)."""
+        return self._id
+
+    @property
+    def workspace(self) -> Workspace:
+        """The workspace: the server's URL and the working directory there."""
+        return self._connection.workspace
+
+    def _path(self, suffix: str = "") -> str:
+        return f"/api/conversations/{self._id}{suffix}"
+
+    def events(self, *, offset: int, limit: int) -> list[Event]:
+        """Events ``offset`` to ``offset + limit`` of the history (one request)."""
+        response = self._client.get(
+            self._path("/events"), params={"offset": offset, "limit": limit}
+        )
+        page = raise_for_status(response).json()
+        return [Event.model_validate(item) for item in page["items"]]
+
+    def snapshot(self, *, as_served: bool = False) -> ConversationState:
+        """The conversation as the server holds it now (one request; events load lazily).
+
+        The agent is the one this client gave (with its API key, which the
+        server shows redacted), unless ``as_served``.
+        """
+        with self._events_lock:
+            known = self._events
+        params: dict[str, Any] = {"known": len(known)}
+        if known:
+            last = known.last
+            assert last is not None
+            params["last"] = last.id
+        response = raise_for_status(self._client.get(self._path("/state"), params=params))
+        body = response.json()
+        state = ConversationState.model_validate(body["state"])
+        ids_from, event_ids = body["ids_from"], body["event_ids"]
+        events = known if ids_from == len(known) else EventLog()
+        if event_ids:
+            chunk = RemoteEvents(self, ids_from, len(event_ids))
+            events = events.extend_sealed(chunk, event_ids)
+        with self._events_lock:
+            if len(events) > len(self._events):
+                self._events = events
+        changes: dict[str, Any] = {"events": events, "workspace": self.workspace}
+        if self._agent is not None and not as_served:
+            changes["agent"] = self._agent  # the server shows the api key redacted
+        return state._replace(**changes)
+
+    # -- changing ---------------------------------------------------------------
+
+    def commit(self, change: Change) -> None:
+        """Send a named change to the server (other changes are not supported remotely)."""
+        if isinstance(change, AppendEvent):
+            event = change.event
+            raise_for_status(
+                self._client.post(self._path("/events"), json=event.model_dump(mode="json"))
+            )
+            notify(self._callbacks, event)
+        elif isinstance(change, SetTag):
+            raise_for_status(
+                self._client.patch(self._path("/tags"), json={change.key: change.value})
+            )
+        elif isinstance(change, UpdateAgentState):
+            raise_for_status(
+                self._client.patch(self._path("/agent_state"), json=thaw(change.changes))
+            )
+        elif isinstance(change, NavigateTo):
+            body = {"event_id": change.event_id}
+            raise_for_status(self._client.post(self._path("/navigate"), json=body))
+        elif isinstance(change, ActivateSkill):
+            raise_for_status(self._client.post(self._path("/skills"), json={"name": change.name}))
+        else:
+            raise NotImplementedError(
+                f"{change!r} is not supported on an agent server: a remote conversation "
+                "changes through its methods (append_event, set_tag, update_agent_state, "
+                "activate_skill, run)"
+            )
+
+    def send_message(self, text: str) -> MessageEvent:
+        """Send a user message; the server records the system prompt before it if needed.
+
+        The callbacks get the prompt (if the server recorded one, the
+        ``X-Cowconv-System-Prompt-At`` header says where) and then the message.
+        """
+        response = self._client.post(self._path("/messages"), json={"text": text})
+        event = Event.model_validate(raise_for_status(response).json())
+        assert isinstance(event, MessageEvent)
+        if self._callbacks:
+            prompt_at = response.headers.get(SYSTEM_PROMPT_AT_HEADER)
+            if prompt_at is not None:
+                for prompt in self.events(offset=int(prompt_at), limit=1):
+                    notify(self._callbacks, prompt)
+            notify(self._callbacks, event)
+        return event
+
+    def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> RemoteBackend:
+        """Fork on the server (O(1) there); the fork shares this connection."""
+        if spec.agent is not None:
+            raise NotImplementedError(
+                "fork(agent=...) is not supported on an agent server: a remote fork keeps the "
+                "agent the server manages; to fork with another agent, fork a local "
+                "Conversation"
+            )
+        body: dict[str, Any] = {
+            "id": None if spec.conversation_id is None else id_text(spec.conversation_id),
+            "tags": dict(spec.tags),
+            "reset_metrics": spec.reset_metrics,
+            "from_event_id": spec.from_event_id,
+        }
+        info = raise_for_status(self._client.post(self._path("/fork"), json=body)).json()
+        return RemoteBackend(
+            self._connection,
+            info["id"],
+            agent=self._agent,
+            callbacks=callbacks,
+            max_iteration_per_run=self.max_iteration_per_run,
+        )
+
+    # -- running ---------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run the agent on the server; blocks until the run ends.
+
+        It follows the server's event stream (no polling) and hands every
+        new event to the callbacks. If a run is already going (started
+        elsewhere), it waits for that one.
+        """
+        response = self._client.post(self._path("/run"))
+        if response.status_code == 409:
+            start = len(self.snapshot().events)
+        else:
+            counted = read_info(raise_for_status(response).json()).event_count
+            start = len(self.snapshot().events) if counted is None else counted
+        for _attempt in range(_RECONNECTS):
+            try:
+                start, finished = self._follow(start)
+            except httpx.TransportError:
+                continue
+            if finished:
+                return
+        raise RemoteError(0, f"lost the event stream of conversation {self._id} repeatedly")
+
+    def _follow(self, cursor: int) -> tuple[int, bool]:
+        params: dict[str, str | int] = {"offset": cursor, "until_idle": "true"}
+        running = True
+        with httpx_sse.connect_sse(
+            self._client,
+            "GET",
+            self._path("/events/stream"),
+            params=params,
+            timeout=_STREAM_TIMEOUT,
+        ) as source:
+            raise_for_status(source.response)
+            for message in source.iter_sse():
+                if message.event == "event":
+                    notify(self._callbacks, Event.model_validate_json(message.data))
+                    cursor += 1
+                elif message.event == "status":
+                    running = bool(message.json().get("running", True))
+        # The server ends an until_idle stream only after a status with running=false.
+        return cursor, not running
+
+    def pause(self) -> None:
+        """Ask the server to pause the run after its current step (returns at once)."""
+        raise_for_status(self._client.post(self._path("/pause")))
+
+    def interrupt(self) -> None:
+        """Ask the server to end the run now (returns at once)."""
+        raise_for_status(self._client.post(self._path("/interrupt")))
+
+    def close(self) -> None:
+        """Let go of the connection (closed with its last user); the conversation stays."""
+        if not self._closed:
+            self._closed = True
+            self._connection.release()
+
+    def __repr__(self) -> str:
+        return f"<RemoteBackend {self._id} at {self.workspace.host}>"

@@ -1,0 +1,588 @@
+"""``Conversation``: one conversation, whatever backend holds it.
+
+>>> from cowconv import LLM, Agent, Conversation
+>>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+>>> _ = source.send_message("Analyse the sales report.")
+>>> fork = source.fork(title="Follow-up exploration", tags={"variant": "B"})
+>>> _ = fork.send_message("Now focus on the EMEA region.")
+>>> len(source.state.events), len(fork.state.events), sorted(fork.state.tags.items())
+(2, 3, [('title', 'Follow-up exploration'), ('variant', 'B')])
+
+A conversation checks its arguments and hands the work to its
+:class:`~cowconv.Backend`: in memory or a :class:`~cowconv.Store` in this
+process (:class:`~cowconv.backends.local.LocalBackend`), or an agent server
+(:class:`~cowconv.backends.remote.RemoteBackend`, for a
+``Workspace(host=...)``). Every method behaves the same on each; the few
+differences an agent server brings are listed in ``docs/remote.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from cowconv._exceptions import ConversationExistsError, InvalidTypeError, InvalidValueError
+from cowconv.backends.local import LocalBackend
+from cowconv.core.agent import Agent
+from cowconv.core.changes import (
+    ActivateSkill,
+    AppendEvent,
+    Change,
+    NavigateTo,
+    SetTag,
+    UpdateAgentState,
+)
+from cowconv.core.events import Event, MessageEvent, utc_now
+from cowconv.core.frozen import check_text, freeze
+from cowconv.core.ids import ConversationID, id_text, public_id
+from cowconv.core.state import ConversationState, check_tags
+from cowconv.core.workspace import Workspace
+from cowconv.guards import guarded, unguarded
+from cowconv.ports import DEFAULT_MAX_ITERATION_PER_RUN, Backend, EventCallback, ForkSpec, StateSink
+from cowconv.stores.base import Store
+from cowconv.visualizer import (
+    DEFAULT_VISUALIZER,
+    ConversationVisualizerBase,
+    VisualizerSetting,
+    make_visualizer,
+)
+
+__all__ = ["Conversation", "LocalConversation", "RemoteConversation", "check_conversation_id"]
+
+
+def check_conversation_id(conversation_id: ConversationID | None) -> ConversationID:
+    """``conversation_id`` as the id a conversation hands out, or a new UUID for ``None``.
+
+    >>> check_conversation_id("c1"), check_conversation_id(None).version
+    ('c1', 4)
+    """
+    if conversation_id is None:
+        return uuid.uuid4()  # a UUID is its own public form: no text round trip
+    return public_id(id_text(conversation_id))
+
+
+def _open_store(directory_or_store: str | os.PathLike[str] | Store) -> Store:
+    if isinstance(directory_or_store, str | os.PathLike):
+        from cowconv.stores import SQLiteStore  # sqlite3 loads when a store is used
+
+        directory = Path(directory_or_store).expanduser()
+        directory.mkdir(parents=True, exist_ok=True)
+        return SQLiteStore(directory)
+    return directory_or_store
+
+
+def _store_for(persistence_dir: str | os.PathLike[str] | None, store: Store | None) -> Store | None:
+    if persistence_dir is not None and store is not None:
+        raise InvalidValueError("pass persistence_dir or store, not both")
+    return _open_store(persistence_dir) if persistence_dir is not None else store
+
+
+def _resumed(
+    store: Store, conversation_id: str, agent: Agent, workspace: Workspace
+) -> ConversationState:
+    # The caller's agent and workspace win: they may bring a new API key.
+    stored = store.load(conversation_id)
+    if stored.agent == agent and stored.workspace == workspace:
+        return stored
+    state = stored._replace(agent=agent, workspace=workspace, updated_at=utc_now())
+    store.save(stored, state)
+    return state
+
+
+class Conversation:
+    """A conversation between a user and an agent, forkable in O(1).
+
+    >>> from cowconv import LLM, Agent
+    >>> conversation = Conversation(
+    ...     agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".", tags={"owner": "ci"}
+    ... )
+    >>> _ = conversation.send_message("Analyse the sales report.")
+    >>> state = conversation.state
+    >>> [event.kind for event in state.events], state.execution_status.value
+    (['system_prompt', 'message'], 'idle')
+
+    ``Conversation(agent=..., workspace=...)`` starts an empty conversation
+    in ``workspace`` (a path or a :class:`Workspace`). ``state`` is the
+    current immutable snapshot.
+
+    With ``persistence_dir`` (a directory; the store is its ``cowconv.db``)
+    or a ``store``, every change is durable before it is seen, and forks go
+    to the same store. If that store holds ``conversation_id``, the
+    conversation resumes from it with the ``agent`` and ``workspace`` given
+    here; ``tags`` only apply to a new conversation.
+
+    With a ``Workspace(host=url, ...)`` the conversation lives on the agent
+    server at ``url`` (which stores it), and is a :class:`RemoteConversation`;
+    given the id of a conversation the server has, it attaches to it.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
+        # The seed's Conversation(...) with a remote workspace is a RemoteConversation: the
+        # same class underneath (a subclass that only adds attach()), so __init__ still runs.
+        workspace = kwargs.get("workspace", args[1] if len(args) > 1 else None)
+        if cls is Conversation and isinstance(workspace, Workspace) and workspace.is_remote:
+            cls = RemoteConversation
+        return object.__new__(cls)
+
+    def __init__(
+        self,
+        agent: Agent,
+        workspace: Workspace | str | os.PathLike[str],
+        *,
+        conversation_id: ConversationID | None = None,
+        tags: Mapping[str, str] | None = None,
+        callbacks: Iterable[EventCallback] = (),
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+        persistence_dir: str | os.PathLike[str] | None = None,
+        store: Store | None = None,
+        visualizer: VisualizerSetting = DEFAULT_VISUALIZER,
+        stuck_detection: bool = True,
+    ) -> None:
+        if not isinstance(stuck_detection, bool):
+            raise InvalidTypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
+        if not isinstance(agent, Agent):
+            raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
+        workspace = Workspace.coerce(workspace)
+        tags = check_tags(tags)
+        shown = make_visualizer(visualizer)
+        if shown is not None:
+            callbacks = (shown, *callbacks)
+        backend: Backend
+        if workspace.is_remote:
+            if persistence_dir is not None or store is not None:
+                raise InvalidValueError(
+                    "a conversation on an agent server is stored by the server: leave out "
+                    "persistence_dir and store (start the server with --data-dir instead)"
+                )
+            from cowconv.backends.remote import RemoteBackend  # httpx loads when a server is used
+
+            backend = RemoteBackend.create(
+                agent,
+                workspace,
+                conversation_id=None if conversation_id is None else id_text(conversation_id),
+                tags=tags,
+                callbacks=callbacks,
+                max_iteration_per_run=max_iteration_per_run,
+            )
+        else:
+            workspace = workspace.require_directory()
+            conversation_id = check_conversation_id(conversation_id)
+            sink = _store_for(persistence_dir, store)
+            if sink is not None and sink.exists(id_text(conversation_id)):
+                state = _resumed(sink, id_text(conversation_id), agent, workspace)
+                backend = LocalBackend(
+                    state,
+                    sink=sink,
+                    callbacks=callbacks,
+                    max_iteration_per_run=max_iteration_per_run,
+                )
+            else:
+                state = ConversationState(
+                    id=conversation_id, agent=agent, workspace=workspace, tags=tags
+                )
+                backend = LocalBackend.create(
+                    state,
+                    sink=sink,
+                    callbacks=callbacks,
+                    max_iteration_per_run=max_iteration_per_run,
+                )
+        self._backend: Backend = backend
+        self._view: tuple[ConversationState, ConversationState] | None = None
+        self._visualizer: ConversationVisualizerBase | None = shown
+        if shown is not None:
+            shown.initialize(self)
+
+    @classmethod
+    def from_backend(cls, backend: Backend) -> Conversation:
+        """The conversation a :class:`~cowconv.Backend` holds.
+
+        >>> from cowconv import LLM, Agent, ConversationState, Workspace
+        >>> from cowconv.backends.local import LocalBackend
+        >>> state = ConversationState(id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")),
+        ...                           workspace=Workspace(working_dir="."))
+        >>> Conversation.from_backend(LocalBackend(state)).id
+        'c1'
+        """
+        conversation = object.__new__(cls)
+        conversation._backend = backend
+        conversation._view = None
+        conversation._visualizer = None
+        return conversation
+
+    @classmethod
+    def from_state(
+        cls,
+        state: ConversationState,
+        *,
+        store: StateSink | None = None,
+        callbacks: Iterable[EventCallback] = (),
+        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    ) -> Conversation:
+        """A conversation starting from ``state`` (saved to ``store`` first, if given).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> Conversation.from_state(source.state.evolve(id="copy")).id
+        'copy'
+        """
+        backend = LocalBackend.create(
+            unguarded(state),
+            sink=store,
+            callbacks=callbacks,
+            max_iteration_per_run=max_iteration_per_run,
+        )
+        return cls.from_backend(backend)
+
+    @classmethod
+    def resume(
+        cls,
+        store: Store | str | os.PathLike[str],
+        conversation_id: str,
+        *,
+        callbacks: Iterable[EventCallback] = (),
+    ) -> Conversation:
+        """Reopen a stored conversation with the agent and workspace it was stored with.
+
+        ``store`` is a :class:`~cowconv.Store` or the directory given as
+        ``persistence_dir``. ``ConversationNotFoundError`` if it has no such
+        conversation. A conversation stored while ``running`` comes back
+        ``paused``.
+
+        >>> from cowconv import LLM, Agent, SQLiteStore
+        >>> store = SQLiteStore(":memory:")
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-kept"))
+        >>> _ = Conversation(agent=agent, workspace=".", store=store, conversation_id="c1")
+        >>> resumed = Conversation.resume(store, "c1")
+        >>> resumed.agent.llm.api_key.get_secret_value()
+        'sk-kept'
+        """
+        opened = _open_store(store)
+        state = opened.load(id_text(conversation_id))
+        return cls.from_backend(LocalBackend(state, sink=opened, callbacks=callbacks))
+
+    # -- reading -------------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        """What holds this conversation: memory, a store, or an agent server."""
+        return self._backend
+
+    @property
+    def max_iteration_per_run(self) -> int:
+        """How many steps one ``run()`` may take (forks inherit it)."""
+        return self._backend.max_iteration_per_run
+
+    @property
+    def state(self) -> ConversationState:
+        """The current snapshot. It never changes; read it again for news.
+
+        Seed idioms that would change it in place do not get lost:
+        ``state.events.append(event)`` records the event on this
+        conversation, and writes to ``state.tags`` or ``state.agent_state``
+        raise ``TypeError`` naming the method to call.
+        """
+        state = self._backend.snapshot()
+        view = self._view
+        if view is None or view[0] is not state:
+            view = self._view = (state, guarded(state, self))
+        return view[1]
+
+    @property
+    def id(self) -> ConversationID:
+        """The conversation id: a ``uuid.UUID`` (as in the seed SDK) or the string it was given.
+
+        Auto-generated ids are UUIDs. ``str(conversation.id)`` is its text
+        form everywhere (``state.id``, stores, URLs).
+        """
+        return public_id(id_text(self._backend.id))
+
+    @property
+    def agent(self) -> Agent:
+        """The agent that runs this conversation (api key redacted if read from a server)."""
+        return self.state.agent
+
+    @property
+    def workspace(self) -> Workspace:
+        """The workspace the agent's tools act in."""
+        return self.state.workspace
+
+    def __repr__(self) -> str:
+        state = self.state
+        return (
+            f"<{type(self).__name__} {state.id} events={len(state.events)} "
+            f"status={state.execution_status.value}>"
+        )
+
+    # -- changing ------------------------------------------------------------
+
+    def _commit(self, change: Change) -> ConversationState:
+        # For tests and benchmarks that need a change no method makes (a local backend).
+        self._backend.commit(change)
+        return self._backend.snapshot()
+
+    def append_event(self, event: Event) -> Event:
+        """Record ``event`` at the end of the history and return it.
+
+        >>> from cowconv import LLM, Agent, PauseEvent
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.append_event(PauseEvent()) == conversation.state.events[-1]
+        True
+        """
+        if not isinstance(event, Event):
+            raise InvalidTypeError(f"expected an Event, got {type(event).__name__}")
+        self._backend.commit(AppendEvent(event))
+        return event
+
+    def send_message(self, text: str) -> MessageEvent:
+        """Record a user message and return its event.
+
+        The first time, the agent's system prompt is recorded just before it
+        (a :class:`~cowconv.SystemPromptEvent`, as the seed SDK does; a new
+        conversation stays empty until then), and again before the next
+        message whenever the agent's prompt or tools changed, e.g. in a
+        ``fork(agent=...)``.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> _ = conversation.send_message("hi")
+        >>> [event.kind for event in conversation.state.events]
+        ['system_prompt', 'message']
+        """
+        if not isinstance(text, str):
+            raise InvalidTypeError(f"send_message() takes a str, got {type(text).__name__}")
+        check_text(text, "the message")
+        return self._backend.send_message(text)
+
+    def set_tag(self, key: str, value: str | None) -> None:
+        """Set tag ``key`` to ``value``; ``None`` removes it."""
+        check_tags({key: value if value is not None else ""})
+        self._backend.commit(SetTag(key, value))
+
+    def update_agent_state(self, changes: Mapping[str, Any]) -> None:
+        """Merge JSON-like ``changes`` into ``state.agent_state``."""
+        if not isinstance(changes, Mapping):
+            raise InvalidTypeError(
+                f"agent state changes must be a mapping, got {type(changes).__name__}"
+            )
+        self._backend.commit(UpdateAgentState(freeze(changes)))
+
+    def activate_skill(self, name: str) -> None:
+        """Add a knowledge skill to ``state.activated_knowledge_skills`` (once)."""
+        if not isinstance(name, str) or not name:
+            raise InvalidValueError(f"skill name must be a non-empty string, got {name!r}")
+        self._backend.commit(ActivateSkill(name))
+
+    def navigate_to(self, event_id: str | None) -> None:
+        """Move the active branch back to end at ``event_id`` (``None``: empty), in O(1).
+
+        The next message starts a new branch from there; the branch left
+        behind stays in ``state.branches`` and can be navigated back to.
+        ``event_id`` may be on any branch. ``ValueError`` (and ``KeyError``)
+        if no branch has it.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = conversation.send_message("one")
+        >>> second = conversation.send_message("two")
+        >>> conversation.navigate_to(first.id)
+        >>> conversation.state.leaf_event_id == first.id, len(conversation.state.branches)
+        (True, 1)
+        """
+        if event_id is not None and not isinstance(event_id, str):
+            raise InvalidTypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
+
+        self._backend.commit(NavigateTo(event_id))
+
+    # -- forking -------------------------------------------------------------
+
+    def fork(
+        self,
+        *,
+        conversation_id: ConversationID | None = None,
+        agent: Agent | None = None,
+        title: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        reset_metrics: bool = True,
+        from_event_id: str | None = None,
+        callbacks: Iterable[EventCallback] = (),
+    ) -> Conversation:
+        """A new, independent conversation with this one's history, in O(1).
+
+        The fork shares the source's events, agent state and skills (all
+        immutable), keeps the agent unless ``agent`` replaces it, shares the
+        workspace, gets fresh ``tags`` (``title`` becomes ``tags["title"]``),
+        starts ``idle``, and starts its stats at zero unless
+        ``reset_metrics=False``. ``from_event_id`` forks the history up to and
+        including that event (:class:`~cowconv.EventNotFoundError` if there is
+        none). Nothing done to either side afterwards is seen by the other.
+        ``callbacks`` are the fork's own (the source's are not inherited).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = source.send_message("one")
+        >>> _ = source.send_message("two")
+        >>> early = source.fork(from_event_id=first.id)
+        >>> [e.kind for e in early.state.events], early.state.forked_from_event_id == first.id
+        (['system_prompt', 'message'], True)
+        """
+        fork_id = check_conversation_id(conversation_id)
+        # A fresh random UUID cannot be this conversation's id; only a given one is checked.
+        if conversation_id is not None and fork_id == self.id:
+            raise ConversationExistsError(id_text(fork_id))
+        if agent is not None and not isinstance(agent, Agent):
+            raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
+        if title is not None and not isinstance(title, str):
+            raise InvalidTypeError(f"title must be a str, got {type(title).__name__}")
+        if from_event_id is not None and not isinstance(from_event_id, str):
+            raise InvalidTypeError(
+                f"from_event_id must be a str, got {type(from_event_id).__name__}"
+            )
+        fork_tags = check_tags(tags)
+        if title is not None:
+            fork_tags["title"] = title
+        spec = ForkSpec(
+            conversation_id=fork_id,
+            agent=agent,
+            tags=fork_tags,
+            reset_metrics=bool(reset_metrics),
+            from_event_id=from_event_id,
+        )
+        # As the seed: the fork shows its events with a new visualiser of the source's kind.
+        shown = None if self._visualizer is None else type(self._visualizer)()
+        if shown is not None:
+            callbacks = (shown, *callbacks)
+        fork = type(self).from_backend(self._backend.fork(spec, callbacks))
+        if shown is not None:
+            shown.initialize(fork)
+            fork._visualizer = shown
+        return fork
+
+    # -- running -------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run the agent until it answers, is paused, fails, or hits ``max_iteration_per_run``.
+
+        Blocks; ``execution_status`` is ``running`` meanwhile and ends as
+        ``finished`` (the model answered without tool calls), ``paused``,
+        ``error`` (an LLM call failed after its retries, or a tool crashed:
+        an :class:`~cowconv.AgentErrorEvent` says why) or ``stuck`` (the
+        iteration limit; ``run()`` again grants as many more steps). Errors
+        are recorded, not raised; ``run()`` again continues from the history.
+        A run with nothing to answer just finishes. Only one ``run()`` at a
+        time per conversation (another one is a ``RuntimeError``).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.run()  # nothing to answer yet: no LLM call
+        >>> conversation.state.execution_status.value
+        'finished'
+        """
+        self._backend.run()
+
+    def pause(self) -> None:
+        """Stop a run after its current step, from any thread; ``run()`` resumes.
+
+        The run then records a :class:`~cowconv.PauseEvent` and ends with
+        status ``paused`` (or ``finished``, if that step was the final
+        answer). Pausing a conversation that is not running does nothing.
+        """
+        self._backend.pause()
+
+    def interrupt(self) -> None:
+        """End a run now, from any thread: kill its running command, run no further call.
+
+        The killed command's result is recorded, tool calls not yet run are
+        recorded as not run, and the run ends ``paused`` with a
+        :class:`~cowconv.PauseEvent`; ``run()`` continues from there. An LLM
+        call in flight is not cut off (its answer is recorded, its tool calls
+        are not run). Interrupting a conversation that is not running does nothing.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.interrupt()  # not running: nothing happens
+        >>> conversation.state.execution_status.value
+        'idle'
+        """
+        self._backend.interrupt()
+
+    def close(self) -> None:
+        """Release what this conversation holds (processes, connections)."""
+        self._backend.close()
+
+    def __enter__(self) -> Conversation:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+LocalConversation = Conversation
+"""The seed SDK's name for a conversation run in this process: an alias of :class:`Conversation`."""
+
+
+class RemoteConversation(Conversation):
+    """A :class:`Conversation` on an agent server (the seed SDK's name for one).
+
+    ``Conversation(agent, Workspace(host=url, ...))`` returns one; it is the
+    same class underneath, with :meth:`attach` added. ``workspace.api_key``
+    is the server's session API key. HTTP errors raise
+    :class:`~cowconv.RemoteError` with the server's status code and message.
+
+    >>> from cowconv import LLM, Agent, Conversation, Workspace
+    >>> from cowconv.agent_server import BackgroundServer, create_app
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-kept-on-the-server"))
+    >>> with BackgroundServer(create_app()) as server:
+    ...     workspace = Workspace(host=server.url, working_dir=".")
+    ...     source = Conversation(agent=agent, workspace=workspace)
+    ...     _ = source.send_message("Analyse the sales report.")
+    ...     fork = source.fork(title="Follow-up fork")
+    ...     print(type(source).__name__, len(fork.state.events), fork.state.tags["title"])
+    ...     source.close(); fork.close()
+    RemoteConversation 2 Follow-up fork
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        workspace: Workspace | str | os.PathLike[str],
+        **options: Any,
+    ) -> None:
+        if not isinstance(workspace, Workspace) or not workspace.is_remote:
+            raise InvalidValueError(
+                "a RemoteConversation needs a Workspace with host= (the server URL)"
+            )
+        super().__init__(agent, workspace, **options)
+
+    @classmethod
+    def attach(
+        cls,
+        host: str,
+        conversation_id: str,
+        *,
+        api_key: str | None = None,
+        working_dir: str | os.PathLike[str] = ".",
+        callbacks: Iterable[EventCallback] = (),
+    ) -> RemoteConversation:
+        """Attach to the conversation ``conversation_id`` the server at ``host`` has.
+
+        ``RemoteError`` with status 404 (also a ``ConversationNotFoundError``) if it has none.
+
+        >>> from cowconv import ConversationNotFoundError
+        >>> from cowconv.agent_server import BackgroundServer, create_app
+        >>> with BackgroundServer(create_app()) as server:
+        ...     try:
+        ...         RemoteConversation.attach(server.url, "nope")
+        ...     except ConversationNotFoundError as error:
+        ...         print(error.status_code)
+        404
+        """
+        from cowconv.backends.remote import RemoteBackend
+
+        workspace = Workspace(host=host, working_dir=working_dir, api_key=api_key)
+        backend = RemoteBackend.attach(workspace, conversation_id, callbacks=callbacks)
+        conversation = cls.from_backend(backend)
+        assert isinstance(conversation, RemoteConversation)
+        return conversation

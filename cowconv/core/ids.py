@@ -1,0 +1,75 @@
+"""Conversation ids: ``uuid.UUID`` as the seed SDK has them, any other string as cowconv allows.
+
+Inside cowconv (snapshots, stores, URLs) an id is its text. Where an id is
+taken, a ``uuid.UUID`` and its text are the same id; where a conversation
+hands its id out (``conversation.id``), a UUID id comes back as a
+``uuid.UUID``, like the seed SDK's ``ConversationID``, and any other id as
+the string it was given.
+
+>>> import uuid
+>>> u = uuid.UUID("12345678-1234-5678-1234-567812345678")
+>>> id_text(u) == id_text(str(u)) == "12345678-1234-5678-1234-567812345678"
+True
+>>> public_id("12345678-1234-5678-1234-567812345678") == u, public_id("my-fork-1")
+(True, 'my-fork-1')
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, TypeAlias
+
+from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
+
+from cowconv._exceptions import InvalidValueError
+
+__all__ = ["ConversationID", "ConversationIDField", "id_text", "public_id"]
+
+ConversationID: TypeAlias = uuid.UUID | str
+"""What a conversation id may be given as: a ``uuid.UUID`` or a non-empty string."""
+
+
+def id_text(conversation_id: object, *, name: str = "conversation_id") -> str:
+    """The text of an id: a UUID in its canonical form, a non-empty string as it is.
+
+    >>> id_text("")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: conversation_id must be ... got ''
+    """
+    if isinstance(conversation_id, uuid.UUID):
+        return str(conversation_id)
+    if isinstance(conversation_id, str) and conversation_id.strip():
+        from cowconv.core.frozen import check_text
+
+        return check_text(conversation_id, name)
+    # InvalidValueError (a ValueError) so the server answers 422, not 500, to a blank id in a path.
+    message = f"{name} must be a uuid.UUID or a non-empty string, got {conversation_id!r}"
+    raise InvalidValueError(message)
+
+
+def public_id(text: ConversationID) -> ConversationID:
+    """The id a conversation hands out: a ``uuid.UUID`` if ``text`` is one's canonical form."""
+    if isinstance(text, uuid.UUID):
+        return text
+    if len(text) == 36:
+        try:
+            parsed = uuid.UUID(text)
+        except ValueError:
+            return text
+        if str(parsed) == text:
+            return parsed
+    return text
+
+
+def _validate(value: object) -> ConversationID:
+    return public_id(id_text(value, name="id"))
+
+
+ConversationIDField: TypeAlias = Annotated[
+    ConversationID,
+    PlainValidator(_validate),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema({"type": "string", "minLength": 1}),
+]
+"""A snapshot's id field: a ``uuid.UUID`` or a string in Python, always a string in JSON."""

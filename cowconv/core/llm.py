@@ -1,0 +1,576 @@
+"""``LLM``: the model configuration an agent calls.
+
+>>> llm = LLM(model="openai/gpt-4o", api_key="sk-secret", usage_id="main")
+>>> llm
+LLM(model='openai/gpt-4o', api_key=SecretStr('**********'), base_url=None, usage_id='main', ...)
+>>> "sk-secret" in llm.model_dump_json()
+False
+>>> llm.metrics.accumulated_cost, llm.metrics.latencies
+(0.0, ())
+
+``LLM.completion`` calls the model through litellm, retries transient
+failures with exponential backoff (tenacity), marks the stable prefix of the
+prompt for the provider's prompt cache where the provider needs marks, and
+adds every answer's cost, tokens (cached ones apart) and latency to
+``llm.metrics``.
+
+litellm takes seconds to import. ``import cowconv`` never imports it; the
+first ``LLM`` made starts importing it in a background thread, so by the
+time a conversation built with it runs, most of that wait is over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    SerializationInfo,
+    field_serializer,
+)
+
+from cowconv._exceptions import InvalidValueError, LLMError
+from cowconv.core.frozen import CheckedModel
+
+if TYPE_CHECKING:
+    from cowconv.core.usage import Usage
+
+__all__ = ["LLM", "LLMMetrics", "LLMResponse", "LLMToolCall"]
+
+logger = logging.getLogger("cowconv.llm")
+
+# HTTP statuses worth another try: timeouts, conflicts, rate limits and server errors.
+_TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+_MASK = "**********"
+
+
+def dump_secret(secret: SecretStr | None, info: SerializationInfo) -> Any:
+    """A secret as a serializer writes it: masked, unless the context says ``expose_secrets``.
+
+    A context with ``drop_secrets`` writes ``None`` instead (an export without secrets).
+    """
+    if secret is None:
+        return None
+    if isinstance(info.context, dict) and info.context.get("expose_secrets"):
+        return secret.get_secret_value()
+    if isinstance(info.context, dict) and info.context.get("drop_secrets"):
+        return None
+    return _MASK if info.mode == "json" else secret
+
+
+_preload_lock = threading.Lock()
+_preload: threading.Thread | None = None
+
+
+def _import_litellm() -> ModuleType:
+    # Without this, importing litellm fetches its price list from the internet.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    # litellm prints "Give Feedback / Get Help" banners to stdout on every error.
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def _preload_litellm() -> None:
+    """Start importing litellm in a daemon thread, once per process.
+
+    ``COWCONV_PRELOAD_LITELLM=0`` turns this off.
+    """
+    global _preload
+    if _preload is not None or os.environ.get("COWCONV_PRELOAD_LITELLM", "1") == "0":
+        return
+    with _preload_lock:
+        if _preload is not None:
+            return
+        thread = threading.Thread(target=_quiet_import, name="cowconv-import-litellm", daemon=True)
+        _preload = thread
+        thread.start()
+
+
+def _quiet_import() -> None:
+    try:
+        _import_litellm()
+    except BaseException:  # the first call imports again and reports the error where it is seen
+        logger.debug("preloading litellm failed", exc_info=True)
+
+
+def _litellm() -> ModuleType:
+    """litellm; waits for the preload if one is under way.
+
+    A failed or interrupted import (another thread importing one of litellm's
+    modules at the same moment can leave them half-initialised) is undone and
+    done again here, once.
+    """
+    thread = _preload
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()
+    try:
+        return _import_litellm()
+    except (ImportError, AttributeError):
+        logger.debug("importing litellm failed; importing it again", exc_info=True)
+        for name in [n for n in sys.modules if n == "litellm" or n.startswith("litellm.")]:
+            del sys.modules[name]
+        return _import_litellm()
+
+
+def _usage(
+    cost: float,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+) -> Usage:
+    from cowconv.core.usage import Usage
+
+    return Usage(
+        accumulated_cost=cost,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cache_read_tokens=cache_read_tokens,
+        cache_write_tokens=cache_write_tokens,
+    )
+
+
+class LLMMetrics:
+    """Running totals of one :class:`LLM`'s calls; safe to update from many threads.
+
+    ``prompt_tokens`` counts every prompt token; ``cache_read_tokens`` of
+    them were served from the provider's prompt cache, and
+    ``cache_write_tokens`` were written to it (providers that bill writes).
+
+    >>> metrics = LLMMetrics()
+    >>> metrics.add(cost=0.5, prompt_tokens=10, completion_tokens=2, latency=0.25,
+    ...             cache_read_tokens=8)
+    >>> metrics.accumulated_cost, metrics.prompt_tokens, metrics.cache_read_tokens
+    (0.5, 10, 8)
+    >>> metrics.latencies
+    (0.25,)
+    """
+
+    __slots__ = ("_lock", "_totals", "_latencies")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # cost, prompt, completion, cache read, cache write
+        self._totals: tuple[float, int, int, int, int] = (0.0, 0, 0, 0, 0)
+        self._latencies: list[float] = []
+
+    def add(
+        self,
+        *,
+        cost: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        latency: float,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> None:
+        """Count one answered call."""
+        with self._lock:
+            total_cost, prompt, completion, read, write = self._totals
+            self._totals = (
+                total_cost + cost,
+                prompt + prompt_tokens,
+                completion + completion_tokens,
+                read + cache_read_tokens,
+                write + cache_write_tokens,
+            )
+            self._latencies.append(latency)
+
+    @property
+    def accumulated_cost(self) -> float:
+        """Total cost in USD, from litellm's price list (0 for models it does not know)."""
+        return self._totals[0]
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Total prompt tokens (cached ones included)."""
+        return self._totals[1]
+
+    @property
+    def completion_tokens(self) -> int:
+        """Total completion tokens."""
+        return self._totals[2]
+
+    @property
+    def cache_read_tokens(self) -> int:
+        """Prompt tokens served from the provider's prompt cache."""
+        return self._totals[3]
+
+    @property
+    def cache_write_tokens(self) -> int:
+        """Prompt tokens written to the provider's prompt cache."""
+        return self._totals[4]
+
+    @property
+    def latencies(self) -> tuple[float, ...]:
+        """Seconds each answered call took (the attempt that answered), in order."""
+        with self._lock:
+            return tuple(self._latencies)
+
+    @property
+    def usage(self) -> Usage:
+        """The totals as a :class:`~cowconv.Usage`."""
+        return _usage(*self._totals)
+
+    def __repr__(self) -> str:
+        cost, prompt, completion, read, write = self._totals
+        return (
+            f"LLMMetrics(accumulated_cost={cost!r}, prompt_tokens={prompt}, "
+            f"completion_tokens={completion}, cache_read_tokens={read}, "
+            f"cache_write_tokens={write}, calls={len(self._latencies)})"
+        )
+
+    def __getstate__(self) -> tuple[tuple[float, int, int, int, int], list[float]]:
+        with self._lock:
+            return self._totals, list(self._latencies)
+
+    def __setstate__(self, state: tuple[tuple[float, int, int, int, int], list[float]]) -> None:
+        self._lock = threading.Lock()
+        totals, latencies = state
+        self._totals = tuple(totals)  # type: ignore[assignment]
+        self._latencies = list(latencies)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LLMMetrics:
+        copied = LLMMetrics.__new__(LLMMetrics)
+        copied.__setstate__(self.__getstate__())
+        return copied
+
+
+@dataclass(frozen=True)
+class LLMToolCall:
+    """A tool call in a model's answer; ``arguments`` is the JSON text the model wrote.
+
+    >>> LLMToolCall(id="c1", name="terminal", arguments='{"command": "ls"}').name
+    'terminal'
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    """One answer of a model: text and/or tool calls, with what it cost.
+
+    >>> response = LLMResponse(id="r1", content="Done.", tool_calls=(), cost=0.0,
+    ...                        prompt_tokens=5, completion_tokens=1, latency=0.1)
+    >>> response.usage.prompt_tokens
+    5
+    """
+
+    id: str
+    content: str
+    tool_calls: tuple[LLMToolCall, ...]
+    cost: float
+    prompt_tokens: int
+    completion_tokens: int
+    latency: float
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def usage(self) -> Usage:
+        """Cost and tokens of this answer as a :class:`~cowconv.Usage`."""
+        return _usage(
+            self.cost,
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+        )
+
+
+class LLM(CheckedModel):
+    """An LLM reached through litellm, named ``provider/model``.
+
+    The API key is a ``SecretStr``: it never appears in reprs or in default
+    dumps. ``model_dump(context={"expose_secrets": True})`` writes it out
+    (the store uses this so a resumed or forked conversation can still run).
+
+    ``metrics`` belongs to this object, not to its configuration: copies and
+    equal configurations count separately, and equality ignores it.
+
+    >>> llm = LLM(model="anthropic/claude-sonnet-4-5-20250929", api_key="sk-secret")
+    >>> llm.api_key, llm.usage_id, llm.metrics.accumulated_cost
+    (SecretStr('**********'), 'default', 0.0)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    _metrics: LLMMetrics = PrivateAttr(default_factory=LLMMetrics)
+
+    model: str
+    api_key: SecretStr | None = None
+    base_url: str | None = None
+    usage_id: str = "default"
+    temperature: float | None = None
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=120.0, gt=0)
+    num_retries: int = Field(default=3, ge=0)
+    retry_min_wait: float = Field(default=1.0, ge=0)
+    retry_max_wait: float = Field(default=20.0, ge=0)
+    caching_prompt: bool = True
+    """Mark the prompt's stable prefix for the provider's prompt cache (see ``completion``)."""
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Start importing litellm in the background (once per process)."""
+        _preload_litellm()
+
+    def __repr_args__(self) -> Any:
+        shown = ("model", "api_key", "base_url", "usage_id")
+        return [(name, getattr(self, name)) for name in shown]
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + ", ...)"
+
+    @field_serializer("api_key")
+    def _dump_api_key(self, key: SecretStr | None, info: SerializationInfo) -> Any:
+        return dump_secret(key, info)
+
+    def __eq__(self, other: object) -> bool:
+        # Equal configuration, whatever each object has spent so far.
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.__dict__.values()))
+
+    @property
+    def metrics(self) -> LLMMetrics:
+        """Cost, tokens and latencies of every call made through this object."""
+        return self._metrics
+
+    @classmethod
+    def from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:
+        """An LLM configured from ``LLM_*`` environment variables; ``settings`` win over them.
+
+        Each field is read from ``{prefix}{FIELD}`` (``LLM_MODEL``,
+        ``LLM_API_KEY``, ``LLM_BASE_URL``, ``LLM_USAGE_ID``, ``LLM_TIMEOUT``,
+        ...); unset or empty variables leave the field's default. Only this
+        constructor reads the environment: ``LLM(...)`` never does, so
+        explicit arguments are never overridden behind your back.
+        ``LLM.load_from_env`` is the seed SDK's name for it.
+
+        >>> import os
+        >>> os.environ.update(LLM_MODEL="openai/gpt-4o", LLM_API_KEY="sk-env")
+        >>> llm = LLM.from_env(usage_id="alt")
+        >>> llm.model, llm.api_key.get_secret_value(), llm.usage_id
+        ('openai/gpt-4o', 'sk-env', 'alt')
+        >>> del os.environ["LLM_MODEL"], os.environ["LLM_API_KEY"]
+
+        A value that does not fit its field is a ``ValueError`` naming the variable.
+        """
+        from pydantic import ValidationError
+
+        from_environment: dict[str, str] = {}
+        for name in cls.model_fields:
+            value = os.environ.get(f"{prefix}{name.upper()}", "")
+            if value and name not in settings:
+                from_environment[name] = value
+        try:
+            return cls.model_validate({**from_environment, **settings})
+        except ValidationError as error:
+            bad = sorted(
+                f"{prefix}{str(item['loc'][0]).upper()}"
+                for item in error.errors()
+                if item["loc"] and item["loc"][0] in from_environment
+            )
+            if not bad:
+                raise
+            names = ", ".join(bad)
+            raise InvalidValueError(
+                f"invalid LLM setting in the environment ({names}): {error}"
+            ) from None
+
+    @classmethod
+    def load_from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:
+        """The seed SDK's name for :meth:`from_env` (the same call).
+
+        >>> LLM.load_from_env(model="openai/gpt-4o").model
+        'openai/gpt-4o'
+        """
+        return cls.from_env(prefix, **settings)
+
+    def completion(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> LLMResponse:
+        """Ask the model; return its answer and add what it cost to ``metrics``.
+
+        ``messages`` and ``tools`` are in OpenAI chat format. Rate limits,
+        timeouts, connection errors and 5xx answers are retried up to
+        ``num_retries`` times, waiting ``retry_min_wait`` seconds and doubling
+        up to ``retry_max_wait``. Anything else (a bad key, a bad request) and
+        the last failed retry raise :class:`~cowconv.LLMError` at once.
+
+        With ``caching_prompt`` (the default), providers that cache only
+        marked prefixes (Anthropic's models, direct or through Bedrock and
+        Vertex) get ``cache_control`` marks on the system message and on the
+        last message, through litellm's ``cache_control_injection_points``:
+        the next step, and every fork of this conversation, reads the prefix
+        from the cache. Others (OpenAI, DeepSeek, Gemini) cache on their own.
+        Cached prompt tokens are counted apart in ``metrics`` and ``usage``,
+        and litellm prices them at the provider's cache rates.
+        """
+        import tenacity
+
+        litellm = _litellm()
+        arguments: dict[str, Any] = {
+            "model": self.model,
+            "messages": list(messages),
+            "timeout": self.timeout,
+            # litellm's OpenAI client retries on its own unless told not to; tenacity does it.
+            "max_retries": 0,
+        }
+        if tools:
+            arguments["tools"] = list(tools)
+        if self.api_key is not None:
+            arguments["api_key"] = self.api_key.get_secret_value()
+        if self.base_url is not None:
+            arguments["base_url"] = self.base_url
+        if self.temperature is not None:
+            arguments["temperature"] = self.temperature
+        if self.max_output_tokens is not None:
+            arguments["max_tokens"] = self.max_output_tokens
+        if self.caching_prompt and needs_cache_marks(self.model):
+            arguments["cache_control_injection_points"] = _CACHE_POINTS
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.num_retries + 1),
+            wait=tenacity.wait_exponential(
+                multiplier=self.retry_min_wait, min=self.retry_min_wait, max=self.retry_max_wait
+            ),
+            retry=tenacity.retry_if_exception(_is_transient),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    started = time.perf_counter()
+                    raw = litellm.completion(**arguments)
+                    latency = time.perf_counter() - started
+        except Exception as error:
+            attempts = int(retrying.statistics.get("attempt_number", 1))
+            raise LLMError(self._describe(error, attempts)) from error
+        response = _response(litellm, raw, latency)
+        self._metrics.add(
+            cost=response.cost,
+            prompt_tokens=response.prompt_tokens,
+            completion_tokens=response.completion_tokens,
+            latency=latency,
+            cache_read_tokens=response.cache_read_tokens,
+            cache_write_tokens=response.cache_write_tokens,
+        )
+        return response
+
+    def _log_retry(self, state: Any) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        logger.warning("%s Retrying in %.1f s.", self._describe(error, None), wait)
+
+    def _describe(self, error: BaseException | None, attempts: int | None) -> str:
+        status = getattr(error, "status_code", None)
+        what = type(error).__name__ + (f" (HTTP {status})" if isinstance(status, int) else "")
+        message = str(error)
+        if self.api_key is not None and self.api_key.get_secret_value():
+            message = message.replace(self.api_key.get_secret_value(), _MASK)
+        tries = "" if attempts is None else f" after {attempts} attempt(s)"
+        hint = ""
+        if status in (401, 403):
+            hint = " Check the API key (LLM(api_key=...)) and that it may use this model."
+        return f"LLM call to {self.model!r} failed{tries}: {what}: {message}.{hint}"
+
+
+# Where litellm puts cache_control marks: the system message and the last message.
+_CACHE_POINTS = (
+    {"location": "message", "role": "system"},
+    {"location": "message", "index": -1},
+)
+# Providers that cache only prefixes marked with cache_control (for Anthropic's models).
+_MARKED_PROVIDERS = frozenset({"bedrock", "vertex_ai", "vertex_ai_beta", "openrouter"})
+
+
+def needs_cache_marks(model: str) -> bool:
+    """Whether ``model``'s provider caches prompts only where ``cache_control`` marks them.
+
+    >>> needs_cache_marks("anthropic/claude-sonnet-4-5-20250929")
+    True
+    >>> needs_cache_marks("openai/gpt-4o")  # OpenAI caches long prefixes without marks
+    False
+    """
+    provider, _, name = model.partition("/")
+    if provider == "anthropic" or (not name and model.startswith("claude")):
+        return True
+    return provider in _MARKED_PROVIDERS and "claude" in name
+
+
+def _is_transient(error: BaseException) -> bool:
+    status = getattr(error, "status_code", None)
+    if isinstance(status, int):
+        return status in _TRANSIENT_STATUSES or status >= 500
+    # Errors without a status: a socket that broke or timed out is worth another try.
+    return isinstance(error, OSError | TimeoutError)
+
+
+def _response(litellm: ModuleType, raw: Any, latency: float) -> LLMResponse:
+    message = raw.choices[0].message
+    calls = tuple(
+        LLMToolCall(
+            id=call.id or f"call_{uuid.uuid4().hex}",
+            name=call.function.name or "",
+            arguments=_arguments_text(call.function.arguments),
+        )
+        for call in (message.tool_calls or ())
+    )
+    usage = getattr(raw, "usage", None)
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = _count(getattr(details, "cached_tokens", None))
+    # Anthropic's names for the same (litellm keeps them on its Usage).
+    cache_read = max(cached, _count(getattr(usage, "cache_read_input_tokens", None)))
+    cache_write = _count(getattr(usage, "cache_creation_input_tokens", None))
+    try:
+        cost = float(litellm.completion_cost(completion_response=raw))
+    except Exception:
+        # Models litellm has no price for (ModelNotMappedError, local and stub models) cost 0.
+        cost = 0.0
+    return LLMResponse(
+        id=raw.id or f"response_{uuid.uuid4().hex}",
+        content=message.content or "",
+        tool_calls=calls,
+        cost=cost,
+        prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),
+        completion_tokens=_count(getattr(usage, "completion_tokens", 0)),
+        latency=latency,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def _arguments_text(arguments: Any) -> str:
+    if arguments is None:
+        return "{}"
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments)

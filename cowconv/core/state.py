@@ -1,0 +1,353 @@
+"""``ConversationState``: one immutable snapshot of a conversation.
+
+A conversation holds its current snapshot and swaps in a new one on every
+change; a fork is a new snapshot that shares the events, the agent and the
+agent state with its source.
+
+>>> from cowconv import LLM, Agent, EventLog, Workspace
+>>> state = ConversationState(
+...     id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=Workspace(working_dir=".")
+... )
+>>> later = state.evolve(tags={"title": "Draft"})
+>>> dict(later.tags), dict(state.tags)
+({'title': 'Draft'}, {})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+from pyrsistent import pmap
+
+from cowconv._exceptions import FrozenInstanceError, InvalidTypeError
+from cowconv.core.agent import Agent
+from cowconv.core.events import utc_now
+from cowconv.core.frozen import CheckedModel, FrozenJSONMap, FrozenMap, FrozenStrMap, check_text
+from cowconv.core.history import EventLog
+from cowconv.core.ids import ConversationIDField
+from cowconv.core.usage import TokenUsage, Usage
+from cowconv.core.workspace import Workspace
+
+__all__ = [
+    "ConversationExecutionStatus",
+    "ConversationInfo",
+    "ConversationState",
+    "ConversationStats",
+    "ExecutionStatus",
+    "NO_STATS",
+    "TokenUsage",
+    "Usage",
+    "check_tags",
+    "dump_state",
+    "dump_state_json",
+]
+
+
+def check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
+    """``tags`` as a new dict of str to str (``{}`` for ``None``), or ``TypeError``.
+
+    >>> check_tags({"owner": "ci"}), check_tags(None)
+    ({'owner': 'ci'}, {})
+    >>> check_tags({"retries": 3})
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidTypeError: tags must map str to str, got 'retries': 3
+    """
+    if tags is None:
+        return {}
+    if not isinstance(tags, Mapping):
+        raise InvalidTypeError(f"tags must be a mapping of str to str, got {type(tags).__name__}")
+    for key, value in tags.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidTypeError(f"tags must map str to str, got {key!r}: {value!r}")
+        check_text(key, "a tag key")
+        check_text(value, "a tag value")
+    return dict(tags)
+
+
+class ExecutionStatus(StrEnum):
+    """Where a conversation's run stands; the seed SDK calls it ``ConversationExecutionStatus``.
+
+    The values are the seed's. cowconv never sets ``waiting_for_confirmation``
+    (it has no confirmation mode) nor ``deleting`` (deleting is one step);
+    they exist so that seed code naming them, and a seed server's answers,
+    keep working.
+
+    >>> ExecutionStatus("paused") is ExecutionStatus.PAUSED
+    True
+    >>> [status.value for status in ExecutionStatus if status.is_terminal()]
+    ['finished', 'error', 'stuck']
+    """
+
+    IDLE = "idle"
+    RUNNING = "running"
+    PAUSED = "paused"
+    WAITING_FOR_CONFIRMATION = "waiting_for_confirmation"
+    FINISHED = "finished"
+    ERROR = "error"
+    STUCK = "stuck"
+    DELETING = "deleting"
+
+    def is_terminal(self) -> bool:
+        """Whether a run ended here (``finished``, ``error``, ``stuck``); ``idle`` is a start."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({ExecutionStatus.FINISHED, ExecutionStatus.ERROR, ExecutionStatus.STUCK})
+
+ConversationExecutionStatus = ExecutionStatus
+"""The seed SDK's name for :class:`ExecutionStatus` (an alias: the same enum)."""
+
+
+class ConversationStats(Usage):
+    """Totals of a conversation, and the same per LLM ``usage_id``.
+
+    >>> stats = ConversationStats().record("main", Usage(accumulated_cost=0.25, prompt_tokens=7))
+    >>> stats.accumulated_cost, stats.by_usage_id["main"].prompt_tokens
+    (0.25, 7)
+    """
+
+    by_usage_id: FrozenMap[Usage] = pmap()
+
+    def record(self, usage_id: str, usage: Usage) -> ConversationStats:
+        """New stats with ``usage`` added under ``usage_id`` and to the totals."""
+        total = (
+            Usage.model_construct(
+                accumulated_cost=self.accumulated_cost,
+                prompt_tokens=self.prompt_tokens,
+                completion_tokens=self.completion_tokens,
+                cache_read_tokens=self.cache_read_tokens,
+                cache_write_tokens=self.cache_write_tokens,
+            )
+            + usage
+        )
+        previous = self.by_usage_id.get(usage_id, Usage())
+        by_usage_id = {**self.by_usage_id, usage_id: previous + usage}
+        return ConversationStats(**total.model_dump(), by_usage_id=by_usage_id)
+
+    def get_combined_metrics(self) -> Usage:
+        """The totals over every LLM, as the seed SDK's ``stats.get_combined_metrics()``.
+
+        >>> stats = ConversationStats().record("a", Usage(accumulated_cost=0.5, prompt_tokens=7))
+        >>> stats = stats.record("b", Usage(accumulated_cost=0.25, completion_tokens=2))
+        >>> combined = stats.get_combined_metrics()
+        >>> combined.accumulated_cost, combined.accumulated_token_usage.completion_tokens
+        (0.75, 2)
+        """
+        return Usage.model_construct(
+            accumulated_cost=self.accumulated_cost,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+        )
+
+    @property
+    def usage_to_metrics(self) -> Mapping[str, Usage]:
+        """``by_usage_id`` under the seed SDK's name (read only: stats are values)."""
+        return self.by_usage_id
+
+
+# Built without validation: validating here would build the model's schema (and load
+# pydantic's plugin machinery) on every `import cowconv`, not on first use.
+NO_STATS = ConversationStats.model_construct()
+"""The stats of a conversation that has spent nothing (shared, immutable)."""
+
+
+class ConversationState(CheckedModel):
+    """An immutable snapshot of a conversation.
+
+    ``evolve(**changes)`` returns a new, validated snapshot; nothing changes
+    this one.
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> snapshot = conversation.state
+    >>> _ = conversation.send_message("hi")
+    >>> len(snapshot.events), len(conversation.state.events)  # the system prompt, "hi"
+    (0, 2)
+    """
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", arbitrary_types_allowed=True, defer_build=True
+    )
+
+    id: ConversationIDField
+    agent: Agent
+    workspace: Workspace
+    events: EventLog = EventLog()
+    agent_state: FrozenJSONMap = pmap()
+    activated_knowledge_skills: tuple[str, ...] = ()
+    stats: ConversationStats = NO_STATS
+    tags: FrozenStrMap = pmap()
+    execution_status: ExecutionStatus = ExecutionStatus.IDLE
+    forked_from_conversation_id: ConversationIDField | None = None
+    forked_from_event_id: str | None = None
+    forked_from_event_count: int | None = Field(default=None, ge=0)
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
+    other_branches: tuple[EventLog, ...] = ()
+
+    @property
+    def title(self) -> str | None:
+        """``tags["title"]``, if set."""
+        return self.tags.get("title")
+
+    @property
+    def leaf_event_id(self) -> str | None:
+        """The id of the last event of the active branch (``None`` when it is empty).
+
+        ``Conversation.navigate_to`` moves it back; the next event extends the
+        branch from there. (The seed SDK's name.)
+        """
+        last = self.events.last
+        return None if last is None else last.id
+
+    @property
+    def branches(self) -> tuple[EventLog, ...]:
+        """Every branch of the conversation tree, each up to its leaf; the active one last.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = conversation.send_message("one")
+        >>> _ = conversation.send_message("two")
+        >>> conversation.navigate_to(first.id)
+        >>> _ = conversation.send_message("three")
+        >>> [[e.text for e in branch[1:]] for branch in conversation.state.branches]  # [0]: prompt
+        [['one', 'two'], ['one', 'three']]
+        """
+        from cowconv.core.tree import branches
+
+        return branches(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(
+            f"ConversationState is an immutable snapshot; cannot set {name!r}. Change a "
+            "conversation through its methods (append_event, set_tag, update_agent_state, "
+            "activate_skill, navigate_to), or make a new snapshot with state.evolve(...)"
+        )
+
+    def evolve(self, **changes: Any) -> ConversationState:
+        """A new snapshot with ``changes`` applied and validated."""
+        unknown = changes.keys() - type(self).model_fields.keys()
+        if unknown:
+            raise InvalidTypeError(f"ConversationState has no field(s) {sorted(unknown)}")
+        return type(self).model_validate({**self.__dict__, **changes})
+
+    def _replace(self, **changes: Any) -> ConversationState:
+        # Trusted, unvalidated copy for values cowconv built itself (hot paths: fork, append).
+        # Like pydantic's model_copy, but the new __dict__ is built at its final size and the
+        # (never mutated) fields-set is shared: half the memory of a fork.
+        new = object.__new__(type(self))
+        _set = object.__setattr__
+        _set(new, "__dict__", {**self.__dict__, **changes})
+        _set(new, "__pydantic_extra__", None)
+        _set(new, "__pydantic_fields_set__", self.__pydantic_fields_set__)
+        _set(new, "__pydantic_private__", None)
+        return new
+
+
+SecretsInDump = Literal["clear", "masked", "dropped"]
+"""How a state dump writes API keys: in clear, as ``**********``, or as ``null``."""
+
+_SECRETS_CONTEXT: dict[str, dict[str, bool] | None] = {
+    "clear": {"expose_secrets": True},
+    "masked": None,
+    "dropped": {"drop_secrets": True},
+}
+
+
+def _dump_options(secrets: SecretsInDump, branches: bool) -> dict[str, Any]:
+    # The one statement of what a state dump holds. Events travel beside it (a store's rows,
+    # an export's shared prefixes, an agent server's pages), and so do the other branches of
+    # the conversation tree unless `branches`.
+    return {
+        "exclude": {"events"} if branches else {"events", "other_branches"},
+        "context": _SECRETS_CONTEXT[secrets],
+    }
+
+
+def dump_state(
+    state: ConversationState, *, secrets: SecretsInDump = "clear", branches: bool = False
+) -> dict[str, Any]:
+    """Everything of ``state`` but its events, as JSON data (what stores and exports keep).
+
+    ``secrets`` says how API keys are written: ``"clear"`` (a store, so a
+    resumed conversation can run), ``"masked"`` or ``"dropped"`` (``None``).
+    ``branches`` keeps the other branches of the conversation tree in the
+    dump (an agent server's state answer); by default they travel beside it.
+    ``ConversationState.model_validate`` reads any of them back.
+
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> state = ConversationState(id="c1", workspace=Workspace(working_dir="."),
+    ...                           agent=Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-1")))
+    >>> [dump_state(state, secrets=how)["agent"]["llm"]["api_key"]
+    ...  for how in ("clear", "masked", "dropped")]
+    ['sk-1', '**********', None]
+    >>> "events" in dump_state(state), ConversationState.model_validate(dump_state(state)) == state
+    (False, True)
+    """
+    return state.model_dump(mode="json", **_dump_options(secrets, branches))
+
+
+def dump_state_json(
+    state: ConversationState, *, secrets: SecretsInDump = "clear", branches: bool = False
+) -> str:
+    """:func:`dump_state` as JSON text: what a :class:`~cowconv.SQLiteStore` row holds.
+
+    Pydantic writes the text (compact, UTF-8), byte for byte as stores have
+    written it since 0.1, so a stored row compares equal to its snapshot's dump.
+
+    >>> import json
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> state = ConversationState(id="c1", workspace=Workspace(working_dir="."),
+    ...                           agent=Agent(llm=LLM(model="openai/gpt-4o")))
+    >>> json.loads(dump_state_json(state)) == dump_state(state)
+    True
+    """
+    return state.model_dump_json(**_dump_options(secrets, branches))
+
+
+class ConversationInfo(CheckedModel):
+    """A summary of a conversation without its events (listings, the REST API).
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> ConversationInfo.of(conversation.state).event_count
+    0
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    id: ConversationIDField
+    title: str | None = None
+    tags: FrozenStrMap = pmap()
+    execution_status: ExecutionStatus
+    stats: ConversationStats = NO_STATS
+    created_at: datetime
+    updated_at: datetime
+    forked_from_conversation_id: ConversationIDField | None = None
+    forked_from_event_id: str | None = None
+    forked_from_event_count: int | None = Field(default=None, ge=0)
+    event_count: int | None = Field(default=None, ge=0)
+    leaf_event_id: str | None = None
+
+    @classmethod
+    def of(cls, state: ConversationState) -> ConversationInfo:
+        """The summary of a snapshot."""
+        return cls(
+            id=state.id,
+            title=state.title,
+            tags=state.tags,
+            execution_status=state.execution_status,
+            stats=state.stats,
+            created_at=state.created_at,
+            updated_at=state.updated_at,
+            forked_from_conversation_id=state.forked_from_conversation_id,
+            forked_from_event_id=state.forked_from_event_id,
+            forked_from_event_count=state.forked_from_event_count,
+            event_count=len(state.events),
+            leaf_event_id=state.leaf_event_id,
+        )

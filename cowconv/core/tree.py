@@ -1,0 +1,129 @@
+"""The conversation tree: every branch a conversation had, and the one it is on.
+
+A conversation's ``state.events`` is its *active branch*: the history the
+agent sees and the next message extends. :func:`navigate` moves the active
+branch back to an earlier event (or to an event of another branch); the
+branch it leaves is kept in ``state.other_branches`` unless it is part of
+the new one. Branches share their common prefix, so navigating is O(1) in
+the length of the history and copies nothing.
+
+>>> from cowconv import LLM, Agent, ConversationState, MessageEvent, Workspace
+>>> state = ConversationState(
+...     id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=Workspace(working_dir=".")
+... )
+>>> root, a1, b1 = (MessageEvent(source="user", role="user", content=t) for t in ("r", "a", "b"))
+>>> state = state._replace(events=state.events.extend([root, a1]))
+>>> state = navigate(state, root.id)  # back to the root: the next event starts a new branch
+>>> state = state._replace(events=state.events.append(b1))
+>>> [[e.text for e in branch] for branch in branches(state)]
+[['r', 'a'], ['r', 'b']]
+>>> [e.text for e in history_to(state, a1.id)]  # what fork(from_event_id=a1.id) takes
+['r', 'a']
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cowconv._exceptions import EventNotFoundError
+from cowconv.core.history import EventLog, _Line
+
+if TYPE_CHECKING:
+    from cowconv.core.state import ConversationState
+
+__all__ = ["branches", "history_to", "is_prefix", "navigate"]
+
+_EMPTY = EventLog()
+
+
+def is_prefix(prefix: EventLog, log: EventLog) -> bool:
+    """Whether ``prefix`` is the start of ``log`` (same events, same order), in O(log n).
+
+    Branches of one tree share their prefixes, so comparing the last event of
+    ``prefix`` with the event at the same position of ``log`` decides it.
+
+    >>> from cowconv import MessageEvent
+    >>> log = EventLog([MessageEvent(source="user", role="user", content=t) for t in "ab"])
+    >>> is_prefix(log.take(1), log), is_prefix(log, log.take(1)), is_prefix(EventLog(), log)
+    (True, False, True)
+    """
+    length = len(prefix)
+    if length > len(log):
+        return False
+    if length == 0 or prefix is log:
+        return True
+    if _same_line(prefix, log):
+        return True  # decided without reading an event (stored ones load lazily)
+    mine, theirs = prefix[length - 1], log[length - 1]
+    return mine is theirs or mine == theirs
+
+
+def _same_line(prefix: EventLog, log: EventLog) -> bool:
+    """Whether ``log`` was made from ``prefix`` by appends and takes (see EventLog's lines)."""
+    target, length = prefix._lineage()
+    line: _Line | None
+    line, reach = log._lineage()
+    while line is not None:
+        if line is target:
+            return length <= reach
+        reach = min(reach, line.at)
+        line = line.parent
+    return False
+
+
+def history_to(state: ConversationState, event_id: str) -> EventLog:
+    """The history up to and including ``event_id``, on whichever branch holds it.
+
+    The active branch is searched first, then the other branches in order.
+    ``fork(from_event_id=...)`` and :func:`navigate` both use this, so "the
+    history up to an event" means the same for both. ``KeyError`` if no
+    branch has the event.
+
+    >>> from cowconv import LLM, Agent, ConversationState, Workspace
+    >>> state = ConversationState(
+    ...     id="c1", agent=Agent(llm=LLM(model="m")), workspace=Workspace(working_dir=".")
+    ... )
+    >>> history_to(state, "nope")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.EventNotFoundError: no branch of conversation 'c1' has ... 'nope'
+    """
+    for branch in (state.events, *state.other_branches):
+        event = branch.get(event_id)
+        if event is not None:
+            return branch.up_to(event_id)
+    raise EventNotFoundError(
+        f"no branch of conversation {state.id!r} has an event with id {event_id!r}"
+    )
+
+
+def navigate(state: ConversationState, event_id: str | None) -> ConversationState:
+    """``state`` with its active branch ending at ``event_id`` (``None``: empty); O(b log n).
+
+    The branch left behind joins ``other_branches`` unless the new active
+    branch or another kept branch contains it; a kept branch the new active
+    branch now contains is dropped from ``other_branches`` (its events are
+    active again). Navigating to where the state already is returns it
+    unchanged. ``KeyError`` if no branch has the event.
+    """
+    target = _EMPTY if event_id is None else history_to(state, event_id)
+    current = state.events
+    if len(target) == len(current) and is_prefix(target, current):
+        return state
+    others = list(state.other_branches)
+    if not is_prefix(current, target) and not any(is_prefix(current, b) for b in others):
+        others.append(current)
+    kept = tuple(branch for branch in others if not is_prefix(branch, target))
+    return state._replace(events=target, other_branches=kept)
+
+
+def branches(state: ConversationState) -> tuple[EventLog, ...]:
+    """Every branch of the conversation, each up to its leaf; the active one last.
+
+    When the active branch was moved back and nothing was added yet, it is
+    part of another branch and is not listed on its own.
+    """
+    others = state.other_branches
+    if any(is_prefix(state.events, branch) for branch in others):
+        return others
+    return (*others, state.events)

@@ -1,0 +1,103 @@
+"""``Workspace``: where an agent's tools run.
+
+>>> Workspace(working_dir="/tmp").is_remote
+False
+>>> Workspace.coerce("/tmp").working_dir
+'/tmp'
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import (
+    ConfigDict,
+    SecretStr,
+    SerializationInfo,
+    field_serializer,
+    field_validator,
+)
+
+from cowconv._exceptions import InvalidTypeError, InvalidValueError
+from cowconv.core.frozen import CheckedModel
+from cowconv.core.llm import dump_secret
+
+__all__ = ["SESSION_API_KEY_HEADER", "SYSTEM_PROMPT_AT_HEADER", "RemoteWorkspace", "Workspace"]
+
+SESSION_API_KEY_HEADER = "X-Session-API-Key"
+"""The header that carries ``Workspace.api_key`` to an agent server."""
+
+SYSTEM_PROMPT_AT_HEADER = "X-Cowconv-System-Prompt-At"
+"""The header of an agent server's answer to a message that also recorded the system prompt.
+
+It gives the prompt event's position, so a client hands both events to its
+callbacks, in order.
+"""
+
+
+class Workspace(CheckedModel):
+    """A working directory, on this machine or on an agent server (``host``).
+
+    With ``host`` set, ``Conversation(workspace=...)`` talks to the agent
+    server at that URL; ``api_key`` is then its session API key, masked in
+    dumps like ``LLM.api_key`` unless the context says ``expose_secrets``.
+
+    >>> Workspace(host="http://127.0.0.1:8000", working_dir="/srv/app").is_remote
+    True
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    working_dir: str
+    host: str | None = None
+    api_key: SecretStr | None = None
+
+    @field_validator("working_dir", mode="before")
+    @classmethod
+    def _path_to_str(cls, value: object) -> object:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @field_serializer("api_key")
+    def _dump_api_key(self, key: SecretStr | None, info: SerializationInfo) -> Any:
+        return dump_secret(key, info)
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether this workspace lives on an agent server."""
+        return self.host is not None
+
+    def require_directory(self) -> Workspace:
+        """This workspace, once a local ``working_dir`` is known to be a directory.
+
+        Tools run there, so a missing one is refused when a conversation is
+        made (:class:`~cowconv.InvalidValueError`, also a ``ValueError``), not
+        at its first ``run()``. A remote workspace is the server's to check.
+
+        >>> Workspace(working_dir="/no/such/dir").require_directory()
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.InvalidValueError: workspace directory '/no/such/dir' does not exist...
+        """
+        if not self.is_remote and not os.path.isdir(self.working_dir):
+            problem = "is not a directory" if os.path.exists(self.working_dir) else "does not exist"
+            raise InvalidValueError(
+                f"workspace directory {self.working_dir!r} {problem}: create it, or pass an "
+                "existing directory"
+            )
+        return self
+
+    @classmethod
+    def coerce(cls, value: Workspace | str | os.PathLike[str]) -> Workspace:
+        """A workspace from a ``Workspace`` or a path."""
+        if isinstance(value, Workspace):
+            return value
+        if isinstance(value, str | os.PathLike):
+            return cls(working_dir=os.fspath(value))
+        raise InvalidTypeError(
+            f"workspace must be a Workspace or a path, got {type(value).__name__}"
+        )
+
+
+RemoteWorkspace = Workspace
+"""The seed SDK's name for a :class:`Workspace` on an agent server (``host=``): an alias."""

@@ -1,0 +1,180 @@
+"""The seams between the layers: what a conversation needs from what holds it.
+
+* :class:`Backend`: where a :class:`~cowconv.Conversation` keeps its
+  snapshots. :class:`~cowconv.backends.local.LocalBackend` keeps them in
+  this process, in memory only or written through a :class:`StateSink`
+  (a :class:`~cowconv.Store`); :class:`~cowconv.backends.remote.RemoteBackend`
+  keeps them on an agent server and speaks HTTP. Both apply the named
+  changes of :mod:`cowconv.core.changes`.
+* :class:`StateSink`: where a local backend writes its snapshots.
+* :class:`ForkSpec`, :data:`EventCallback`: what a fork is asked for, and
+  who hears about new events.
+
+>>> from cowconv import LLM, Agent, Conversation
+>>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+>>> isinstance(conversation.backend, Backend)
+True
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from cowconv._exceptions import InvalidTypeError, InvalidValueError
+from cowconv.core.agent import Agent
+from cowconv.core.changes import Change
+from cowconv.core.events import Event, MessageEvent
+from cowconv.core.ids import ConversationID
+from cowconv.core.state import ConversationState
+
+__all__ = [
+    "DEFAULT_MAX_ITERATION_PER_RUN",
+    "Backend",
+    "EventCallback",
+    "ForkSpec",
+    "StateSink",
+    "check_max_iteration_per_run",
+    "notify",
+]
+
+logger = logging.getLogger("cowconv")
+
+EventCallback = Callable[[Event], None]
+"""Called with every event a conversation records, in order."""
+
+DEFAULT_MAX_ITERATION_PER_RUN = 500
+"""How many steps one ``run()`` may take before it stops as ``stuck``."""
+
+
+def check_max_iteration_per_run(value: object) -> None:
+    """Refuse anything but a positive int as an iteration limit.
+
+    >>> check_max_iteration_per_run(0)
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: max_iteration_per_run must be at least 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"max_iteration_per_run must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidValueError(f"max_iteration_per_run must be at least 1, got {value}")
+
+
+def notify(callbacks: Iterable[EventCallback], event: Event) -> None:
+    """Hand ``event`` to each callback; one that raises is logged and skipped.
+
+    >>> from cowconv import MessageEvent
+    >>> seen = []
+    >>> event = MessageEvent(source="user", role="user", content="hi")
+    >>> notify([lambda e: 1 / 0, seen.append], event)
+    >>> [event.text for event in seen]
+    ['hi']
+    """
+    for callback in callbacks:
+        try:
+            callback(event)
+        except Exception:
+            # A failing printer or visualiser must not lose the event or stop a run.
+            logger.exception("event callback %r failed on event %s", callback, event.id)
+
+
+class StateSink(Protocol):
+    """Where a conversation writes its snapshots (a persistent store).
+
+    ``save(previous, current)`` must make ``current`` durable before it
+    returns; ``previous`` is ``None`` for a new conversation or a fork. A
+    raised exception aborts the change: the conversation keeps ``previous``.
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> class Printer:
+    ...     def save(self, previous, current):
+    ...         print(len(current.events), "events")
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> printed = Conversation.from_state(conversation.state, store=Printer())
+    0 events
+    >>> _ = printed.send_message("hi")  # the system prompt first, in the same save
+    2 events
+    """
+
+    def save(self, previous: ConversationState | None, current: ConversationState) -> None: ...
+
+
+@dataclass(frozen=True)
+class ForkSpec:
+    """What a fork is asked for, checked by :meth:`Conversation.fork <cowconv.Conversation.fork>`.
+
+    ``tags`` already holds the title; ``agent`` is ``None`` to keep the
+    source's agent.
+
+    >>> ForkSpec(conversation_id="f1").reset_metrics
+    True
+    """
+
+    conversation_id: ConversationID | None = None
+    agent: Agent | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    title: str | None = None
+    reset_metrics: bool = True
+    from_event_id: str | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What holds a conversation's snapshots: in memory, in a store, or on a server.
+
+    ``snapshot()`` is the current :class:`~cowconv.ConversationState` (never
+    changed afterwards); ``commit(change)`` applies a change, makes it
+    durable where the backend keeps it and tells the callbacks about new
+    events. A remote backend accepts the named changes
+    of this module only.
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> isinstance(conversation.backend, Backend)
+    True
+    """
+
+    @property
+    def id(self) -> str:
+        """The conversation id."""
+        ...
+
+    @property
+    def max_iteration_per_run(self) -> int:
+        """How many steps one ``run()`` may take."""
+        ...
+
+    def snapshot(self) -> ConversationState:
+        """The current snapshot."""
+        ...
+
+    def commit(self, change: Change) -> None:
+        """Apply ``change``, persist it, notify the callbacks."""
+        ...
+
+    def send_message(self, text: str) -> MessageEvent:
+        """Record a user message (after the agent's system prompt, see :class:`SendMessage`)."""
+        ...
+
+    def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> Backend:
+        """A backend holding a new, independent fork of this conversation."""
+        ...
+
+    def run(self) -> None:
+        """Run the agent until the run ends (see :meth:`Conversation.run`)."""
+        ...
+
+    def pause(self) -> None:
+        """Ask a run to stop after its current step."""
+        ...
+
+    def interrupt(self) -> None:
+        """End a run now: kill its running command, run no further tool call."""
+        ...
+
+    def close(self) -> None:
+        """Release processes and connections."""
+        ...
