@@ -61,7 +61,7 @@ _LAZY = {
     "Branch": "cowconv.branches.suite",
     "BranchRuns": "cowconv.branches.suite",
     "run_branches": "cowconv.branches.suite",
-    "LLMSummarizingCondenser": "cowconv.agent.condenser",
+    "LLMSummarizingCondenser": "cowconv.core.agent",
     "Conversation": "cowconv.conversation",
     "LocalConversation": "cowconv.conversation",
     "RemoteConversation": "cowconv.conversation",
@@ -110,7 +110,6 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from cowconv.agent.condenser import LLMSummarizingCondenser
     from cowconv.agent.tools import (
         ToolDefinition,
         ToolResult,
@@ -122,7 +121,7 @@ if TYPE_CHECKING:
     from cowconv.branches.suite import Branch, BranchRuns, run_branches
     from cowconv.branches.wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
-    from cowconv.core.agent import Agent, Tool
+    from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.events import (
         ActionEvent,
         AgentErrorEvent,

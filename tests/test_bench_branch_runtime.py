@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from benchmarks.scenarios.branch_runtime import condensed_history, plain_history
 from cowconv import LLM, CondensationEvent, LLMSummarizingCondenser, SystemPromptEvent
+from cowconv.agent.condenser import condenser_view, should_condense
 
 
 class TestWorkload:
@@ -14,9 +15,9 @@ class TestWorkload:
         assert len(log) >= 500
         assert isinstance(log[0], SystemPromptEvent)
         assert sum(isinstance(event, CondensationEvent) for event in log) >= 10
-        view = condenser.view(log)
+        view = condenser_view(condenser, log)
         assert len(view) <= condenser.max_size - 3
-        assert not condenser.should_condense(view)
+        assert not should_condense(condenser, view)
 
     def test_plain_history_starts_with_the_system_prompt(self) -> None:
         """The uncondensed history has the requested length and its prompt first."""

@@ -23,6 +23,7 @@ from cowconv import (
     MessageEvent,
     ObservationEvent,
 )
+from cowconv.agent.condenser import condenser_view, plan_condensation, should_condense
 from cowconv.agent.messages import build_messages
 from cowconv.testing import StubLLMServer, StubReply
 from tests.strategies import agent_steps, paired_events
@@ -83,13 +84,15 @@ class TestView:
         log = EventLog()
         for number, batch in enumerate(batches):
             log = log.extend(unique(batch, f"b{number}-"))
-            view = chosen.view(log)
-            if chosen.should_condense(view):
-                plan = chosen.plan(view)
+            view = condenser_view(chosen, log)
+            if should_condense(chosen, view):
+                plan = plan_condensation(chosen, view)
                 if plan is not None:
                     log = log.append(plan.event(f"summary {number}"))
-                    assert len(chosen.view(log)) < len(view)
-            assert build_messages(chosen.view(log).events()) == build_messages(seed_view(list(log)))
+                    assert len(condenser_view(chosen, log)) < len(view)
+            assert build_messages(condenser_view(chosen, log).events()) == build_messages(
+                seed_view(list(log))
+            )
 
     @settings(max_examples=200, deadline=None)
     @given(st.lists(agent_steps(), min_size=1, max_size=30), st.integers(4, 12), st.integers(0, 3))
@@ -102,8 +105,8 @@ class TestView:
         log = EventLog()
         for number, step in enumerate(steps):
             log = log.extend(relabel(step, number))
-            view = chosen.view(log)
-            plan = chosen.plan(view) if chosen.should_condense(view) else None
+            view = condenser_view(chosen, log)
+            plan = plan_condensation(chosen, view) if should_condense(chosen, view) else None
             if plan is not None:
                 log = log.append(plan.event("summary"))
             answers = {
@@ -111,7 +114,7 @@ class TestView:
                 for m in build_messages(list(log))
                 if m["role"] == "tool"
             }
-            for message in chosen.view(log).messages():
+            for message in condenser_view(chosen, log).messages():
                 if message["role"] == "tool":
                     assert message["content"] == answers[message["tool_call_id"]]
 
@@ -135,7 +138,7 @@ class TestView:
         )
         events.append(MessageEvent(source="user", role="user", content="new"))
         counting = Counting(events)
-        view = condenser().view(counting)
+        view = condenser_view(condenser(), counting)
         assert [e.text for e in view.recent] == [str(i) for i in range(990, 1000)] + ["new"]
         assert len(counting.reads) < 20
 

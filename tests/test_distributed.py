@@ -35,6 +35,7 @@ from cowconv import (
     register_tool,
     run_branches,
 )
+from cowconv.agent.condenser import condenser_view
 from cowconv.branches.wire import (
     BranchJob,
     BranchOutcome,
@@ -299,7 +300,7 @@ class TestCondensedBranches:
         assert condenser is not None
         expected = source.fork()
         expected.send_message("Branch.")
-        view = condenser.view(expected.state.events).messages(source.agent.system_prompt)
+        view = condenser_view(condenser, expected.state.events).messages(source.agent.system_prompt)
         assert len(view) < len(source.state.events) // 2
         sent = len(stub.requests)
         forks = run_branches(source, ["Branch."], executor=PicklingExecutor(max_workers=1))

@@ -34,6 +34,7 @@ from cowconv import (
     MessageEvent,
     SystemPromptEvent,
 )
+from cowconv.agent.condenser import condenser_view, plan_condensation
 from cowconv.agent.messages import Rendering, render
 from cowconv.testing import StubLLMServer, StubReply
 
@@ -72,9 +73,9 @@ def condensed_history(size: int, condenser: LLMSummarizingCondenser) -> EventLog
     while len(log) < size:
         log = log.append(make_event(position))
         position += 1
-        view = condenser.view(log)
+        view = condenser_view(condenser, log)
         if len(view) > condenser.max_size - 4:
-            plan = condenser.plan(view)
+            plan = plan_condensation(condenser, view)
             if plan is not None:
                 log = log.append(plan.event(SUMMARY))
     return log
@@ -157,7 +158,8 @@ class BranchRuntime(Scenario):
                 repeats,
             )
             view_sizes = {
-                size: len(condenser.view(source.state.events)) for size, source in sources.items()
+                size: len(condenser_view(condenser, source.state.events))
+                for size, source in sources.items()
             }
             ctx.tick("run() of a fork without a condenser, two sizes alternating")
             plain_sources = {

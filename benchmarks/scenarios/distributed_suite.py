@@ -197,6 +197,7 @@ def _scaling(
 def _describe(sources: dict[str, dict[int, Any]]) -> dict[str, Any]:
     """Events, condensations and the size of the view of each scaling source."""
     from cowconv import CondensationEvent
+    from cowconv.agent.condenser import condenser_view
 
     described: dict[str, Any] = {}
     for workload, by_size in sources.items():
@@ -211,7 +212,7 @@ def _describe(sources: dict[str, dict[int, Any]]) -> dict[str, Any]:
                     "condensations": sum(isinstance(e, CondensationEvent) for e in state.events),
                     "view": len(state.events)
                     if condenser is None
-                    else len(condenser.view(state.events)),
+                    else len(condenser_view(condenser, state.events)),
                 }
             )
         described[workload] = rows

@@ -1,4 +1,4 @@
-"""``LLMSummarizingCondenser``: keep a long conversation within the model's window.
+"""Condensing: keep a long conversation within the model's window.
 
 An agent with a condenser (``Agent(condenser=...)``) does not send the whole
 history to the model. It sends a *view*: the first ``keep_first`` events,
@@ -8,17 +8,17 @@ the events that leave the view and the runtime appends a
 :class:`~cowconv.CondensationEvent` recording them. Nothing is deleted: the
 history stays append-only, and forks share the condensation.
 
->>> from cowconv import LLM, EventLog, MessageEvent
+>>> from cowconv import LLM, EventLog, LLMSummarizingCondenser, MessageEvent
 >>> condenser = LLMSummarizingCondenser(llm=LLM(model="openai/gpt-4o"), max_size=6, keep_first=1)
 >>> log = EventLog(MessageEvent(source="user", role="user", content=str(i)) for i in range(8))
->>> view = condenser.view(log)
->>> len(view), condenser.should_condense(view)
+>>> view = condenser_view(condenser, log)
+>>> len(view), should_condense(condenser, view)
 (8, True)
->>> plan = condenser.plan(view)
+>>> plan = plan_condensation(condenser, view)
 >>> [log[log.index_of(i)].text for i in plan.forgotten_event_ids]  # keeps "0" and "7"
 ['1', '2', '3', '4', '5', '6']
 >>> condensed = log.append(plan.event("Counted from 1 to 6."))
->>> [m["content"] for m in condenser.view(condensed).messages()]
+>>> [m["content"] for m in condenser_view(condenser, condensed).messages()]
 ['0', 'Counted from 1 to 6.', '7']
 
 Computing the view costs O(events since the last condensation), not
@@ -33,16 +33,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ConfigDict, Field, model_validator
-
-from cowconv._exceptions import InvalidValueError
 from cowconv.agent.messages import build_messages, render
+from cowconv.core.agent import LLMSummarizingCondenser
 from cowconv.core.events import CondensationEvent, Event, MessageEvent
-from cowconv.core.frozen import CheckedModel
 from cowconv.core.history import EventLog
-from cowconv.core.llm import LLM, LLMResponse
+from cowconv.core.llm import LLMResponse
 
-__all__ = ["CondensationPlan", "CondenserView", "LLMSummarizingCondenser"]
+__all__ = [
+    "CondensationPlan",
+    "CondenserView",
+    "condenser_view",
+    "plan_condensation",
+    "should_condense",
+    "summarize",
+]
 
 SUMMARY_INSTRUCTIONS = (
     "You maintain the memory of a software agent whose older conversation turns are being "
@@ -128,92 +132,88 @@ class CondensationPlan:
         )
 
 
-class LLMSummarizingCondenser(CheckedModel):
-    """Replaces older events by an LLM-written summary once the view exceeds ``max_size``.
+def condenser_view(condenser: LLMSummarizingCondenser, events: Sequence[Event]) -> CondenserView:
+    """The view ``condenser`` gives of a history: O(events since its last condensation).
 
-    The view keeps the first ``keep_first`` events (the system prompt and
-    the task, usually), the summary, and the most recent events; after a
-    condensation it holds about ``max_size // 2`` events. Give the condenser
-    its own ``usage_id`` to see its cost apart in the conversation's stats.
-
-    >>> from cowconv import LLM
-    >>> LLMSummarizingCondenser(llm=LLM(model="openai/gpt-4o", usage_id="condenser")).max_size
-    120
-    >>> LLMSummarizingCondenser(llm=LLM(model="openai/gpt-4o"), max_size=4, keep_first=3)
-    Traceback (most recent call last):
-    ...
-    pydantic_core._pydantic_core.ValidationError: 1 validation error for LLMSummarizingCondenser
-    ...
+    >>> from cowconv import LLM, LLMSummarizingCondenser, MessageEvent
+    >>> condenser = LLMSummarizingCondenser(llm=LLM(model="openai/gpt-4o"))
+    >>> len(condenser_view(condenser, [MessageEvent(source="user", role="user", content="hi")]))
+    1
     """
+    length = len(events)
+    position = length - 1
+    while position >= 0 and not isinstance(events[position], CondensationEvent):
+        position -= 1
+    if position < 0:
+        return CondenserView(head=(), summary=None, recent=events)
+    last = events[position]
+    assert isinstance(last, CondensationEvent)
+    head_size = last.summary_offset or 0
+    start = head_size
+    if last.forgotten_event_ids and isinstance(events, EventLog):
+        start = events.index_of(last.forgotten_event_ids[-1]) + 1
+    elif last.forgotten_event_ids:
+        ids = [event.id for event in events]
+        start = ids.index(last.forgotten_event_ids[-1]) + 1
+    head = tuple(events[index] for index in range(min(head_size, length)))
+    recent = tuple(
+        event
+        for event in (events[index] for index in range(start, length))
+        if not isinstance(event, CondensationEvent)
+    )
+    return CondenserView(head=head, summary=last.summary, recent=recent)
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    llm: LLM
-    max_size: int = Field(default=120, ge=4)
-    keep_first: int = Field(default=4, ge=0)
+def should_condense(condenser: LLMSummarizingCondenser, view: CondenserView) -> bool:
+    """Whether ``view`` has outgrown the condenser's ``max_size`` events.
 
-    @model_validator(mode="after")
-    def _room_for_recent_events(self) -> LLMSummarizingCondenser:
-        if self.keep_first >= self.max_size // 2:
-            raise InvalidValueError(
-                f"keep_first ({self.keep_first}) must be below max_size // 2 "
-                f"({self.max_size // 2}), or nothing recent would stay in view"
-            )
-        return self
+    >>> from cowconv import LLM, LLMSummarizingCondenser
+    >>> condenser = LLMSummarizingCondenser(llm=LLM(model="openai/gpt-4o"), max_size=10)
+    >>> should_condense(condenser, CondenserView(head=(), summary=None, recent=()))
+    False
+    """
+    return len(view) > condenser.max_size
 
-    def view(self, events: Sequence[Event]) -> CondenserView:
-        """The view of a history: O(events since its last condensation)."""
-        length = len(events)
-        position = length - 1
-        while position >= 0 and not isinstance(events[position], CondensationEvent):
-            position -= 1
-        if position < 0:
-            return CondenserView(head=(), summary=None, recent=events)
-        last = events[position]
-        assert isinstance(last, CondensationEvent)
-        head_size = last.summary_offset or 0
-        start = head_size
-        if last.forgotten_event_ids and isinstance(events, EventLog):
-            start = events.index_of(last.forgotten_event_ids[-1]) + 1
-        elif last.forgotten_event_ids:
-            ids = [event.id for event in events]
-            start = ids.index(last.forgotten_event_ids[-1]) + 1
-        head = tuple(events[index] for index in range(min(head_size, length)))
-        recent = tuple(
-            event
-            for event in (events[index] for index in range(start, length))
-            if not isinstance(event, CondensationEvent)
-        )
-        return CondenserView(head=head, summary=last.summary, recent=recent)
 
-    def should_condense(self, view: CondenserView) -> bool:
-        """Whether the view has outgrown ``max_size`` events."""
-        return len(view) > self.max_size
+def plan_condensation(
+    condenser: LLMSummarizingCondenser, view: CondenserView
+) -> CondensationPlan | None:
+    """What to forget, or ``None`` when no cut keeps every call with its result.
 
-    def plan(self, view: CondenserView) -> CondensationPlan | None:
-        """What to forget, or ``None`` when no cut keeps every call with its result."""
-        if view.summary is None:
-            candidates = (*view.head, *view.recent)
-            head = candidates[: self.keep_first]
-            rest = candidates[self.keep_first :]
-        else:
-            head, rest = view.head, tuple(view.recent)
-        keep_recent = max(self.max_size // 2 - len(head) - 1, 0)
-        cut = _safe_cut(head, rest, len(rest) - keep_recent)
-        # The summary takes a place in the view: forgetting must free more than that.
-        if cut <= (1 if view.summary is None else 0):
-            return None
-        forgotten = rest[:cut]
-        return CondensationPlan(
-            forgotten_event_ids=tuple(event.id for event in forgotten),
-            summary_offset=len(head),
-            prompt=_summary_prompt(view.summary, forgotten),
-        )
+    >>> from cowconv import LLM, LLMSummarizingCondenser
+    >>> condenser = LLMSummarizingCondenser(llm=LLM(model="openai/gpt-4o"), max_size=10)
+    >>> plan_condensation(condenser, CondenserView(head=(), summary=None, recent=())) is None
+    True
+    """
+    if view.summary is None:
+        candidates = (*view.head, *view.recent)
+        head = candidates[: condenser.keep_first]
+        rest = candidates[condenser.keep_first :]
+    else:
+        head, rest = view.head, tuple(view.recent)
+    keep_recent = max(condenser.max_size // 2 - len(head) - 1, 0)
+    cut = _safe_cut(head, rest, len(rest) - keep_recent)
+    # The summary takes a place in the view: forgetting must free more than that.
+    if cut <= (1 if view.summary is None else 0):
+        return None
+    forgotten = rest[:cut]
+    return CondensationPlan(
+        forgotten_event_ids=tuple(event.id for event in forgotten),
+        summary_offset=len(head),
+        prompt=_summary_prompt(view.summary, forgotten),
+    )
 
-    def summarize(self, plan: CondensationPlan) -> tuple[CondensationEvent, LLMResponse]:
-        """Ask the LLM for the summary; raises :class:`~cowconv.LLMError` if it fails."""
-        response = self.llm.completion(plan.prompt)
-        return plan.event(response.content, llm_response_id=response.id), response
+
+def summarize(
+    condenser: LLMSummarizingCondenser, plan: CondensationPlan
+) -> tuple[CondensationEvent, LLMResponse]:
+    """Ask the condenser's LLM for the summary; :class:`~cowconv.LLMError` if it fails.
+
+    >>> callable(summarize)  # it calls the model: see tests/test_condenser.py
+    True
+    """
+    response = condenser.llm.completion(plan.prompt)
+    return plan.event(response.content, llm_response_id=response.id), response
 
 
 def _safe_cut(head: Sequence[Event], rest: Sequence[Event], cut: int) -> int:

@@ -37,6 +37,7 @@ from cowconv._exceptions import (
     LLMError,
     ToolArgumentError,
 )
+from cowconv.agent.condenser import condenser_view, plan_condensation, should_condense, summarize
 from cowconv.agent.messages import INVALID_ARGUMENTS_KEY, build_messages
 from cowconv.agent.prompt import with_system_prompt
 from cowconv.agent.tools import ToolDefinition, decode_arguments, resolve_tool
@@ -296,11 +297,11 @@ class Runner:
         condenser = agent.condenser
         if condenser is None:
             return build_messages(events)
-        view = condenser.view(events)
-        plan = condenser.plan(view) if condenser.should_condense(view) else None
+        view = condenser_view(condenser, events)
+        plan = plan_condensation(condenser, view) if should_condense(condenser, view) else None
         if plan is not None:
             try:
-                condensation, response = condenser.summarize(plan)
+                condensation, response = summarize(condenser, plan)
             except LLMError as error:
                 failure = AgentErrorEvent(
                     error=f"condensation failed, sending the full view: {error}"
@@ -315,7 +316,7 @@ class Runner:
                     )
 
                 self._commit(record)
-                view = condenser.view(self._snapshot().events)
+                view = condenser_view(condenser, self._snapshot().events)
         return view.messages(system_prompt=agent.system_prompt)
 
     def _act(

@@ -1,4 +1,4 @@
-"""``Agent`` and ``Tool``: what runs a conversation, as immutable configuration.
+"""``Agent``, ``Tool``, ``LLMSummarizingCondenser``: what runs a conversation, as configuration.
 
 >>> from cowconv import LLM
 >>> agent = Agent(llm=LLM(model="openai/gpt-4o"), tools=[Tool(name="terminal")])
@@ -10,14 +10,14 @@ True
 
 from __future__ import annotations
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field, model_validator
 from pyrsistent import pmap
 
-from cowconv.agent.condenser import LLMSummarizingCondenser
+from cowconv._exceptions import InvalidValueError
 from cowconv.core.frozen import CheckedModel, FrozenJSONMap
 from cowconv.core.llm import LLM
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "Agent", "Tool"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "Agent", "LLMSummarizingCondenser", "Tool"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful software agent. Use the tools you are given to act in the "
@@ -36,6 +36,43 @@ class Tool(CheckedModel):
 
     name: str
     params: FrozenJSONMap = pmap()
+
+
+class LLMSummarizingCondenser(CheckedModel):
+    """Replaces older events by an LLM-written summary once the view exceeds ``max_size``.
+
+    This is the configuration (it travels with the agent in every snapshot);
+    :mod:`cowconv.agent.condenser` does the condensing.
+
+    The view keeps the first ``keep_first`` events (the system prompt and
+    the task, usually), the summary, and the most recent events; after a
+    condensation it holds about ``max_size // 2`` events. Give the condenser
+    its own ``usage_id`` to see its cost apart in the conversation's stats.
+
+    >>> from cowconv import LLM
+    >>> LLMSummarizingCondenser(llm=LLM(model="openai/gpt-4o", usage_id="condenser")).max_size
+    120
+    >>> LLMSummarizingCondenser(llm=LLM(model="openai/gpt-4o"), max_size=4, keep_first=3)
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for LLMSummarizingCondenser
+    ...
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    llm: LLM
+    max_size: int = Field(default=120, ge=4)
+    keep_first: int = Field(default=4, ge=0)
+
+    @model_validator(mode="after")
+    def _room_for_recent_events(self) -> LLMSummarizingCondenser:
+        if self.keep_first >= self.max_size // 2:
+            raise InvalidValueError(
+                f"keep_first ({self.keep_first}) must be below max_size // 2 "
+                f"({self.max_size // 2}), or nothing recent would stay in view"
+            )
+        return self
 
 
 class Agent(CheckedModel):
