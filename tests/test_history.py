@@ -272,7 +272,8 @@ class TestStartsWith:
     @settings(max_examples=300, deadline=None)
     @given(steps)
     def test_agrees_with_lists_on_every_pair_of_a_random_tree(self, plan):
-        """_starts_with is list prefix equality, for forks, prefixes and unpickled copies."""
+        """starts_with and common_prefix_length agree with lists, for forks, prefixes and unpickled
+        copies."""
         from tests.test_messages import grown
 
         logs = [EventLog(), *grown(plan, "s")]
@@ -281,22 +282,29 @@ class TestStartsWith:
         for log, events in zip(logs, as_lists, strict=True):
             for prefix, prefix_events in zip(logs, as_lists, strict=True):
                 expected = events[: len(prefix_events)] == prefix_events
-                assert log._starts_with(prefix) is expected
+                assert log.starts_with(prefix) is expected
+                assert prefix.is_prefix_of(log) is expected
+                shared = 0
+                for mine, theirs in zip(events, prefix_events, strict=False):
+                    if mine != theirs:
+                        break
+                    shared += 1
+                assert log.common_prefix_length(prefix) == shared
 
     def test_a_fork_of_a_long_log_is_recognised_without_reading_events(self, monkeypatch):
         """Forks of a source (and forks of a prefix of it) extend it: decided by lineage, O(1)."""
         source, _ = log_of(300)
         forks = [source.append(msg(f"fork {n}")) for n in range(3)]
         earlier = source.take(100).append(msg("from event 100"))
-        assert not forks[0]._starts_with(forks[1])  # siblings differ after the fork point
+        assert not forks[0].starts_with(forks[1])  # siblings differ after the fork point
 
         def no_reading(self, other):
             raise AssertionError("events were compared")
 
         monkeypatch.setattr(EventLog, "__eq__", no_reading)
-        assert all(fork._starts_with(source) for fork in forks)
-        assert earlier._starts_with(source.take(100))
-        assert not earlier._starts_with(source)  # shorter: no event needs reading either
+        assert all(fork.starts_with(source) for fork in forks)
+        assert earlier.starts_with(source.take(100))
+        assert not earlier.starts_with(source)  # shorter: no event needs reading either
 
 
 class TestVectorImplementation:

@@ -24,7 +24,6 @@ from cowconv import (
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, create_app
-from cowconv.core.tree import is_prefix
 from tests.conftest import message_texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))
@@ -199,15 +198,16 @@ class TestForkAndTheTree:
                 fork.close(), probe.close()
 
 
-class TestIsPrefix:
+class TestStartsWith:
     def test_cases(self):
-        """is_prefix compares the shared prefix: empty, equal, shorter, diverging, longer."""
+        """starts_with compares the shared prefix: empty, equal, shorter, diverging, longer."""
         events = [MessageEvent(source="user", role="user", content=t) for t in "abc"]
         other = MessageEvent(source="user", role="user", content="x")
         log = EventLog(events)
         diverged = log.take(1).append(other)
-        assert is_prefix(log.take(0), log) and is_prefix(log, log) and is_prefix(log.take(2), log)
-        assert not is_prefix(diverged, log) and not is_prefix(log, log.take(2))
+        assert log.starts_with(log.take(0)) and log.starts_with(log)
+        assert log.starts_with(log.take(2)) and log.take(2).is_prefix_of(log)
+        assert not log.starts_with(diverged) and not log.take(2).starts_with(log)
 
 
 class TestPersistedTree:

@@ -29,11 +29,9 @@ prompt caching).
 from __future__ import annotations
 
 import json
-import threading
-import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from pyrsistent import PMap, PVector, pmap, pvector
 
@@ -48,7 +46,7 @@ from cowconv.core.events import (
     TextContent,
 )
 from cowconv.core.frozen import thaw
-from cowconv.core.history import EventLog, _Line
+from cowconv.core.history import EventLog, PrefixCache
 
 __all__ = ["INVALID_ARGUMENTS_KEY", "PrefixCache", "Rendering", "build_messages", "render"]
 
@@ -213,67 +211,6 @@ class Rendering(NamedTuple):
 
 
 _EMPTY = Rendering(0, _NO_MESSAGES, None, _NO_COUNTS, _NO_RESULTS, _NO_SLOTS, (), 0)
-
-T = TypeVar("T")
-
-
-class PrefixCache(Generic[T]):
-    """Values computed for prefixes of histories, found again for any log that extends one.
-
-    Values are kept per *line* of an :class:`~cowconv.EventLog` (see
-    ``cowconv.core.history``): a value kept for a log of length ``n`` on a line
-    holds for every log with that line and at least ``n`` events, and for
-    the logs of child lines that branched at ``n`` or later. A line's
-    entries go when the line does; each line keeps its ``per_line`` most
-    recently used values.
-
-    >>> from cowconv import EventLog, MessageEvent
-    >>> counts: PrefixCache[int] = PrefixCache()
-    >>> log = EventLog([MessageEvent(source="user", role="user", content="a")])
-    >>> counts.find(log)
-    (0, None)
-    >>> counts.keep(log, 1)
-    >>> counts.find(log.append(MessageEvent(source="user", role="user", content="b")))
-    (1, 1)
-    """
-
-    def __init__(self, per_line: int = 16, max_walk: int = 64) -> None:
-        self._per_line = per_line
-        self._max_walk = max_walk
-        self._kept: weakref.WeakKeyDictionary[_Line, dict[int, T]] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
-
-    def find(self, log: EventLog) -> tuple[int, T | None]:
-        """The longest kept prefix of ``log``: (its length, its value), or (0, None)."""
-        line: _Line | None
-        line, limit = log._lineage()
-        with self._lock:
-            for _ in range(self._max_walk):
-                if line is None:
-                    break
-                kept = self._kept.get(line)
-                if kept:
-                    best = max((n for n in kept if n <= limit), default=None)
-                    if best is not None:
-                        value = kept.pop(best)
-                        kept[best] = value  # most recently used last
-                        return best, value
-                limit = min(limit, line.at)
-                line = line.parent
-        return 0, None
-
-    def keep(self, log: EventLog, value: T) -> None:
-        """Remember ``value`` for ``log`` (all its events)."""
-        line, length = log._lineage()
-        with self._lock:
-            kept = self._kept.get(line)
-            if kept is None:
-                kept = self._kept[line] = {}
-            kept.pop(length, None)
-            kept[length] = value
-            while len(kept) > self._per_line:
-                del kept[next(iter(kept))]
-
 
 _renderings: PrefixCache[Rendering] = PrefixCache()
 

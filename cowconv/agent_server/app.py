@@ -62,7 +62,6 @@ from cowconv.core.agent import Agent
 from cowconv.core.events import AnyEvent, Event, SystemPromptEvent
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationInfo, dump_state
-from cowconv.core.tree import is_prefix
 from cowconv.core.workspace import SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER
 from cowconv.stores import STORE_FILE_NAME, SQLiteStore, Store
 
@@ -484,7 +483,7 @@ def _add_event_routes(api: APIRouter, registry: ConversationRegistry) -> None:
                 BranchInfo(
                     leaf_event_id=None if branch.last is None else branch.last.id,
                     event_count=len(branch),
-                    active=len(branch) == len(state.events) and is_prefix(state.events, branch),
+                    active=len(branch) == len(state.events) and branch.starts_with(state.events),
                 )
                 for branch in state.branches
             ]

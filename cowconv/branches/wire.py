@@ -154,7 +154,7 @@ class BranchJob:
         """
         events = state.events
         shared = len(prefix.events)
-        if not events._starts_with(prefix.events):  # O(1) for a fork of the prefix
+        if not events.starts_with(prefix.events):  # O(1) for a fork of the prefix
             shared = 0
         own = EventLog(events[position] for position in range(shared, len(events)))
         agent = state.agent

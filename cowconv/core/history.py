@@ -56,10 +56,11 @@ checked against the event actually at that position.
 from __future__ import annotations
 
 import threading
+import weakref
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, islice
-from typing import Any, overload
+from typing import Any, Generic, TypeVar, overload
 
 import immutables
 from pydantic import GetCoreSchemaHandler
@@ -74,7 +75,7 @@ from cowconv._exceptions import (
 )
 from cowconv.core.events import AnyEvent, Event
 
-__all__ = ["VECTOR_IMPLEMENTATION", "EventLog"]
+__all__ = ["VECTOR_IMPLEMENTATION", "EventLog", "PrefixCache", "shared_prefix_length"]
 
 VECTOR_IMPLEMENTATION = "C extension" if type(pvector()).__module__ == "pvectorc" else "pure Python"
 """Which pyrsistent vector holds the histories.
@@ -86,6 +87,7 @@ the same behaviour, several times slower to index and iterate.
 """
 
 _COPY_LIMIT = 32
+_MAX_WALK = 64  # lines walked up before a lineage question falls back to the events
 _CHUNK_LIMIT = 4096
 _EMPTY_CHUNK: PVector[Event] = pvector()
 _PVECTOR_TYPE = type(_EMPTY_CHUNK)
@@ -179,10 +181,6 @@ class EventLog(Sequence[Event]):
         log._set((chunks, starts), length, ids, line)
         return log
 
-    def _lineage(self) -> tuple[_Line, int]:
-        """This log's line and length: it holds the line's first ``length`` events."""
-        return self._line, self._len
-
     # -- reading -----------------------------------------------------------
 
     def __len__(self) -> int:
@@ -228,31 +226,85 @@ class EventLog(Sequence[Event]):
         for position in range(self._len - 1, -1, -1):
             yield self[position]
 
-    def _starts_with(self, prefix: EventLog, max_walk: int = 64) -> bool:
-        """Whether this log's first ``len(prefix)`` events are ``prefix``'s.
+    # -- lineage -----------------------------------------------------------
+
+    def _ancestry(self, max_walk: int = _MAX_WALK) -> Iterator[tuple[_Line, int]]:
+        """This log's line and the lines it branched from, nearest first, each with how
+        many of that line's first events this log holds (at most ``max_walk`` lines)."""
+        line: _Line | None = self._line
+        reach = self._len
+        for _ in range(max_walk):
+            if line is None:
+                return
+            yield line, reach
+            reach = min(reach, line.at)
+            line = line.parent
+
+    def starts_with(self, prefix: EventLog) -> bool:
+        """Whether this log's first ``len(prefix)`` events are ``prefix``'s, in O(log n).
 
         O(1) for a log made from ``prefix`` (or from a log it is a prefix of)
         by appends and ``take``: their lines connect, and two logs holding a
         line's first ``n`` events hold the same events. Otherwise (an
-        unpickled copy, a log built apart) the events are compared.
+        unpickled copy, a log loaded from a store) the last event of
+        ``prefix`` is compared with the event at its position here: the
+        histories of one conversation tree that hold the same event at the
+        same position hold the same events before it (event ids are unique).
+
+        >>> from cowconv import MessageEvent
+        >>> log = EventLog([MessageEvent(source="user", role="user", content=t) for t in "ab"])
+        >>> log.starts_with(log.take(1)), log.take(1).starts_with(log), log.starts_with(EventLog())
+        (True, False, True)
         """
         count = prefix._len
         if count > self._len:
             return False
         if count == 0 or self is prefix:
             return True
-        line: _Line | None = self._line
-        limit = self._len
-        for _ in range(max_walk):
-            if line is None:
+        target = prefix._line
+        for line, reach in self._ancestry():
+            if line is target:
+                if count <= reach:
+                    return True  # decided without reading an event (stored ones load lazily)
                 break
-            if line is prefix._line:
-                if count <= limit:
-                    return True
-                break
-            limit = min(limit, line.at)
-            line = line.parent
-        return self.take(count) == prefix
+        mine, theirs = prefix[count - 1], self[count - 1]
+        return mine is theirs or mine == theirs
+
+    def is_prefix_of(self, other: EventLog) -> bool:
+        """Whether ``other`` starts with this log (``other.starts_with(self)``).
+
+        >>> from cowconv import MessageEvent
+        >>> log = EventLog([MessageEvent(source="user", role="user", content="a")])
+        >>> EventLog().is_prefix_of(log), log.is_prefix_of(EventLog())
+        (True, False)
+        """
+        return other.starts_with(self)
+
+    def common_prefix_length(self, other: EventLog) -> int:
+        """How many first events this log and ``other`` share.
+
+        O(lines walked) when their lines connect (a fork and its source,
+        branches of one tree built in this process); otherwise O(log n)
+        comparisons of event ids by bisection, which holds for histories of
+        one conversation tree (event ids are unique).
+
+        >>> from cowconv import MessageEvent
+        >>> base = EventLog([MessageEvent(source="user", role="user", content="a")])
+        >>> left = base.append(MessageEvent(source="user", role="user", content="b"))
+        >>> right = base.append(MessageEvent(source="user", role="user", content="c"))
+        >>> left.common_prefix_length(right), left.common_prefix_length(left.take(2))
+        (1, 2)
+        """
+        if self is other:
+            return self._len
+        mine = dict(self._ancestry())
+        for line, reach in other._ancestry():
+            known = mine.get(line)
+            if known is not None:
+                return min(known, reach)
+        return shared_prefix_length(
+            min(self._len, other._len), lambda position: self[position].id == other[position].id
+        )
 
     def _used_chunks(self) -> Iterator[Iterable[Event]]:
         ends = (*self._starts[1:], self._len) if self._starts else ()
@@ -460,6 +512,83 @@ class EventLog(Sequence[Event]):
 
 
 _EMPTY = EventLog()
+
+
+def shared_prefix_length(length: int, same_at: Callable[[int], bool]) -> int:
+    """The largest ``k <= length`` with ``same_at(k - 1)``, by bisection: O(log n) calls.
+
+    For two histories of one conversation tree, ``same_at(i)`` (the events
+    at position ``i`` have the same id) holds exactly for the positions of
+    their common prefix, so this is its length. Stores use it on stored ids.
+
+    >>> shared_prefix_length(10, lambda position: position < 4)
+    4
+    """
+    low, high = 0, length
+    if high and same_at(high - 1):
+        return high  # the usual case (one is a prefix of the other), decided with one call
+    while low < high:
+        middle = (low + high + 1) // 2
+        if same_at(middle - 1):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+T = TypeVar("T")
+
+
+class PrefixCache(Generic[T]):
+    """Values computed for prefixes of histories, found again for any log that extends one.
+
+    Values are kept per *line* of an :class:`~cowconv.EventLog` (see
+    ``cowconv.core.history``): a value kept for a log of length ``n`` on a line
+    holds for every log with that line and at least ``n`` events, and for
+    the logs of child lines that branched at ``n`` or later. A line's
+    entries go when the line does; each line keeps its ``per_line`` most
+    recently used values.
+
+    >>> from cowconv import EventLog, MessageEvent
+    >>> counts: PrefixCache[int] = PrefixCache()
+    >>> log = EventLog([MessageEvent(source="user", role="user", content="a")])
+    >>> counts.find(log)
+    (0, None)
+    >>> counts.keep(log, 1)
+    >>> counts.find(log.append(MessageEvent(source="user", role="user", content="b")))
+    (1, 1)
+    """
+
+    def __init__(self, per_line: int = 16, max_walk: int = _MAX_WALK) -> None:
+        self._per_line = per_line
+        self._max_walk = max_walk
+        self._kept: weakref.WeakKeyDictionary[_Line, dict[int, T]] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def find(self, log: EventLog) -> tuple[int, T | None]:
+        """The longest kept prefix of ``log``: (its length, its value), or (0, None)."""
+        with self._lock:
+            for line, limit in log._ancestry(self._max_walk):
+                kept = self._kept.get(line)
+                if kept:
+                    best = max((n for n in kept if n <= limit), default=None)
+                    if best is not None:
+                        value = kept.pop(best)
+                        kept[best] = value  # most recently used last
+                        return best, value
+        return 0, None
+
+    def keep(self, log: EventLog, value: T) -> None:
+        """Remember ``value`` for ``log`` (all its events)."""
+        line, length = log._line, log._len
+        with self._lock:
+            kept = self._kept.get(line)
+            if kept is None:
+                kept = self._kept[line] = {}
+            kept.pop(length, None)
+            kept[length] = value
+            while len(kept) > self._per_line:
+                del kept[next(iter(kept))]
 
 
 def _restore(chunks: tuple[tuple[Event, ...], ...]) -> EventLog:

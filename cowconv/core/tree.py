@@ -26,49 +26,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cowconv._exceptions import EventNotFoundError
-from cowconv.core.history import EventLog, _Line
+from cowconv.core.history import EventLog
 
 if TYPE_CHECKING:
     from cowconv.core.state import ConversationState
 
-__all__ = ["branches", "history_to", "is_prefix", "navigate"]
+__all__ = ["branches", "history_to", "navigate"]
 
 _EMPTY = EventLog()
-
-
-def is_prefix(prefix: EventLog, log: EventLog) -> bool:
-    """Whether ``prefix`` is the start of ``log`` (same events, same order), in O(log n).
-
-    Branches of one tree share their prefixes, so comparing the last event of
-    ``prefix`` with the event at the same position of ``log`` decides it.
-
-    >>> from cowconv import MessageEvent
-    >>> log = EventLog([MessageEvent(source="user", role="user", content=t) for t in "ab"])
-    >>> is_prefix(log.take(1), log), is_prefix(log, log.take(1)), is_prefix(EventLog(), log)
-    (True, False, True)
-    """
-    length = len(prefix)
-    if length > len(log):
-        return False
-    if length == 0 or prefix is log:
-        return True
-    if _same_line(prefix, log):
-        return True  # decided without reading an event (stored ones load lazily)
-    mine, theirs = prefix[length - 1], log[length - 1]
-    return mine is theirs or mine == theirs
-
-
-def _same_line(prefix: EventLog, log: EventLog) -> bool:
-    """Whether ``log`` was made from ``prefix`` by appends and takes (see EventLog's lines)."""
-    target, length = prefix._lineage()
-    line: _Line | None
-    line, reach = log._lineage()
-    while line is not None:
-        if line is target:
-            return length <= reach
-        reach = min(reach, line.at)
-        line = line.parent
-    return False
 
 
 def history_to(state: ConversationState, event_id: str) -> EventLog:
@@ -108,12 +73,12 @@ def navigate(state: ConversationState, event_id: str | None) -> ConversationStat
     """
     target = _EMPTY if event_id is None else history_to(state, event_id)
     current = state.events
-    if len(target) == len(current) and is_prefix(target, current):
+    if len(target) == len(current) and current.starts_with(target):
         return state
     others = list(state.other_branches)
-    if not is_prefix(current, target) and not any(is_prefix(current, b) for b in others):
+    if not target.starts_with(current) and not any(b.starts_with(current) for b in others):
         others.append(current)
-    kept = tuple(branch for branch in others if not is_prefix(branch, target))
+    kept = tuple(branch for branch in others if not target.starts_with(branch))
     return state._replace(events=target, other_branches=kept)
 
 
@@ -124,6 +89,6 @@ def branches(state: ConversationState) -> tuple[EventLog, ...]:
     part of another branch and is not listed on its own.
     """
     others = state.other_branches
-    if any(is_prefix(state.events, branch) for branch in others):
+    if any(branch.starts_with(state.events) for branch in others):
         return others
     return (*others, state.events)

@@ -130,16 +130,6 @@ def _dump_events(events: EventLog, start: int) -> list[Any]:
     return [events[position].model_dump(mode="json") for position in range(start, len(events))]
 
 
-def common_prefix(first: EventLog, second: EventLog) -> int:
-    """How many first events two histories share (by event id)."""
-    shared = 0
-    for mine, theirs in zip(first, second, strict=False):
-        if mine.id != theirs.id:
-            break
-        shared += 1
-    return shared
-
-
 def export_document(records: Iterable[ExportRecord], *, include_secrets: bool) -> str:
     """The versioned JSON text of ``records`` (parents before their forks)."""
     conversations = []
@@ -157,7 +147,7 @@ def export_document(records: Iterable[ExportRecord], *, include_secrets: bool) -
                 # branch, then its own events.
                 "branches": [
                     {
-                        "shared": (shared := common_prefix(events, branch)),
+                        "shared": (shared := events.common_prefix_length(branch)),
                         "events": _dump_events(branch, shared),
                     }
                     for branch in record.state.other_branches

@@ -27,7 +27,7 @@ from cowconv._exceptions import (
 )
 from cowconv.core.ids import ConversationID, id_text
 from cowconv.core.state import ConversationInfo, ConversationState, check_tags
-from cowconv.stores.base import ExportRecord, common_prefix, export_document, parse_export
+from cowconv.stores.base import ExportRecord, export_document, parse_export
 
 __all__ = ["MemoryStore"]
 
@@ -144,7 +144,7 @@ class MemoryStore:
                     continue
                 # What it shares with its parent's active branch as exported now (the parent
                 # may have navigated since the fork).
-                shared = common_prefix(parent.events, state.events)
+                shared = parent.events.common_prefix_length(state.events)
                 records.append(ExportRecord(state, id_text(parent.id), shared))
                 exported[id_text(state.id)] = state
         return export_document(records, include_secrets=include_secrets)

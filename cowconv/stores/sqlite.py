@@ -44,10 +44,9 @@ from cowconv._exceptions import (
     StoreError,
     StoreLockedError,
 )
-from cowconv.core.history import EventLog
+from cowconv.core.history import EventLog, shared_prefix_length
 from cowconv.core.ids import ConversationID, id_text, public_id
 from cowconv.core.state import ConversationInfo, ConversationState, check_tags, dump_state_json
-from cowconv.core.tree import is_prefix
 from cowconv.stores.base import (
     ExportRecord,
     export_document,
@@ -714,16 +713,10 @@ class SQLiteStore:
         self, db: sqlite3.Connection, log: EventLog, key: int, count: int
     ) -> int:
         """How many first events ``log`` shares with the stored history of row ``key``."""
-        low, high = 0, min(len(log), count)
-        if high and self._event_id_at(db, key, high - 1) == log[high - 1].id:
-            return high  # the usual case, decided with one lookup
-        while low < high:
-            middle = (low + high + 1) // 2
-            if self._event_id_at(db, key, middle - 1) == log[middle - 1].id:
-                low = middle
-            else:
-                high = middle - 1
-        return low
+        return shared_prefix_length(
+            min(len(log), count),
+            lambda position: self._event_id_at(db, key, position) == log[position].id,
+        )
 
     def _base(
         self, db: sqlite3.Connection, row: _Row, previous: ConversationState
@@ -803,7 +796,7 @@ class SQLiteStore:
         for log in (current.events, *current.other_branches):
             best, shared, same = None, 0, None
             for key, old in zip(old_keys, old_logs, strict=True):
-                common = _common_prefix(log, old)
+                common = log.common_prefix_length(old)
                 if common == len(log) == len(old) and key not in new_keys:
                     same = key
                     break
@@ -1029,20 +1022,8 @@ def _only_grows(previous: ConversationState, current: ConversationState) -> bool
     if previous.other_branches != current.other_branches:
         return False
     start = len(previous.events)
-    if len(current.events) < start or not is_prefix(previous.events, current.events):
+    if len(current.events) < start or not current.events.starts_with(previous.events):
         return False
     return len(current.events) == start or not any(
-        _common_prefix(current.events, branch) > start for branch in current.other_branches
+        current.events.common_prefix_length(branch) > start for branch in current.other_branches
     )
-
-
-def _common_prefix(a: EventLog, b: EventLog) -> int:
-    """How many first events ``a`` and ``b`` share, in O(log n) comparisons (tree-shaped ids)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[middle - 1].id == b[middle - 1].id:
-            low = middle
-        else:
-            high = middle - 1
-    return low
