@@ -105,13 +105,17 @@ class Workload:
 
     def conversation(self, size: int, **options: Any) -> Conversation:
         """A conversation whose history is the ``size``-event log, without ``size`` appends."""
-        base = Conversation(agent=self._agent, workspace=self._workspace, **options)
-        return Conversation.from_state(base.state._replace(events=self.log(size)))
+        conversation = Conversation(agent=self._agent, workspace=self._workspace, **options)
+        log = self.log(size)
+        conversation._commit(lambda state: state._replace(events=log))
+        return conversation
 
     def saved_conversation(self, size: int, store: Store) -> Conversation:
         """The ``size``-event conversation saved into ``store`` (its history written once)."""
-        base = Conversation(agent=self._agent, workspace=self._workspace)
-        return Conversation.from_state(base.state._replace(events=self.log(size)), store=store)
+        conversation = Conversation(agent=self._agent, workspace=self._workspace, store=store)
+        log = self.log(size)
+        conversation._commit(lambda state: state._replace(events=log))
+        return conversation
 
     def drop(self, size: int) -> None:
         """Forget the log of ``size`` (the events stay) to bound memory."""

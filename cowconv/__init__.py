@@ -54,7 +54,7 @@ _LAZY = {
     "EventCallback": "cowconv.ports",
     "BranchRow": "cowconv.branches.report",
     "SuiteReport": "cowconv.branches.report",
-    "BranchExecutor": "cowconv.branches.wire",
+    "BranchExecutor": "cowconv.ports",
     "BranchJob": "cowconv.branches.wire",
     "BranchOutcome": "cowconv.branches.wire",
     "SharedPrefix": "cowconv.branches.wire",
@@ -119,7 +119,7 @@ if TYPE_CHECKING:
     )
     from cowconv.branches.report import BranchRow, SuiteReport
     from cowconv.branches.suite import Branch, BranchRuns, run_branches
-    from cowconv.branches.wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
+    from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.events import (
@@ -151,7 +151,7 @@ if TYPE_CHECKING:
         Usage,
     )
     from cowconv.core.workspace import RemoteWorkspace, Workspace
-    from cowconv.ports import Backend, EventCallback, StateSink
+    from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
 

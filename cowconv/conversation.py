@@ -22,8 +22,9 @@ import os
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
+from cowconv import backends, stores
 from cowconv._exceptions import ConversationExistsError, InvalidTypeError, InvalidValueError
 from cowconv.backends.local import LocalBackend
 from cowconv.core.agent import Agent
@@ -35,14 +36,15 @@ from cowconv.core.changes import (
     SetTag,
     UpdateAgentState,
 )
-from cowconv.core.events import Event, MessageEvent, utc_now
+from cowconv.core.events import Event, MessageEvent
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.ids import ConversationID, id_text, public_id
+from cowconv.core.llm import LLMMetrics
 from cowconv.core.state import ConversationState, check_tags
-from cowconv.core.workspace import Workspace
-from cowconv.guards import guarded, unguarded
+from cowconv.core.usage import Usage
+from cowconv.core.workspace import RemoteWorkspace, Workspace
+from cowconv.guards import guarded
 from cowconv.ports import DEFAULT_MAX_ITERATION_PER_RUN, Backend, EventCallback, ForkSpec, StateSink
-from cowconv.stores.base import Store
 from cowconv.visualizer import (
     DEFAULT_VISUALIZER,
     ConversationVisualizerBase,
@@ -64,32 +66,20 @@ def check_conversation_id(conversation_id: ConversationID | None) -> Conversatio
     return public_id(id_text(conversation_id))
 
 
-def _open_store(directory_or_store: str | os.PathLike[str] | Store) -> Store:
+def _open_store(directory_or_store: str | os.PathLike[str] | StateSink) -> StateSink:
     if isinstance(directory_or_store, str | os.PathLike):
-        from cowconv.stores import SQLiteStore  # sqlite3 loads when a store is used
-
         directory = Path(directory_or_store).expanduser()
         directory.mkdir(parents=True, exist_ok=True)
-        return SQLiteStore(directory)
+        return stores.SQLiteStore(directory)  # sqlite3 loads when a store is used
     return directory_or_store
 
 
-def _store_for(persistence_dir: str | os.PathLike[str] | None, store: Store | None) -> Store | None:
+def _store_for(
+    persistence_dir: str | os.PathLike[str] | None, store: StateSink | None
+) -> StateSink | None:
     if persistence_dir is not None and store is not None:
         raise InvalidValueError("pass persistence_dir or store, not both")
     return _open_store(persistence_dir) if persistence_dir is not None else store
-
-
-def _resumed(
-    store: Store, conversation_id: str, agent: Agent, workspace: Workspace
-) -> ConversationState:
-    # The caller's agent and workspace win: they may bring a new API key.
-    stored = store.load(conversation_id)
-    if stored.agent == agent and stored.workspace == workspace:
-        return stored
-    state = stored._replace(agent=agent, workspace=workspace, updated_at=utc_now())
-    store.save(stored, state)
-    return state
 
 
 class Conversation:
@@ -114,14 +104,50 @@ class Conversation:
     conversation resumes from it with the ``agent`` and ``workspace`` given
     here; ``tags`` only apply to a new conversation.
 
-    With a ``Workspace(host=url, ...)`` the conversation lives on the agent
-    server at ``url`` (which stores it), and is a :class:`RemoteConversation`;
-    given the id of a conversation the server has, it attaches to it.
+    With a :class:`~cowconv.RemoteWorkspace` (or any ``Workspace(host=url,
+    ...)``) the conversation lives on the agent server at ``url`` (which
+    stores it), and is a :class:`RemoteConversation`; given the id of a
+    conversation the server has, it attaches to it.
+
+    This constructor is the one way to make a conversation:
+    :meth:`resume` reopens a stored one through the same path
+    (:meth:`LocalBackend.open <cowconv.backends.local.LocalBackend.open>`),
+    and :meth:`fork` makes one from another.
     """
 
+    @overload
+    def __new__(
+        cls,
+        agent: Agent,
+        workspace: RemoteWorkspace,
+        *,
+        conversation_id: ConversationID | None = ...,
+        tags: Mapping[str, str] | None = ...,
+        callbacks: Iterable[EventCallback] = ...,
+        max_iteration_per_run: int = ...,
+        visualizer: VisualizerSetting = ...,
+        stuck_detection: bool = ...,
+    ) -> RemoteConversation: ...
+
+    @overload
+    def __new__(
+        cls,
+        agent: Agent,
+        workspace: Workspace | str | os.PathLike[str],
+        *,
+        conversation_id: ConversationID | None = ...,
+        tags: Mapping[str, str] | None = ...,
+        callbacks: Iterable[EventCallback] = ...,
+        max_iteration_per_run: int = ...,
+        persistence_dir: str | os.PathLike[str] | None = ...,
+        store: StateSink | None = ...,
+        visualizer: VisualizerSetting = ...,
+        stuck_detection: bool = ...,
+    ) -> Conversation: ...
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
-        # The seed's Conversation(...) with a remote workspace is a RemoteConversation: the
-        # same class underneath (a subclass that only adds attach()), so __init__ still runs.
+        # As OpenHands' SDK: Conversation(...) with a remote workspace is a RemoteConversation
+        # (the same class underneath, a subclass that only adds attach()); __init__ still runs.
         workspace = kwargs.get("workspace", args[1] if len(args) > 1 else None)
         if cls is Conversation and isinstance(workspace, Workspace) and workspace.is_remote:
             cls = RemoteConversation
@@ -137,7 +163,7 @@ class Conversation:
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
         persistence_dir: str | os.PathLike[str] | None = None,
-        store: Store | None = None,
+        store: StateSink | None = None,
         visualizer: VisualizerSetting = DEFAULT_VISUALIZER,
         stuck_detection: bool = True,
     ) -> None:
@@ -157,9 +183,7 @@ class Conversation:
                     "a conversation on an agent server is stored by the server: leave out "
                     "persistence_dir and store (start the server with --data-dir instead)"
                 )
-            from cowconv.backends.remote import RemoteBackend  # httpx loads when a server is used
-
-            backend = RemoteBackend.create(
+            backend = backends.RemoteBackend.create(  # httpx loads when a server is used
                 agent,
                 workspace,
                 conversation_id=None if conversation_id is None else id_text(conversation_id),
@@ -168,79 +192,42 @@ class Conversation:
                 max_iteration_per_run=max_iteration_per_run,
             )
         else:
-            workspace = workspace.require_directory()
-            conversation_id = check_conversation_id(conversation_id)
-            sink = _store_for(persistence_dir, store)
-            if sink is not None and sink.exists(id_text(conversation_id)):
-                state = _resumed(sink, id_text(conversation_id), agent, workspace)
-                backend = LocalBackend(
-                    state,
-                    sink=sink,
-                    callbacks=callbacks,
-                    max_iteration_per_run=max_iteration_per_run,
-                )
-            else:
-                state = ConversationState(
-                    id=conversation_id, agent=agent, workspace=workspace, tags=tags
-                )
-                backend = LocalBackend.create(
-                    state,
-                    sink=sink,
-                    callbacks=callbacks,
-                    max_iteration_per_run=max_iteration_per_run,
-                )
+            state = ConversationState(
+                id=check_conversation_id(conversation_id),
+                agent=agent,
+                workspace=workspace.require_directory(),
+                tags=tags,
+            )
+            backend = LocalBackend.open(
+                state,
+                store=_store_for(persistence_dir, store),
+                callbacks=callbacks,
+                max_iteration_per_run=max_iteration_per_run,
+            )
+        self._hold(backend, shown)
+
+    def _hold(self, backend: Backend, visualizer: ConversationVisualizerBase | None) -> None:
         self._backend: Backend = backend
         self._view: tuple[ConversationState, ConversationState] | None = None
-        self._visualizer: ConversationVisualizerBase | None = shown
-        if shown is not None:
-            shown.initialize(self)
+        self._agent_view: tuple[ConversationState, Agent] | None = None
+        self._visualizer: ConversationVisualizerBase | None = visualizer
+        if visualizer is not None:
+            visualizer.initialize(self)
 
     @classmethod
-    def from_backend(cls, backend: Backend) -> Conversation:
-        """The conversation a :class:`~cowconv.Backend` holds.
-
-        >>> from cowconv import LLM, Agent, ConversationState, Workspace
-        >>> from cowconv.backends.local import LocalBackend
-        >>> state = ConversationState(id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")),
-        ...                           workspace=Workspace(working_dir="."))
-        >>> Conversation.from_backend(LocalBackend(state)).id
-        'c1'
-        """
-        conversation = object.__new__(cls)
-        conversation._backend = backend
-        conversation._view = None
-        conversation._visualizer = None
-        return conversation
-
-    @classmethod
-    def from_state(
-        cls,
-        state: ConversationState,
-        *,
-        store: StateSink | None = None,
-        callbacks: Iterable[EventCallback] = (),
-        max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+    def _holding(
+        cls, backend: Backend, visualizer: ConversationVisualizerBase | None = None
     ) -> Conversation:
-        """A conversation starting from ``state`` (saved to ``store`` first, if given).
-
-        >>> from cowconv import LLM, Agent, Conversation
-        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
-        >>> Conversation.from_state(source.state.evolve(id="copy")).id
-        'copy'
-        """
-        backend = LocalBackend.create(
-            unguarded(state),
-            sink=store,
-            callbacks=callbacks,
-            max_iteration_per_run=max_iteration_per_run,
-        )
-        return cls.from_backend(backend)
+        # A conversation over a backend made by fork() or resume() (never a public path).
+        conversation = object.__new__(cls)
+        conversation._hold(backend, visualizer)
+        return conversation
 
     @classmethod
     def resume(
         cls,
-        store: Store | str | os.PathLike[str],
-        conversation_id: str,
+        store: StateSink | str | os.PathLike[str],
+        conversation_id: ConversationID,
         *,
         callbacks: Iterable[EventCallback] = (),
     ) -> Conversation:
@@ -259,9 +246,10 @@ class Conversation:
         >>> resumed.agent.llm.api_key.get_secret_value()
         'sk-kept'
         """
-        opened = _open_store(store)
-        state = opened.load(id_text(conversation_id))
-        return cls.from_backend(LocalBackend(state, sink=opened, callbacks=callbacks))
+        backend = LocalBackend.open(
+            id_text(conversation_id), store=_open_store(store), callbacks=callbacks
+        )
+        return cls._holding(backend)
 
     # -- reading -------------------------------------------------------------
 
@@ -301,8 +289,26 @@ class Conversation:
 
     @property
     def agent(self) -> Agent:
-        """The agent that runs this conversation (api key redacted if read from a server)."""
-        return self.state.agent
+        """The agent that runs this conversation (api key redacted if read from a server).
+
+        Its ``llm.metrics`` are this conversation's own usage of that LLM
+        (``state.stats`` under the LLM's ``usage_id``; no latencies): a fork
+        reports what it spent, wherever it ran, not the running totals of
+        the LLM object its source shares with it.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.agent.llm.metrics.accumulated_cost
+        0.0
+        """
+        state = self._backend.snapshot()
+        view = self._agent_view
+        if view is None or view[0] is not state:
+            agent = state.agent
+            usage = state.stats.by_usage_id.get(agent.llm.usage_id) or Usage()
+            llm = agent.llm.with_metrics(LLMMetrics.of(usage))
+            view = self._agent_view = (state, agent.model_copy(update={"llm": llm}))
+        return view[1]
 
     @property
     def workspace(self) -> Workspace:
@@ -319,7 +325,8 @@ class Conversation:
     # -- changing ------------------------------------------------------------
 
     def _commit(self, change: Change) -> ConversationState:
-        # For tests and benchmarks that need a change no method makes (a local backend).
+        # For tests and benchmarks that need a change no method makes; the library never
+        # writes through it.
         self._backend.commit(change)
         return self._backend.snapshot()
 
@@ -454,11 +461,7 @@ class Conversation:
         shown = None if self._visualizer is None else type(self._visualizer)()
         if shown is not None:
             callbacks = (shown, *callbacks)
-        fork = type(self).from_backend(self._backend.fork(spec, callbacks))
-        if shown is not None:
-            shown.initialize(fork)
-            fork._visualizer = shown
-        return fork
+        return type(self)._holding(self._backend.fork(spec, callbacks), shown)
 
     # -- running -------------------------------------------------------------
 
@@ -579,10 +582,8 @@ class RemoteConversation(Conversation):
         ...         print(error.status_code)
         404
         """
-        from cowconv.backends.remote import RemoteBackend
-
         workspace = Workspace(host=host, working_dir=working_dir, api_key=api_key)
-        backend = RemoteBackend.attach(workspace, conversation_id, callbacks=callbacks)
-        conversation = cls.from_backend(backend)
+        backend = backends.RemoteBackend.attach(workspace, conversation_id, callbacks=callbacks)
+        conversation = cls._holding(backend)
         assert isinstance(conversation, RemoteConversation)
         return conversation

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from cowconv.conversation import Conversation
     from cowconv.core.state import ConversationState
 
-__all__ = ["guarded", "unguarded"]
+__all__ = ["guarded"]
 
 _Log = TypeVar("_Log", bound=EventLog)
 
@@ -125,16 +125,4 @@ def guarded(state: ConversationState, conversation: Conversation) -> Conversatio
         events=history,
         tags=_map(state.tags, "tags"),
         agent_state=_map(state.agent_state, "agent_state"),
-    )
-
-
-def unguarded(state: ConversationState) -> ConversationState:
-    """``state`` with plain values again (a guarded snapshot given to a new conversation)."""
-    events, tags, agent_state = state.events, state.tags, state.agent_state
-    if type(events) is EventLog and type(tags) is PMap and type(agent_state) is PMap:
-        return state
-    return state._replace(
-        events=_same_log(EventLog, events),
-        tags=_rebuilt(PMap, tags),
-        agent_state=_rebuilt(PMap, agent_state),
     )

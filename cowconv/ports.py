@@ -19,9 +19,9 @@ True
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.core.agent import Agent
@@ -30,12 +30,17 @@ from cowconv.core.events import Event, MessageEvent
 from cowconv.core.ids import ConversationID
 from cowconv.core.state import ConversationState
 
+if TYPE_CHECKING:
+    from cowconv.branches.wire import BranchJob, SharedPrefix
+
 __all__ = [
+    "BranchExecutor",
     "DEFAULT_MAX_ITERATION_PER_RUN",
     "Backend",
     "EventCallback",
     "ForkSpec",
     "StateSink",
+    "StateStore",
     "check_max_iteration_per_run",
     "notify",
 ]
@@ -93,13 +98,37 @@ class StateSink(Protocol):
     ...     def save(self, previous, current):
     ...         print(len(current.events), "events")
     >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
-    >>> printed = Conversation.from_state(conversation.state, store=Printer())
+    >>> printed = Conversation(agent=conversation.agent, workspace=".", store=Printer())
     0 events
     >>> _ = printed.send_message("hi")  # the system prompt first, in the same save
     2 events
     """
 
     def save(self, previous: ConversationState | None, current: ConversationState) -> None: ...
+
+
+@runtime_checkable
+class StateStore(StateSink, Protocol):
+    """A :class:`StateSink` that also reads conversations back: what resuming needs.
+
+    Every :class:`~cowconv.Store` is one.
+
+    >>> from cowconv import MemoryStore
+    >>> isinstance(MemoryStore(), StateStore)
+    True
+    """
+
+    def exists(self, conversation_id: ConversationID) -> bool:
+        """Whether the store holds ``conversation_id``."""
+        ...
+
+    def load(self, conversation_id: ConversationID) -> ConversationState:
+        """The stored snapshot (:class:`~cowconv.ConversationNotFoundError` if none)."""
+        ...
+
+
+# The row-level store interface (what a generic tree store needs from a database: rows of
+# conversations and of events) goes here, next to StateSink and StateStore.
 
 
 @dataclass(frozen=True)
@@ -178,3 +207,31 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release processes and connections."""
         ...
+
+
+class BranchExecutor(Protocol):
+    """Runs the jobs of a branch suite somewhere else (``cowconv.distributed`` has some).
+
+    ``run_jobs`` ships ``prefix`` once per worker (``prefix.dumps()``),
+    runs :func:`~cowconv.distributed.worker.run_branch_job` on a worker for every job, and yields
+    ``(job.index, result)`` as each one ends: the bytes it returned, or the
+    exception that stopped it (a job that cannot be pickled, a worker that
+    died). It must not run a job twice. ``ship_api_keys`` (default ``True``)
+    says whether LLM keys travel with the jobs.
+
+    >>> from cowconv.distributed.worker import run_branch_job
+    >>> class InThisThread:
+    ...     def run_jobs(self, prefix, jobs):
+    ...         data = prefix.dumps()
+    ...         for job in jobs:
+    ...             yield job.index, run_branch_job(job.dumps(), lambda: data)
+    >>> from cowconv import LLM, Agent, Conversation, run_branches
+    >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> forks = run_branches(source, [], executor=InThisThread())
+    >>> len(forks)
+    0
+    """
+
+    def run_jobs(
+        self, prefix: SharedPrefix, jobs: Sequence[BranchJob]
+    ) -> Iterable[tuple[int, bytes | BaseException]]: ...

@@ -39,6 +39,7 @@ from cowconv.core.events import (
     PauseEvent,
     SystemPromptEvent,
 )
+from cowconv.core.frozen import thaw
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -144,8 +145,6 @@ def _describe(event: Event) -> tuple[str, str, str]:
 
 
 def _plain(value: Any) -> Any:
-    from cowconv.core.frozen import thaw
-
     return thaw(value)
 
 

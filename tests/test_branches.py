@@ -38,8 +38,8 @@ class TestRunBranches:
             [Branch("Hello A", title="A", tags={"variant": "A"}), Branch("Hello B", agent=alt)],
         )
         assert forks[0].state.tags == {"title": "A", "variant": "A"}
-        assert forks[0].agent is source.agent
-        assert forks[1].agent is alt
+        assert forks[0].state.agent is source.state.agent
+        assert forks[1].state.agent is alt
         assert set(forks[1].state.stats.by_usage_id) == {"alt"}
         assert set(forks[0].state.stats.by_usage_id) == {"default"}
         last_asks = [

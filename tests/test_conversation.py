@@ -342,7 +342,7 @@ class TestFork:
         # Each conversation's .state guards its own view of the same structures.
         assert fork.state.events._chunks is source.state.events._chunks
         assert fork.state.agent_state._buckets is source.state.agent_state._buckets
-        assert fork.agent is source.agent
+        assert fork.state.agent is source.state.agent  # .agent is a view with its own metrics
 
     def test_source_stays_unchanged(self, backend, agents):
         """Anything done on the fork never touches the source (seed example)."""
@@ -578,7 +578,7 @@ class TestConversation:
                 if previous is not None:
                     raise OSError("disk full")
 
-        conversation = Conversation.from_state(new_conversation().state, store=RefusingSink())
+        conversation = Conversation(AGENT, ".", store=RefusingSink())
         with pytest.raises(OSError):
             conversation.send_message("lost?")
         assert len(conversation.state.events) == 0

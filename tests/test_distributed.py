@@ -36,14 +36,9 @@ from cowconv import (
     run_branches,
 )
 from cowconv.agent.condenser import condenser_view
-from cowconv.branches.wire import (
-    BranchJob,
-    BranchOutcome,
-    SharedPrefix,
-    forget_prefix,
-    run_branch_job,
-)
+from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
 from cowconv.distributed import PicklingExecutor, ProcessExecutor, prefix_loads
+from cowconv.distributed.worker import forget_prefix, run_branch_job
 from cowconv.testing import StubLLMServer, StubReply
 
 
@@ -135,10 +130,8 @@ class TestSameAsThreads:
     def test_executor_gives_the_forks_the_thread_pool_gives(self, source, executor):
         """Each fork ends as in the thread pool: same events, status, stats, title and tags."""
         before = source.state
-        llm_metrics = source.agent.llm.metrics
-        tokens_before = llm_metrics.prompt_tokens
+        source_tokens = source.agent.llm.metrics.prompt_tokens
         threaded = run_branches(source, BRANCHES)
-        tokens_threaded = llm_metrics.prompt_tokens - tokens_before
         remote = run_branches(source, BRANCHES, executor=executor)
         assert source.state is before
         assert [_own_events(f) for f in remote] == [_own_events(f) for f in threaded]
@@ -148,28 +141,44 @@ class TestSameAsThreads:
             assert dict(mine.state.tags) == dict(theirs.state.tags)
             assert mine.state.forked_from_conversation_id == source.id
             assert mine.state.events.take(len(before.events)) == before.events
-        # LLM usage made on the workers is added back to the caller's LLM.
-        assert llm_metrics.prompt_tokens - tokens_before == 2 * tokens_threaded
+        # Each fork reports its own usage, wherever it ran; the source's is its own.
+        for fork in [*remote, *threaded]:
+            assert fork.agent.llm.metrics.usage == fork.state.stats.get_combined_metrics()
+        assert source.agent.llm.metrics.prompt_tokens == source_tokens
         rows = remote.report().rows
         assert [row.title for row in rows] == ["A", "B", None]
         assert rows[0].final_answer is not None and "alpha" in rows[0].final_answer
         assert all(row.wall_seconds is not None and row.steps >= 1 for row in rows)
 
-    def test_usage_made_on_workers_is_added_back_cached_tokens_too(self, executor, tmp_path):
-        """The caller's llm.metrics grow by exactly the forks' stats, cached tokens included."""
+    def test_each_fork_reports_its_own_usage_cached_tokens_too(self, executor, tmp_path):
+        """fork.agent.llm.metrics is the fork's own usage (cached tokens included), not a
+        total shared with its source or its siblings."""
         with StubLLMServer(prompt_cache=True) as cached_stub:
             llm = LLM(**cached_stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
             source = Conversation(agent=Agent(llm=llm), workspace=tmp_path)
             source.send_message("A long shared question. " * 50)
             source.run()
-            before = llm.metrics.usage
-            calls = len(llm.metrics.latencies)
+            mine = source.agent.llm.metrics.usage
             forks = run_branches(source, ["Say A.", "Say B.", "Say C."], executor=executor)
-        spent = {k: v - before.model_dump()[k] for k, v in llm.metrics.usage.model_dump().items()}
-        totals = {k: sum(f.state.stats.model_dump()[k] for f in forks) for k in spent}
-        assert spent == totals
-        assert totals["cache_read_tokens"] > 0
-        assert len(llm.metrics.latencies) - calls == 3
+        assert source.agent.llm.metrics.usage == mine == source.state.stats.by_usage_id["default"]
+        for fork in forks:
+            own = fork.state.stats.by_usage_id["default"]
+            assert fork.agent.llm.metrics.usage == own
+            assert own.cache_read_tokens > 0 and own.prompt_tokens < 2 * mine.prompt_tokens
+
+    def test_outcomes_are_committed_through_the_backend_not_a_private_door(
+        self, source, executor, monkeypatch
+    ):
+        """run_branches records every outcome through the fork's backend (Conversation._commit
+        is for tests only): with _commit refusing, the forks still end with their runs."""
+
+        def refuse(self, change):
+            raise AssertionError("run_branches wrote through Conversation._commit")
+
+        monkeypatch.setattr(Conversation, "_commit", refuse)
+        forks = run_branches(source, ["Say hello."], executor=executor)
+        assert forks[0].state.execution_status is ExecutionStatus.FINISHED
+        assert len(forks[0].state.events) > len(source.state.events) + 1
 
     def test_the_prefix_travels_once_not_once_per_branch(self, source, stub_agent):
         """Bytes sent: the shared history once plus small jobs, far below one copy per branch."""
@@ -314,7 +323,7 @@ class TestCondensedBranches:
     ):
         """Rendering every shared event is wasted work when the model sees a condensed view."""
         from cowconv.agent import messages as _messages
-        from cowconv.branches import wire as _branch_wire
+        from cowconv.distributed import worker
 
         source = self._condensed(stub, tmp_path)
         agent = source.agent if condensed else source.agent.model_copy(update={"condenser": None})
@@ -325,7 +334,7 @@ class TestCondensedBranches:
         try:
             outcome = BranchOutcome.loads(run_branch_job(job.dumps(), prefix.dumps))
             assert outcome.error is None and outcome.events
-            events = _branch_wire._prefixes[prefix.key]
+            events = worker._prefixes[prefix.key]
             rendered, _ = _messages._renderings.find(events)
             assert rendered == (0 if condensed else len(events))
         finally:

@@ -30,7 +30,7 @@ from cowconv.agent.messages import (
     build_messages,
     render,
 )
-from cowconv.agent.prompt import last_system_prompt
+from cowconv.core.changes import last_system_prompt
 from tests.strategies import paired_events
 
 

@@ -170,9 +170,7 @@ class TestToolLoop:
                 before = 0 if previous is None else len(previous.events)
                 saves.append([e.kind for e in list(current.events)[before:]])
 
-        conversation = Conversation.from_state(
-            Conversation(agent=stub_agent, workspace=tmp_path).state, store=RecordingSink()
-        )
+        conversation = Conversation(agent=stub_agent, workspace=tmp_path, store=RecordingSink())
         conversation.send_message("Run `echo a` and `echo b`.")
         conversation.run()
         assert saves == [

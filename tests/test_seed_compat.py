@@ -397,13 +397,15 @@ class TestLLMFromEnv:
 
 class TestAliases:
     def test_seed_names_are_ours(self):
-        """LocalConversation, RemoteWorkspace are cowconv's classes under the seed's names."""
+        """LocalConversation is Conversation; RemoteWorkspace is a Workspace that needs a host."""
         import cowconv
 
         assert cowconv.LocalConversation is Conversation
-        assert cowconv.RemoteWorkspace is cowconv.Workspace
+        assert issubclass(cowconv.RemoteWorkspace, cowconv.Workspace)
         remote = cowconv.RemoteWorkspace(host="http://127.0.0.1:9", working_dir="/tmp")
         assert remote.is_remote
+        with pytest.raises(ValueError):
+            cowconv.RemoteWorkspace(working_dir="/tmp")
 
 
 class TestLineage:

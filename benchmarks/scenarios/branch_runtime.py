@@ -89,8 +89,9 @@ def plain_history(size: int) -> EventLog:
 
 
 def _conversation(agent: Agent, events: EventLog, workspace: str) -> Conversation:
-    base = Conversation(agent=agent, workspace=workspace)
-    return Conversation.from_state(base.state._replace(events=events))
+    conversation = Conversation(agent=agent, workspace=workspace)
+    conversation._commit(lambda state: state._replace(events=events))
+    return conversation
 
 
 def _fork_and_run(source: Conversation) -> float:

@@ -69,7 +69,8 @@ def _suite_source(events: int, stub: Any, workspace: Path) -> Any:
     # The suite's realistic events (messages, tool calls, ~430-character outputs), appended
     # one by one so the history has the chunk layout a real conversation has.
     log = EventLog().extend(make_event(position) for position in range(events))
-    return Conversation.from_state(base.state._replace(events=log))
+    base._commit(lambda state: state._replace(events=log))
+    return base
 
 
 def condensed_source(events: int, stub: Any, workspace: Path) -> Any:

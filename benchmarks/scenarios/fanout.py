@@ -55,8 +55,9 @@ class FanOut(Scenario):
         rows = []
         with StubLLMServer() as stub:
             agent = Agent(llm=LLM(**stub.llm_settings()))
-            base = Conversation(agent=agent, workspace=ctx.scratch)
-            source = Conversation.from_state(base.state._replace(events=ctx.workload.log(history)))
+            source = Conversation(agent=agent, workspace=ctx.scratch)
+            log = ctx.workload.log(history)
+            source._commit(lambda state: state._replace(events=log))
             ctx.tick("warm-up (imports litellm, first HTTP connection)")
             warm_up = time_once(lambda: run_branches(source, ["Warm up."]))
             settle()  # litellm's many objects would slow every later collection

@@ -34,15 +34,14 @@ from typing import Any
 
 from pyrsistent import PMap
 
-from cowconv.agent.messages import PrefixCache
 from cowconv.agent.tools import ToolDefinition, resolve_tool
 from cowconv.core.agent import Agent
-from cowconv.core.events import SystemPromptEvent
+from cowconv.core.changes import with_prompt
+from cowconv.core.events import SystemPromptEvent, new_event_id, utc_now
 from cowconv.core.frozen import freeze
-from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationState
 
-__all__ = ["last_system_prompt", "system_prompt_event", "with_system_prompt"]
+__all__ = ["system_prompt_event", "with_system_prompt"]
 
 
 @functools.cache
@@ -64,85 +63,44 @@ def _tool_specs(agent: Agent) -> tuple[PMap[str, Any], ...]:
     return tuple(specs)
 
 
-def system_prompt_event(agent: Agent) -> SystemPromptEvent:
-    """The :class:`~cowconv.SystemPromptEvent` of ``agent``: its prompt and its tools' specs.
+# One validated prompt event per system prompt and set of tool specs: validating a tool's JSON
+# schema costs ~0.3 ms, so each recorded prompt is a copy of it with its own id and time (its
+# tools are the same objects, which also makes comparing two of them O(1)).
+_templates: OrderedDict[tuple[str, tuple[int, ...]], SystemPromptEvent] = OrderedDict()
+_templates_lock = threading.Lock()
+_TEMPLATES_KEPT = 64
 
-    Tools that cannot be resolved (not registered in this process) are left out.
+
+def system_prompt_event(agent: Agent) -> SystemPromptEvent:
+    """A new :class:`~cowconv.SystemPromptEvent` of ``agent``: its prompt and its tools' specs.
+
+    Tools that cannot be resolved (not registered in this process) are left
+    out. Each call returns an event with a new id (each one recorded is its own event).
 
     >>> from cowconv import LLM, Agent, Tool
     >>> agent = Agent(llm=LLM(model="openai/gpt-4o"), tools=[Tool(name="terminal")])
     >>> event = system_prompt_event(agent)
-    >>> [spec["function"]["name"] for spec in event.tools]
-    ['terminal']
+    >>> again = system_prompt_event(agent)
+    >>> [spec["function"]["name"] for spec in event.tools], event.id != again.id
+    (['terminal'], True)
     """
-    return SystemPromptEvent(system_prompt=agent.system_prompt, tools=_tool_specs(agent))
-
-
-# The last SystemPromptEvent of each history prefix looked at before (a fork's included), so
-# finding it reads only the events since: the prompt usually sits at the very start.
-_prompts: PrefixCache[tuple[SystemPromptEvent | None]] = PrefixCache()
-_PROMPT_KIND = "system_prompt"
-
-
-def last_system_prompt(events: EventLog) -> SystemPromptEvent | None:
-    """The last :class:`~cowconv.SystemPromptEvent` of ``events`` (``None``: there is none).
-
-    Reads only the events since the longest prefix looked at before, and of
-    a stored history only the prompt itself.
-
-    >>> from cowconv import EventLog, MessageEvent
-    >>> log = EventLog([SystemPromptEvent(system_prompt="Be brief."),
-    ...                 MessageEvent(source="user", role="user", content="hi")])
-    >>> last_system_prompt(log).system_prompt
-    'Be brief.'
-    """
-    known, found = _prompts.find(events)
-    length = len(events)
-    position = events.position_of_last(_PROMPT_KIND, known)
-    if position is None:
-        prompt = found[0] if found is not None else None
-    else:
-        newer = events[position]
-        assert isinstance(newer, SystemPromptEvent)
-        prompt = newer
-    if known < length - 1 and (position is None or position < length - 1):
-        # Also for the prefix without the last event: the fork point of a fork's first step.
-        _prompts.keep(events.take(length - 1), (prompt,))
-    _prompts.keep(events, (prompt,))
-    return prompt
-
-
-# Prompt events found to hold a given tuple of specs: a tool's JSON schema compared deeply on
-# every message would cost more than the rest of send_message. Keyed by the event object
-# (kept here, so its id() is not reused), bounded.
-_matched: OrderedDict[int, tuple[SystemPromptEvent, tuple[PMap[str, Any], ...]]] = OrderedDict()
-_matched_lock = threading.Lock()
-_MATCHED_KEPT = 256
-
-
-def _holds(prompt: SystemPromptEvent, tools: tuple[PMap[str, Any], ...]) -> bool:
-    with _matched_lock:
-        known = _matched.get(id(prompt))
-    if known is not None and known[0] is prompt and len(known[1]) == len(tools):
-        if all(mine is theirs for mine, theirs in zip(known[1], tools, strict=True)):
-            return True
-    if prompt.tools != tools:
-        return False
-    with _matched_lock:
-        _matched[id(prompt)] = (prompt, tools)
-        _matched.move_to_end(id(prompt))
-        while len(_matched) > _MATCHED_KEPT:
-            _matched.popitem(last=False)
-    return True
+    specs = _tool_specs(agent)
+    key = (agent.system_prompt, tuple(id(spec) for spec in specs))  # specs are cached per tool
+    with _templates_lock:
+        template = _templates.get(key)
+    if template is None:
+        template = SystemPromptEvent(system_prompt=agent.system_prompt, tools=specs)
+        with _templates_lock:
+            _templates[key] = template
+            while len(_templates) > _TEMPLATES_KEPT:
+                _templates.popitem(last=False)
+    return template.model_copy(update={"id": new_event_id(), "timestamp": utc_now()})
 
 
 def with_system_prompt(state: ConversationState) -> ConversationState:
     """``state`` with its agent's system prompt recorded, if it is not the last one recorded.
 
-    Returns ``state`` itself when the last :class:`~cowconv.SystemPromptEvent`
-    of the active branch already has the agent's prompt and tools; otherwise
-    a state with :func:`system_prompt_event` appended. Callers append what
-    follows (the user message) in the same change.
+    :func:`cowconv.core.changes.with_prompt` with :func:`system_prompt_event`.
 
     >>> from cowconv import LLM, Agent, ConversationState, Workspace
     >>> state = ConversationState(id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")),
@@ -151,10 +109,4 @@ def with_system_prompt(state: ConversationState) -> ConversationState:
     >>> len(once.events), with_system_prompt(once) is once
     (1, True)
     """
-    agent = state.agent
-    tools = _tool_specs(agent)
-    last = last_system_prompt(state.events)
-    if last is not None and last.system_prompt == agent.system_prompt and _holds(last, tools):
-        return state
-    prompt = SystemPromptEvent(system_prompt=agent.system_prompt, tools=tools)
-    return state._replace(events=state.events.append(prompt))
+    return with_prompt(state, system_prompt_event(state.agent))

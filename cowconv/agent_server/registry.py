@@ -173,10 +173,15 @@ class ConversationRegistry:
             state = ConversationState(
                 id=chosen, agent=agent, workspace=Workspace.coerce(workspace), tags=state_tags
             )
-            backend = LocalBackend.create(
-                state, sink=self._store, callbacks=[self._hub(id_text(chosen)).notify], **options
+            # The one open path of a conversation held in this process; a taken id is refused.
+            backend = LocalBackend.open(
+                state,
+                store=self._store,
+                callbacks=[self._hub(id_text(chosen)).notify],
+                resume=False,
+                **options,
             )
-            return Conversation.from_backend(backend)
+            return Conversation._holding(backend)
 
         return self._adopt(make, conversation_id)
 

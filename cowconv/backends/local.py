@@ -24,11 +24,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from pyrsistent import pmap
 
-from cowconv._exceptions import EventNotFoundError
+from cowconv._exceptions import EventNotFoundError, InvalidTypeError
+from cowconv.agent.prompt import system_prompt_event
+from cowconv.agent.runtime import Runner
 from cowconv.core.changes import Change, SendMessage
 from cowconv.core.events import Event, MessageEvent, utc_now
 from cowconv.core.ids import id_text
@@ -39,21 +40,29 @@ from cowconv.ports import (
     EventCallback,
     ForkSpec,
     StateSink,
+    StateStore,
     check_max_iteration_per_run,
     notify,
 )
 
-if TYPE_CHECKING:
-    from cowconv.agent.runtime import Runner
-
 __all__ = ["LocalBackend"]
+
+
+def _resumed(store: StateStore, state: ConversationState) -> ConversationState:
+    # The caller's agent and workspace win: they may bring a new API key.
+    stored = store.load(state.id)
+    if stored.agent == state.agent and stored.workspace == state.workspace:
+        return stored
+    resumed = stored._replace(agent=state.agent, workspace=state.workspace, updated_at=utc_now())
+    store.save(stored, resumed)
+    return resumed
 
 
 class LocalBackend:
     """A conversation held in this process, in memory or written through a store.
 
-    ``sink.save(None, state)`` is the caller's to do for a new conversation
-    (:meth:`create` does it); a fork saves itself.
+    :meth:`open` is how one is made (it saves a new conversation first);
+    a fork saves itself.
 
     >>> from cowconv import LLM, Agent, ConversationState, Workspace
     >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
@@ -86,20 +95,49 @@ class LocalBackend:
         self._runner: Runner | None = None
 
     @classmethod
-    def create(
+    def open(
         cls,
-        state: ConversationState,
+        state: ConversationState | str,
         *,
-        sink: StateSink | None = None,
+        store: StateSink | None = None,
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+        resume: bool = True,
     ) -> LocalBackend:
-        """A backend for a new conversation, saved first (``sink.save(None, state)``)."""
-        check_max_iteration_per_run(max_iteration_per_run)
-        if sink is not None:
-            sink.save(None, state)
+        """The one way a conversation comes to be held in this process: new, resumed or reopened.
+
+        ``Conversation(...)``, ``Conversation.resume(...)`` and the agent
+        server all open their conversations here.
+
+        * ``state``, the first snapshot of a new conversation: if ``store``
+          (a :class:`~cowconv.ports.StateStore`) holds its id, that stored
+          conversation is resumed with the agent and workspace of ``state``
+          (they may bring a new API key), or, with ``resume=False``, refused
+          (:class:`~cowconv.ConversationExistsError`); otherwise ``state`` is
+          saved to ``store`` first.
+        * an id: the conversation ``store`` holds under it, as stored
+          (:class:`~cowconv.ConversationNotFoundError` if none).
+
+        >>> from cowconv import LLM, Agent, ConversationState, MemoryStore, Workspace
+        >>> store = MemoryStore()
+        >>> state = ConversationState(id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")),
+        ...                           workspace=Workspace(working_dir="."))
+        >>> LocalBackend.open(state, store=store).snapshot() is state
+        True
+        >>> LocalBackend.open("c1", store=store).snapshot().id
+        'c1'
+        """
+        check_max_iteration_per_run(max_iteration_per_run)  # before anything is saved
+        if isinstance(state, str):
+            if not isinstance(store, StateStore):
+                raise InvalidTypeError("reopening a conversation by id needs a store to read it")
+            state = store.load(state)
+        elif resume and isinstance(store, StateStore) and store.exists(state.id):
+            state = _resumed(store, state)
+        elif store is not None:
+            store.save(None, state)
         return cls(
-            state, sink=sink, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
+            state, sink=store, callbacks=callbacks, max_iteration_per_run=max_iteration_per_run
         )
 
     @property
@@ -134,7 +172,7 @@ class LocalBackend:
     def send_message(self, text: str) -> MessageEvent:
         """Record a user message, after the agent's system prompt if it is not current."""
         event = MessageEvent(source="user", role="user", content=text)
-        self.commit(SendMessage(event))
+        self.commit(SendMessage(event, system_prompt_event(self._state.agent)))
         return event
 
     def _settle(self, status: ExecutionStatus) -> None:
@@ -185,7 +223,9 @@ class LocalBackend:
             updated_at=now,
             other_branches=state.other_branches if spec.from_event_id is None else (),
         )
-        return LocalBackend.create(
+        if self.sink is not None:
+            self.sink.save(None, forked)
+        return LocalBackend(
             forked,
             sink=self.sink,
             callbacks=callbacks,
@@ -196,8 +236,6 @@ class LocalBackend:
         """Run the agent in this thread (one run at a time)."""
         runner = self._runner
         if runner is None:
-            from cowconv.agent.runtime import Runner  # the runtime (LLM, tools) loads on first run
-
             with self._lock:
                 if self._runner is None:
                     self._runner = Runner(

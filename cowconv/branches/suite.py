@@ -21,19 +21,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cowconv._exceptions import BranchError, BranchesError, InvalidTypeError, InvalidValueError
-from cowconv.branches.wire import BranchExecutor, BranchJob, BranchOutcome, SharedPrefix
+from cowconv.branches.report import SuiteReport
+from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
 from cowconv.conversation import Conversation
 from cowconv.core.agent import Agent
 from cowconv.core.events import AgentErrorEvent
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationState, ExecutionStatus
-from cowconv.ports import EventCallback
-
-if TYPE_CHECKING:
-    from cowconv.branches.report import SuiteReport
+from cowconv.ports import BranchExecutor, EventCallback
 
 __all__ = ["Branch", "BranchRuns", "run_branches"]
 
@@ -94,8 +91,6 @@ class BranchRuns(list[Conversation]):
         >>> BranchRuns().report().to_json()
         '[]'
         """
-        from cowconv.branches.report import SuiteReport
-
         return SuiteReport.of(self, self.wall_seconds)
 
 
@@ -129,8 +124,8 @@ def run_branches(
     once and each branch only its own header and message; what a run
     appended, its stats, status and agent state come back and are committed
     to the fork here (so this process's store persists them and the fork's
-    callbacks see them), and the LLM usage made there is added to the
-    agent's ``llm.metrics`` here. A branch that cannot be shipped, or whose
+    callbacks see them). Each fork's usage is in its own ``state.stats``
+    (and its ``agent.llm.metrics``), wherever it ran. A branch that cannot be shipped, or whose
     worker dies, fails alone: its fork records why and ends ``error``, and a
     :class:`~cowconv.BranchError` for it is among the raised group.
 
@@ -226,27 +221,9 @@ def _fail(fork: Conversation, error: BranchError) -> None:
         )
 
     try:
-        fork._commit(change)
+        fork.backend.commit(change)
     except Exception as failure:
         error.add_note(f"recording it on the fork failed too: {failure}")
-
-
-def _add_usage(fork: Conversation, outcome: BranchOutcome) -> None:
-    usage = outcome.usage
-    latencies = outcome.latencies or ((0.0,) if usage.accumulated_cost else ())
-    metrics = fork.agent.llm.metrics
-    for position, latency in enumerate(latencies):
-        # The worker sends its calls' totals and each call's latency: the totals go with the
-        # first call, so the metrics here end with the same totals and the same latencies.
-        first = position == 0
-        metrics.add(
-            cost=usage.accumulated_cost if first else 0.0,
-            prompt_tokens=usage.prompt_tokens if first else 0,
-            completion_tokens=usage.completion_tokens if first else 0,
-            cache_read_tokens=usage.cache_read_tokens if first else 0,
-            cache_write_tokens=usage.cache_write_tokens if first else 0,
-            latency=latency,
-        )
 
 
 def _run_on(
@@ -293,11 +270,12 @@ def _run_on(
                 if outcome.error is not None:
                     failed(index, outcome.error)
                     continue
-                fork._commit(outcome.apply)
+                # Through the fork's backend, as any change: its store persists the outcome
+                # and its callbacks hear the events. Its stats hold the run's usage.
+                fork.backend.commit(outcome.apply)
             except Exception as error:
                 errors.append(error)
                 continue
-            _add_usage(fork, outcome)
             outcomes[index] = outcome
     except Exception as error:
         for index in sorted(pending):

@@ -55,6 +55,8 @@ __all__ = [
     "Role",
     "SystemPromptEvent",
     "TextContent",
+    "new_event_id",
+    "utc_now",
 ]
 
 EventSource: TypeAlias = Literal["user", "agent", "environment"]
@@ -62,7 +64,12 @@ Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 _SOURCE_OF_ROLE: dict[str, EventSource] = {"user": "user", "tool": "environment"}
 
 
-def _new_id() -> str:
+def new_event_id() -> str:
+    """A new event id: a random UUID's text.
+
+    >>> len(new_event_id()), new_event_id() != new_event_id()
+    (36, True)
+    """
     return str(uuid.uuid4())
 
 
@@ -119,7 +126,7 @@ class Event(_Frozen):
     """
 
     kind: str
-    id: str = Field(default_factory=_new_id)
+    id: str = Field(default_factory=new_event_id)
     timestamp: datetime = Field(default_factory=utc_now)
     source: EventSource
 

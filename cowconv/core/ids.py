@@ -22,6 +22,7 @@ from typing import Annotated, TypeAlias
 from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
 from cowconv._exceptions import InvalidValueError
+from cowconv.core.frozen import check_text
 
 __all__ = ["ConversationID", "ConversationIDField", "id_text", "public_id"]
 
@@ -40,8 +41,6 @@ def id_text(conversation_id: object, *, name: str = "conversation_id") -> str:
     if isinstance(conversation_id, uuid.UUID):
         return str(conversation_id)
     if isinstance(conversation_id, str) and conversation_id.strip():
-        from cowconv.core.frozen import check_text
-
         return check_text(conversation_id, name)
     # InvalidValueError (a ValueError) so the server answers 422, not 500, to a blank id in a path.
     message = f"{name} must be a uuid.UUID or a non-empty string, got {conversation_id!r}"

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import (
     ConfigDict,
@@ -44,9 +44,7 @@ from pydantic import (
 
 from cowconv._exceptions import InvalidValueError, LLMError
 from cowconv.core.frozen import CheckedModel
-
-if TYPE_CHECKING:
-    from cowconv.core.usage import Usage
+from cowconv.core.usage import Usage
 
 __all__ = ["LLM", "LLMMetrics", "LLMResponse", "LLMToolCall"]
 
@@ -134,8 +132,6 @@ def _usage(
     cache_read_tokens: int = 0,
     cache_write_tokens: int = 0,
 ) -> Usage:
-    from cowconv.core.usage import Usage
-
     return Usage(
         accumulated_cost=cost,
         prompt_tokens=prompt_tokens,
@@ -168,6 +164,23 @@ class LLMMetrics:
         # cost, prompt, completion, cache read, cache write
         self._totals: tuple[float, int, int, int, int] = (0.0, 0, 0, 0, 0)
         self._latencies: list[float] = []
+
+    @classmethod
+    def of(cls, usage: Usage) -> LLMMetrics:
+        """Metrics holding the totals of ``usage`` (and no latencies).
+
+        >>> LLMMetrics.of(Usage(accumulated_cost=0.5, prompt_tokens=7)).prompt_tokens
+        7
+        """
+        metrics = cls()
+        metrics._totals = (
+            usage.accumulated_cost,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+        )
+        return metrics
 
     def add(
         self,
@@ -356,6 +369,18 @@ class LLM(CheckedModel):
     def metrics(self) -> LLMMetrics:
         """Cost, tokens and latencies of every call made through this object."""
         return self._metrics
+
+    def with_metrics(self, metrics: LLMMetrics) -> LLM:
+        """A copy of this LLM (equal to it) whose calls are counted in ``metrics``.
+
+        >>> llm = LLM(model="openai/gpt-4o")
+        >>> fresh = llm.with_metrics(LLMMetrics())
+        >>> fresh == llm, fresh.metrics is llm.metrics
+        (True, False)
+        """
+        copy = self.model_copy()
+        copy._metrics = metrics
+        return copy
 
     @classmethod
     def from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:

@@ -29,6 +29,7 @@ from cowconv.core.events import utc_now
 from cowconv.core.frozen import CheckedModel, FrozenJSONMap, FrozenMap, FrozenStrMap, check_text
 from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationIDField
+from cowconv.core.tree import branches
 from cowconv.core.usage import TokenUsage, Usage
 from cowconv.core.workspace import Workspace
 
@@ -218,8 +219,6 @@ class ConversationState(CheckedModel):
         >>> [[e.text for e in branch[1:]] for branch in conversation.state.branches]  # [0]: prompt
         [['one', 'two'], ['one', 'three']]
         """
-        from cowconv.core.tree import branches
-
         return branches(self)
 
     def __setattr__(self, name: str, value: Any) -> None:

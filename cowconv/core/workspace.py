@@ -99,5 +99,15 @@ class Workspace(CheckedModel):
         )
 
 
-RemoteWorkspace = Workspace
-"""The seed SDK's name for a :class:`Workspace` on an agent server (``host=``): an alias."""
+class RemoteWorkspace(Workspace):
+    """A :class:`Workspace` on an agent server: ``host`` is required (OpenHands' SDK's name).
+
+    ``Conversation(agent, RemoteWorkspace(...))`` is typed as a
+    :class:`~cowconv.RemoteConversation`; a ``Workspace(host=...)`` is just as
+    remote, typed as a plain conversation.
+
+    >>> RemoteWorkspace(host="http://127.0.0.1:8000", working_dir="/srv/app").is_remote
+    True
+    """
+
+    host: str

@@ -26,9 +26,9 @@ message, and commits what each run appended back to its fork here.
 See ``docs/distributed.md`` for what travels, secrets and the pitfalls.
 """
 
-from cowconv.branches.wire import prefix_loads
 from cowconv.distributed.dask import DaskExecutor
 from cowconv.distributed.process import PicklingExecutor, ProcessExecutor
 from cowconv.distributed.ray import RayExecutor
+from cowconv.distributed.worker import prefix_loads
 
 __all__ = ["DaskExecutor", "PicklingExecutor", "ProcessExecutor", "RayExecutor", "prefix_loads"]

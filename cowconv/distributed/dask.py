@@ -11,8 +11,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError, ServiceError
-from cowconv.branches.wire import BranchJob, SharedPrefix, run_branch_job
+from cowconv.branches.wire import BranchJob, SharedPrefix
 from cowconv.distributed.driver import drive
+from cowconv.distributed.worker import run_branch_job
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -14,8 +14,9 @@ from concurrent.futures import ProcessPoolExecutor as _Pool
 from concurrent.futures.process import BrokenProcessPool
 
 from cowconv._exceptions import InvalidValueError, ServiceError
-from cowconv.branches.wire import BranchJob, SharedPrefix, forget_prefix, run_branch_job
+from cowconv.branches.wire import BranchJob, SharedPrefix
 from cowconv.distributed.driver import drive
+from cowconv.distributed.worker import forget_prefix, run_branch_job
 
 __all__ = ["PicklingExecutor", "ProcessExecutor"]
 

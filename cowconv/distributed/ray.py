@@ -10,8 +10,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cowconv._exceptions import InvalidValueError, ServiceError
-from cowconv.branches.wire import BranchJob, SharedPrefix, run_branch_job
+from cowconv.branches.wire import BranchJob, SharedPrefix
 from cowconv.distributed.driver import drive
+from cowconv.distributed.worker import run_branch_job
 
 __all__ = ["RayExecutor"]
 
