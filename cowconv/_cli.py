@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cowconv import __version__, stores
+from cowconv._exceptions import CowconvError
+from cowconv.core.history import VECTOR_IMPLEMENTATION
 from cowconv.core.ids import ConversationID, public_id
 from cowconv.core.state import ConversationInfo
 
@@ -46,9 +49,6 @@ app = typer.Typer(
 def _version(value: bool) -> None:
     if value:
         import platform
-
-        from cowconv import __version__
-        from cowconv.core.history import VECTOR_IMPLEMENTATION
 
         python = platform.python_version()
         typer.echo(f"cowconv {__version__} (Python {python}, pyrsistent {VECTOR_IMPLEMENTATION})")
@@ -318,18 +318,15 @@ def _tree(path: Path, conversation_id: str | None) -> int:
     from rich.console import Console
     from rich.tree import Tree
 
-    from cowconv._exceptions import CowconvError
-    from cowconv.stores import SQLiteStore, store_file
-
     try:
-        database = store_file(path)  # a directory's cowconv.db, as persistence_dir writes it
+        database = stores.store_file(path)  # a directory's cowconv.db, as persistence_dir writes it
     except CowconvError as error:
         print(f"cannot read {path}: {error}")
         return 2
     if not database.exists():
         raise fail(f"no cowconv store at {path}")
     try:
-        store = SQLiteStore(database)
+        store = stores.SQLiteStore(database)
         try:
             infos = store.list()
             # How many events each fork inherited (None for a conversation that is no fork).

@@ -40,11 +40,11 @@ from cowconv.core.events import Event, MessageEvent
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.ids import ConversationID, id_text, public_id
 from cowconv.core.llm import LLMMetrics
-from cowconv.core.state import ConversationState, check_tags
+from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.usage import Usage
 from cowconv.core.workspace import RemoteWorkspace, Workspace
 from cowconv.guards import guarded
-from cowconv.ports import DEFAULT_MAX_ITERATION_PER_RUN, Backend, EventCallback, ForkSpec, StateSink
+from cowconv.ports import Backend, EventCallback, ForkSpec, StateSink
 from cowconv.visualizer import (
     DEFAULT_VISUALIZER,
     ConversationVisualizerBase,

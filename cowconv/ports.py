@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.core.agent import Agent
 from cowconv.core.changes import Change
 from cowconv.core.events import Event, MessageEvent
@@ -35,13 +34,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BranchExecutor",
-    "DEFAULT_MAX_ITERATION_PER_RUN",
     "Backend",
     "EventCallback",
     "ForkSpec",
     "StateSink",
     "StateStore",
-    "check_max_iteration_per_run",
     "notify",
 ]
 
@@ -49,23 +46,6 @@ logger = logging.getLogger("cowconv")
 
 EventCallback = Callable[[Event], None]
 """Called with every event a conversation records, in order."""
-
-DEFAULT_MAX_ITERATION_PER_RUN = 500
-"""How many steps one ``run()`` may take before it stops as ``stuck``."""
-
-
-def check_max_iteration_per_run(value: object) -> None:
-    """Refuse anything but a positive int as an iteration limit.
-
-    >>> check_max_iteration_per_run(0)
-    Traceback (most recent call last):
-    ...
-    cowconv._exceptions.InvalidValueError: max_iteration_per_run must be at least 1, got 0
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTypeError(f"max_iteration_per_run must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise InvalidValueError(f"max_iteration_per_run must be at least 1, got {value}")
 
 
 def notify(callbacks: Iterable[EventCallback], event: Event) -> None:

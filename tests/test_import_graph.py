@@ -1,4 +1,17 @@
-"""The modules of cowconv import each other without cycles, the data's path is one way."""
+"""The packages of cowconv import only downwards: the layers follow the data's path.
+
+::
+
+    _exceptions                 every error class (imports nothing of cowconv)
+    core/                       imports nothing of cowconv but _exceptions
+    agent/, ports, tools/       import only core (and _exceptions)
+    backends/, stores/          import ports, core and agent; not each other
+    everything else             the top: branches/, distributed/, agent_server/,
+                                conversation, guards, visualizer, testing, the CLI
+
+A module never imports a cowconv module inside a function (an import there
+is a door to a higher floor), except the CLI's import of the optional server.
+"""
 
 from __future__ import annotations
 
@@ -88,6 +101,112 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+# Layer (a module or package prefix) -> the prefixes its modules may import; the root package
+# (``cowconv`` itself, whose lazy attributes can load anything) is in no list.
+RULES: dict[str, tuple[str, ...]] = {
+    "_exceptions": (),
+    "core": ("_exceptions", "core"),
+    "agent": ("_exceptions", "core", "agent"),
+    "ports": ("_exceptions", "core"),
+    "tools": ("_exceptions", "core", "agent", "tools"),
+    "backends": ("_exceptions", "core", "agent", "ports", "backends"),
+    "stores": ("_exceptions", "core", "agent", "ports", "stores"),
+}
+
+# (importer, imported prefix) allowed inside a function: optional extras only.
+FUNCTION_LEVEL_ALLOWED = {("_cli", "agent_server")}
+
+
+def _relative(module: str, root: str) -> str:
+    return module[len(root) + 1 :] if module.startswith(f"{root}.") else module
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(f"{prefix}.")
+
+
+def layer_violations(
+    graph: dict[str, set[str]], rules: dict[str, tuple[str, ...]], root: str
+) -> list[str]:
+    """``importer -> imported`` for every edge of ``graph`` its layer's rule does not allow."""
+    found = []
+    for importer, imported in sorted((a, b) for a, targets in graph.items() for b in targets):
+        name = _relative(importer, root)
+        layer = next((layer for layer in rules if _under(name, layer)), None)
+        if layer is None:
+            continue  # the top layer imports anything
+        target = _relative(imported, root)
+        if imported == root or not any(_under(target, allowed) for allowed in rules[layer]):
+            found.append(f"{importer} -> {imported}")
+    return found
+
+
+def function_level_imports(package: Path = PACKAGE) -> list[tuple[str, str]]:
+    """(module, imported cowconv module) for every import of the package inside a function."""
+    root = package.name
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        name = _module_name(path, package)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and not inner.level:
+                    modules = [inner.module or ""]
+                elif isinstance(inner, ast.ImportFrom):
+                    modules = [root]  # relative: inside the package
+                elif isinstance(inner, ast.Import):
+                    modules = [alias.name for alias in inner.names]
+                else:
+                    continue
+                found += [(name, module) for module in modules if _under(module, root)]
+    return found
+
+
+class TestLayers:
+    @pytest.mark.parametrize("layer", sorted(RULES))
+    def test_layer_imports_only_what_its_rule_allows(self, layer: str):
+        """Each lower layer imports only the layers its rule names (and never the root)."""
+        graph = import_graph()
+        assert any(_under(_relative(module, "cowconv"), layer) for module in graph)
+        violations = layer_violations(graph, {layer: RULES[layer]}, "cowconv")
+        assert violations == []
+
+    def test_no_function_level_import_of_cowconv(self):
+        """No module imports a cowconv module inside a function, but for optional extras."""
+        found = [
+            (module, imported)
+            for module, imported in function_level_imports()
+            if not any(
+                _under(_relative(module, "cowconv"), importer)
+                and _under(_relative(imported, "cowconv"), allowed)
+                for importer, allowed in FUNCTION_LEVEL_ALLOWED
+            )
+        ]
+        assert found == []
+
+    def test_the_checker_catches_violations(self, tmp_path: Path):
+        """A core module importing the agent layer (in a function, too) is reported."""
+        package = tmp_path / "pkg"
+        for sub in ("core", "agent"):
+            (package / sub).mkdir(parents=True)
+            (package / sub / "__init__.py").write_text("")
+        (package / "__init__.py").write_text("")
+        (package / "_exceptions.py").write_text("")
+        (package / "core" / "a.py").write_text("from pkg._exceptions import *\n")
+        (package / "agent" / "b.py").write_text("from pkg.core import a\n")
+        assert layer_violations(import_graph(package), RULES, "pkg") == []
+        assert function_level_imports(package) == []
+        (package / "core" / "a.py").write_text("def f():\n    from pkg.agent import b\n")
+        assert layer_violations(import_graph(package), RULES, "pkg") == [
+            "pkg.core.a -> pkg.agent",
+            "pkg.core.a -> pkg.agent.b",
+        ]
+        assert function_level_imports(package) == [("pkg.core.a", "pkg.agent")]
+        (package / "core" / "a.py").write_text("import pkg\n")
+        assert layer_violations(import_graph(package), RULES, "pkg") == ["pkg.core.a -> pkg"]
+
+
 class TestImportGraph:
     def test_no_cycles(self):
         """No chain of imports inside cowconv/ leads back to where it started."""
@@ -120,6 +239,7 @@ class TestImportGraph:
         [
             ("cowconv.conversation", "cowconv.backends.local"),
             ("cowconv.backends.local", "cowconv.agent.runtime"),
+            ("cowconv.agent.runtime", "cowconv.core.changes"),
         ],
     )
     def test_sees_the_layers(self, importer: str, imported: str):

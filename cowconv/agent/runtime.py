@@ -53,9 +53,13 @@ from cowconv.core.events import (
 )
 from cowconv.core.history import EventLog
 from cowconv.core.llm import LLMResponse, LLMToolCall
-from cowconv.core.state import ConversationState, ExecutionStatus
+from cowconv.core.state import (
+    DEFAULT_MAX_ITERATION_PER_RUN,
+    ConversationState,
+    ExecutionStatus,
+    check_max_iteration_per_run,
+)
 from cowconv.core.usage import Usage
-from cowconv.ports import DEFAULT_MAX_ITERATION_PER_RUN, check_max_iteration_per_run
 
 __all__ = ["Runner", "build_messages"]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cowconv._cli import serve_main
 from cowconv.agent_server.serve import (
     DEFAULT_DATA_DIR,
     ENV_PREFIX,
@@ -26,8 +27,6 @@ __all__ = ["DEFAULT_DATA_DIR", "ENV_PREFIX", "ServerSettings", "StartError", "ma
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line and serve until interrupted; returns the exit status."""
-    from cowconv._cli import serve_main
-
     return serve_main(argv)
 
 

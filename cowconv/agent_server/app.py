@@ -31,6 +31,7 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic.json_schema import PydanticJsonSchemaWarning
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from cowconv import __version__
 from cowconv._exceptions import (
     ConversationConflictError,
     ConversationNotFoundError,
@@ -215,8 +216,6 @@ def _quiet_openapi(app: FastAPI) -> None:
 
 
 def _version() -> str:
-    from cowconv import __version__
-
     return __version__
 
 

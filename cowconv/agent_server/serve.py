@@ -23,8 +23,13 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cowconv._exceptions import CowconvError
+from cowconv.agent_server.app import create_app
 from cowconv.agent_server.background import listening_socket
-from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE
+from cowconv.agent_server.security import (
+    DEFAULT_MAX_BODY_SIZE,
+    UnsafeExposureError,
+    check_exposure,
+)
 
 __all__ = ["DEFAULT_DATA_DIR", "ENV_PREFIX", "ServerSettings", "StartError", "run_server"]
 
@@ -135,9 +140,6 @@ def run_server(settings: ServerSettings) -> None:
     """
     try:
         import uvicorn
-
-        from cowconv.agent_server import create_app
-        from cowconv.agent_server.security import UnsafeExposureError, check_exposure
     except ImportError as error:
         raise StartError(f"{error}: pip install 'cowconv[server]'") from None
     data_dir = settings.data_dir.expanduser()

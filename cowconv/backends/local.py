@@ -33,15 +33,19 @@ from cowconv.agent.runtime import Runner
 from cowconv.core.changes import Change, SendMessage
 from cowconv.core.events import Event, MessageEvent, utc_now
 from cowconv.core.ids import id_text
-from cowconv.core.state import NO_STATS, ConversationState, ExecutionStatus
+from cowconv.core.state import (
+    DEFAULT_MAX_ITERATION_PER_RUN,
+    NO_STATS,
+    ConversationState,
+    ExecutionStatus,
+    check_max_iteration_per_run,
+)
 from cowconv.core.tree import history_to
 from cowconv.ports import (
-    DEFAULT_MAX_ITERATION_PER_RUN,
     EventCallback,
     ForkSpec,
     StateSink,
     StateStore,
-    check_max_iteration_per_run,
     notify,
 )
 

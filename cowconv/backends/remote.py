@@ -55,9 +55,9 @@ from cowconv.core.events import Event, MessageEvent
 from cowconv.core.frozen import thaw
 from cowconv.core.history import EventLog
 from cowconv.core.ids import id_text
-from cowconv.core.state import ConversationInfo, ConversationState
+from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationInfo, ConversationState
 from cowconv.core.workspace import SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER, Workspace
-from cowconv.ports import DEFAULT_MAX_ITERATION_PER_RUN, EventCallback, ForkSpec, notify
+from cowconv.ports import EventCallback, ForkSpec, notify
 
 __all__ = ["RemoteBackend", "RemoteEvents", "raise_for_status", "read_info"]
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 from pyrsistent import pmap
 
-from cowconv._exceptions import FrozenInstanceError, InvalidTypeError
+from cowconv._exceptions import FrozenInstanceError, InvalidTypeError, InvalidValueError
 from cowconv.core.agent import Agent
 from cowconv.core.events import utc_now
 from cowconv.core.frozen import CheckedModel, FrozenJSONMap, FrozenMap, FrozenStrMap, check_text
@@ -34,6 +34,7 @@ from cowconv.core.usage import TokenUsage, Usage
 from cowconv.core.workspace import Workspace
 
 __all__ = [
+    "DEFAULT_MAX_ITERATION_PER_RUN",
     "ConversationExecutionStatus",
     "ConversationInfo",
     "ConversationState",
@@ -42,6 +43,7 @@ __all__ = [
     "NO_STATS",
     "TokenUsage",
     "Usage",
+    "check_max_iteration_per_run",
     "check_tags",
     "dump_state",
     "dump_state_json",
@@ -68,6 +70,24 @@ def check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
         check_text(key, "a tag key")
         check_text(value, "a tag value")
     return dict(tags)
+
+
+DEFAULT_MAX_ITERATION_PER_RUN = 500
+"""How many steps one ``run()`` may take before it stops as ``stuck``."""
+
+
+def check_max_iteration_per_run(value: object) -> None:
+    """Refuse anything but a positive int as an iteration limit.
+
+    >>> check_max_iteration_per_run(0)
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: max_iteration_per_run must be at least 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTypeError(f"max_iteration_per_run must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise InvalidValueError(f"max_iteration_per_run must be at least 1, got {value}")
 
 
 class ExecutionStatus(StrEnum):
