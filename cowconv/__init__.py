@@ -34,9 +34,11 @@ from cowconv._exceptions import (
     RemoteError,
     SchemaVersionError,
     ServiceError,
+    StartError,
     StoreError,
     StoreLockedError,
     ToolArgumentError,
+    UnsafeExposureError,
     WorkspaceMissingError,
 )
 
@@ -231,6 +233,7 @@ __all__ = [
     "SchemaVersionError",
     "ServiceError",
     "SharedPrefix",
+    "StartError",
     "StateSink",
     "Store",
     "StoreError",
@@ -243,6 +246,7 @@ __all__ = [
     "ToolArgumentError",
     "ToolDefinition",
     "ToolResult",
+    "UnsafeExposureError",
     "Usage",
     "Workspace",
     "WorkspaceMissingError",

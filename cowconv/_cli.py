@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cowconv import __version__, stores
-from cowconv._exceptions import CowconvError
+from cowconv._exceptions import CowconvError, StartError
 from cowconv.core.history import VECTOR_IMPLEMENTATION
 from cowconv.core.ids import ConversationID, public_id
 from cowconv.core.state import ConversationInfo
@@ -173,7 +173,7 @@ def serve(
 ) -> None:
     """Serve conversations over a JSON REST API (see docs/server.md)."""
     try:
-        from cowconv.agent_server.serve import ServerSettings, StartError, run_server
+        from cowconv.agent_server.serve import ServerSettings, run_server
     except ImportError as error:
         raise fail(
             f"cowconv serve needs the server extra: pip install 'cowconv[server]' ({error})"

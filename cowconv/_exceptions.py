@@ -20,9 +20,11 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     │   ├── CorruptStoreError
     │   ├── SchemaVersionError
     │   └── StoreLockedError
-    ├── RemoteError (status_code, message)
+    ├── RemoteError (status_code, message; 0: the server could not be reached)
     ├── ServiceError (also RuntimeError)
+    ├── StartError: the agent server cannot start (cowconv serve)
     ├── ToolArgumentError (also ValueError): a tool call's arguments do not fit the tool
+    ├── UnsafeExposureError (also ValueError): a server open to other machines, no key
     ├── WorkspaceMissingError (also FileNotFoundError)
     ├── BranchError (index, conversation_id): one branch of a suite could not run
     └── BranchesError (also ExceptionGroup): the branch runs that raised, and every fork
@@ -63,9 +65,12 @@ __all__ = [
     "SchemaVersionError",
     "ServiceError",
     "StoreError",
+    "StartError",
     "StoreLockedError",
     "ToolArgumentError",
+    "UnsafeExposureError",
     "WorkspaceMissingError",
+    "remote_error_class",
 ]
 
 
@@ -299,6 +304,42 @@ class RemoteError(CowconvError):
         self.message = message
 
 
+# The errors an agent server names in its answers; a client raises each as a class that is
+# both a RemoteError and that error (made once per class).
+_MIRRORED: dict[str, type[CowconvError]] = {
+    error.__name__: error
+    for error in (
+        ConversationNotFoundError,
+        EventNotFoundError,
+        ConversationConflictError,
+        ConversationExistsError,
+    )
+}
+_REMOTE_CLASSES: dict[type[CowconvError], type[RemoteError]] = {}
+
+
+def remote_error_class(name: str | type[CowconvError] | None) -> type[RemoteError]:
+    """The class a client raises for a server's error named ``name`` (:class:`RemoteError`
+    if it names none of the mirrored ones).
+
+    >>> error = remote_error_class("EventNotFoundError")(404, "no event 'e1'")
+    >>> isinstance(error, EventNotFoundError), isinstance(error, RemoteError), error.status_code
+    (True, True, 404)
+    """
+    local = _MIRRORED.get(name) if isinstance(name, str) else name
+    if local is None:
+        return RemoteError
+    known = _REMOTE_CLASSES.get(local)
+    if known is not None:
+        return known
+    made = type(
+        local.__name__,
+        (RemoteError, local),
+        {"__module__": __name__, "__doc__": f"A {local.__name__} the agent server answered."},
+    )
+    return _REMOTE_CLASSES.setdefault(local, made)
+
+
 class BranchError(CowconvError):
     """One branch of a suite could not be shipped to a worker or run there.
 
@@ -357,6 +398,25 @@ class ToolArgumentError(CowconvError, ValueError):
     cowconv._exceptions.ToolArgumentError: invalid arguments for 'terminal': command: ...
 
     The runtime shows this message to the model as the tool's result.
+    """
+
+
+class StartError(CowconvError):
+    """The server cannot start; the message is one line for the operator.
+
+    >>> str(StartError("port: must be at most 65535"))
+    'port: must be at most 65535'
+    """
+
+
+class UnsafeExposureError(CowconvError, ValueError):
+    """The server would accept requests from other machines without a session key.
+
+    >>> from cowconv.agent_server.security import check_exposure
+    >>> check_exposure("0.0.0.0", session_api_key=None)
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.UnsafeExposureError: ...
     """
 
 

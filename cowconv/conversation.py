@@ -22,7 +22,7 @@ import os
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from cowconv import backends, stores
 from cowconv._exceptions import ConversationExistsError, InvalidTypeError, InvalidValueError
@@ -51,6 +51,9 @@ from cowconv.visualizer import (
     VisualizerSetting,
     make_visualizer,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["Conversation", "LocalConversation", "RemoteConversation", "check_conversation_id"]
 
@@ -107,7 +110,11 @@ class Conversation:
     With a :class:`~cowconv.RemoteWorkspace` (or any ``Workspace(host=url,
     ...)``) the conversation lives on the agent server at ``url`` (which
     stores it), and is a :class:`RemoteConversation`; given the id of a
-    conversation the server has, it attaches to it.
+    conversation the server has, it attaches to it. ``transport`` (an
+    ``httpx.BaseTransport``, as ``httpx.Client(transport=...)`` takes) carries
+    its requests instead of HTTP: an
+    :class:`~cowconv.agent_server.InProcessTransport` reaches an app in this
+    process.
 
     This constructor is the one way to make a conversation:
     :meth:`resume` reopens a stored one through the same path
@@ -127,6 +134,7 @@ class Conversation:
         max_iteration_per_run: int = ...,
         visualizer: VisualizerSetting = ...,
         stuck_detection: bool = ...,
+        transport: httpx.BaseTransport | None = ...,
     ) -> RemoteConversation: ...
 
     @overload
@@ -166,6 +174,7 @@ class Conversation:
         store: StateSink | None = None,
         visualizer: VisualizerSetting = DEFAULT_VISUALIZER,
         stuck_detection: bool = True,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         if not isinstance(stuck_detection, bool):
             raise InvalidTypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
@@ -190,8 +199,11 @@ class Conversation:
                 tags=tags,
                 callbacks=callbacks,
                 max_iteration_per_run=max_iteration_per_run,
+                transport=transport,
             )
         else:
+            if transport is not None:
+                raise InvalidValueError("transport= is for a conversation on an agent server")
             state = ConversationState(
                 id=check_conversation_id(conversation_id),
                 agent=agent,
@@ -568,6 +580,7 @@ class RemoteConversation(Conversation):
         api_key: str | None = None,
         working_dir: str | os.PathLike[str] = ".",
         callbacks: Iterable[EventCallback] = (),
+        transport: httpx.BaseTransport | None = None,
     ) -> RemoteConversation:
         """Attach to the conversation ``conversation_id`` the server at ``host`` has.
 
@@ -583,7 +596,9 @@ class RemoteConversation(Conversation):
         404
         """
         workspace = Workspace(host=host, working_dir=working_dir, api_key=api_key)
-        backend = backends.RemoteBackend.attach(workspace, conversation_id, callbacks=callbacks)
+        backend = backends.RemoteBackend.attach(
+            workspace, conversation_id, callbacks=callbacks, transport=transport
+        )
         conversation = cls._holding(backend)
         assert isinstance(conversation, RemoteConversation)
         return conversation

@@ -28,7 +28,7 @@ from cowconv import (
     Tool,
     Workspace,
 )
-from cowconv.agent_server import BackgroundServer, create_app
+from cowconv.agent_server import BackgroundServer, InProcessTransport, create_app
 from cowconv.testing import StubLLMServer
 
 
@@ -118,11 +118,14 @@ class Backend:
     workspace: Workspace
     store: SQLiteStore | None = None
     reader: StoreReader | None = None
+    transport: InProcessTransport | None = None
     opened: list[Conversation] = field(default_factory=list)
 
     def new(self, agent: Agent, **options: Any) -> Conversation:
         if self.store is not None:
             options["store"] = self.store
+        if self.transport is not None:
+            options["transport"] = self.transport
         conversation = Conversation(agent=agent, workspace=self.workspace, **options)
         self.opened.append(conversation)
         return conversation
@@ -134,7 +137,9 @@ class Backend:
         if self.kind == "remote":
             host = self.workspace.host
             assert host is not None
-            with RemoteConversation.attach(host, conversation.id) as attached:
+            with RemoteConversation.attach(
+                host, conversation.id, transport=self.transport
+            ) as attached:
                 return attached.state
         return conversation.state
 
@@ -149,16 +154,33 @@ class Backend:
 
 @pytest.fixture(scope="session")
 def agent_server() -> Iterator[BackgroundServer]:
-    """One agent server (in memory) on 127.0.0.1 for the tests of the remote backend."""
+    """One agent server (in memory) on 127.0.0.1: the tests over real HTTP (uvicorn)."""
     with BackgroundServer(create_app()) as server:
         yield server
 
 
+@pytest.fixture(scope="session")
+def in_process_server() -> Iterator[InProcessTransport]:
+    """One agent server app (in memory) in this process, reached through a transport: the
+    remote backend's tests exercise its logic and the server's without a socket."""
+    with InProcessTransport(create_app()) as transport:
+        yield transport
+
+
+IN_PROCESS_HOST = "http://localhost"
+"""The host of the in-process server (the transport carries the requests; no socket)."""
+
 BACKENDS = ["memory", "sqlite", "remote"]
+"""``remote``: an agent server app in this process, through the remote backend's transport."""
 
 
-def open_backend(kind: str, directory: Path, server: BackgroundServer | None) -> Backend:
+def open_backend(
+    kind: str, directory: Path, server: BackgroundServer | InProcessTransport | None
+) -> Backend:
     """A :class:`Backend` of ``kind`` keeping its files under ``directory``."""
+    if kind == "remote" and isinstance(server, InProcessTransport):
+        workspace = Workspace(host=IN_PROCESS_HOST, working_dir=str(directory))
+        return Backend(kind, workspace, transport=server)
     if kind == "remote":
         assert server is not None
         return Backend(kind, Workspace(host=server.url, working_dir=str(directory)))
@@ -171,7 +193,7 @@ def open_backend(kind: str, directory: Path, server: BackgroundServer | None) ->
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     """Each test that asks for it runs on every backend: memory, a SQLite file, an agent server."""
-    server = request.getfixturevalue("agent_server") if request.param == "remote" else None
+    server = request.getfixturevalue("in_process_server") if request.param == "remote" else None
     opened = open_backend(request.param, tmp_path, server)
     yield opened
     opened.close()

@@ -296,7 +296,7 @@ class ForkIsolation(RuleBasedStateMachine):
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_fork_isolation(kind, agents, request, tmp_path: Path):
     """Fork is deep-copy isolation on every backend (100 random programs each)."""
-    server = request.getfixturevalue("agent_server") if kind == "remote" else None
+    server = request.getfixturevalue("in_process_server") if kind == "remote" else None
 
     class Machine(ForkIsolation):
         def __init__(self) -> None:

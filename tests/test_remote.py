@@ -1,11 +1,18 @@
-"""Tests for cowconv.backends.remote: RemoteConversation against a real agent server on loopback."""
+"""Tests for cowconv.backends.remote: RemoteConversation against an agent server.
+
+The backend's logic runs against the server's app in this process (through
+an :class:`~cowconv.agent_server.InProcessTransport`); ``TestOverRealHTTP``
+runs one test per route family against uvicorn on loopback.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,28 +29,39 @@ from cowconv import (
     RemoteError,
     Workspace,
 )
-from cowconv.agent_server import BackgroundServer, create_app
+from cowconv.agent_server import BackgroundServer, InProcessTransport, create_app
 from cowconv.testing import StubLLMServer, StubReply
-from tests.conftest import message_texts
+from tests.conftest import IN_PROCESS_HOST, message_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[BackgroundServer]:
-    """The agent server on uvicorn on a free loopback port, data under tmp_path."""
-    with BackgroundServer(create_app(data_dir=tmp_path / "data")) as background:
-        yield background
+@dataclass
+class Server:
+    """Where the tests' agent server is: its URL and, in process, the transport to it."""
+
+    url: str
+    transport: InProcessTransport | None = None
+
+    def options(self) -> dict[str, Any]:
+        return {} if self.transport is None else {"transport": self.transport}
 
 
 @pytest.fixture
-def workspace(server: BackgroundServer, tmp_path: Path) -> Workspace:
+def server(tmp_path: Path) -> Iterator[Server]:
+    """The agent server's app in this process, data under tmp_path."""
+    with InProcessTransport(create_app(data_dir=tmp_path / "data")) as transport:
+        yield Server(IN_PROCESS_HOST, transport)
+
+
+@pytest.fixture
+def workspace(server: Server, tmp_path: Path) -> Workspace:
     return Workspace(host=server.url, working_dir=str(tmp_path))
 
 
 @pytest.fixture
-def remote(stub_agent: Agent, workspace: Workspace) -> Iterator[RemoteConversation]:
-    conversation = Conversation(agent=stub_agent, workspace=workspace)
+def remote(stub_agent: Agent, workspace: Workspace, server: Server) -> Iterator[RemoteConversation]:
+    conversation = Conversation(agent=stub_agent, workspace=workspace, **server.options())
     assert isinstance(conversation, RemoteConversation)
     yield conversation
     conversation.close()
@@ -65,17 +83,23 @@ class TestFactory:
         with pytest.raises(AttributeError):
             cowconv.NoSuchThing  # noqa: B018
 
-    def test_options_reach_the_server(self, stub_agent: Agent, workspace: Workspace):
+    def test_options_reach_the_server(self, stub_agent: Agent, workspace: Workspace, server):
         """conversation_id and tags are the server-side conversation's."""
         with Conversation(
-            agent=stub_agent, workspace=workspace, conversation_id="named", tags={"k": "v"}
+            agent=stub_agent,
+            workspace=workspace,
+            conversation_id="named",
+            tags={"k": "v"},
+            **server.options(),
         ) as conversation:
             assert conversation.id == "named" and dict(conversation.state.tags) == {"k": "v"}
 
-    def test_existing_id_attaches(self, remote: RemoteConversation, stub_agent, workspace):
+    def test_existing_id_attaches(self, remote: RemoteConversation, stub_agent, workspace, server):
         """An id the server has reopens that conversation, like a local resume."""
         remote.send_message("kept")
-        with RemoteConversation(stub_agent, workspace, conversation_id=remote.id) as again:
+        with RemoteConversation(
+            stub_agent, workspace, conversation_id=remote.id, **server.options()
+        ) as again:
             assert message_texts(again.state.events) == ["kept"]
 
     def test_needs_host(self, stub_agent: Agent, tmp_path: Path):
@@ -85,19 +109,19 @@ class TestFactory:
 
 
 class TestAttach:
-    def test_attach(self, remote: RemoteConversation, server: BackgroundServer, stub_agent):
+    def test_attach(self, remote: RemoteConversation, server: Server, stub_agent):
         """attach(host, id) reopens a conversation; its agent comes back with the key hidden."""
         remote.send_message("hello")
-        with RemoteConversation.attach(server.url, remote.id) as attached:
+        with RemoteConversation.attach(server.url, remote.id, **server.options()) as attached:
             assert attached.id == remote.id and message_texts(attached.state.events) == ["hello"]
             assert attached.agent.llm.model == stub_agent.llm.model
             assert attached.agent.llm.api_key is not None
             assert attached.agent.llm.api_key.get_secret_value() == "**********"
 
-    def test_attach_unknown(self, server: BackgroundServer):
+    def test_attach_unknown(self, server: Server):
         """attach to an unknown id raises RemoteError 404 with the server's message."""
         with pytest.raises(RemoteError) as error:
-            RemoteConversation.attach(server.url, "nope")
+            RemoteConversation.attach(server.url, "nope", **server.options())
         assert error.value.status_code == 404 and "nope" in error.value.message
 
 
@@ -132,10 +156,12 @@ class TestState:
 
 
 class TestSendMessage:
-    def test_recorded_and_reported(self, stub_agent: Agent, workspace: Workspace):
+    def test_recorded_and_reported(self, stub_agent: Agent, workspace: Workspace, server):
         """send_message returns the event and hands it to the callbacks."""
         seen: list[Event] = []
-        with RemoteConversation(stub_agent, workspace, callbacks=[seen.append]) as conversation:
+        with RemoteConversation(
+            stub_agent, workspace, callbacks=[seen.append], **server.options()
+        ) as conversation:
             event = conversation.send_message("hi")
             assert isinstance(event, MessageEvent) and event.text == "hi"
             # The server recorded the system prompt first; the callbacks see both, in order.
@@ -152,10 +178,12 @@ class TestSendMessage:
 
 
 class TestRun:
-    def test_blocks_until_done(self, stub_agent: Agent, workspace: Workspace):
+    def test_blocks_until_done(self, stub_agent: Agent, workspace: Workspace, server):
         """run() returns when the run has ended, every new event seen by the callbacks."""
         seen: list[Event] = []
-        with RemoteConversation(stub_agent, workspace, callbacks=[seen.append]) as conversation:
+        with RemoteConversation(
+            stub_agent, workspace, callbacks=[seen.append], **server.options()
+        ) as conversation:
             conversation.send_message("Run `echo remote-run`.")
             conversation.run()
             state = conversation.state
@@ -263,5 +291,48 @@ class TestClose:
         """close() ends the connection; the conversation stays on the server."""
         remote.send_message("stay")
         remote.close()
-        with RemoteConversation.attach(server.url, remote.id) as again:
+        with RemoteConversation.attach(server.url, remote.id, **server.options()) as again:
             assert message_texts(again.state.events) == ["stay"]
+
+
+class TestOverRealHTTP:
+    """One test per route family against uvicorn on loopback: what a transport in process
+    cannot show (HTTP framing, the streamed events arriving live, reconnects)."""
+
+    @pytest.fixture
+    def http(self, tmp_path: Path) -> Iterator[BackgroundServer]:
+        with BackgroundServer(create_app(data_dir=tmp_path / "data")) as background:
+            yield background
+
+    def test_conversations_and_changes(self, http: BackgroundServer, stub_agent, tmp_path):
+        """Create, every named change, fork at an event, attach: over HTTP."""
+        workspace = Workspace(host=http.url, working_dir=str(tmp_path))
+        with Conversation(agent=stub_agent, workspace=workspace, tags={"k": "v"}) as source:
+            first = source.send_message("one")
+            source.append_event(MessageEvent(source="user", role="user", content="two"))
+            source.set_tag("owner", "ci")
+            source.update_agent_state({"step": 1})
+            source.activate_skill("sql")
+            source.navigate_to(first.id)
+            state = source.state
+            assert message_texts(state.events) == ["one"] and len(state.other_branches) == 1
+            assert dict(state.tags) == {"k": "v", "owner": "ci"}
+            assert state.agent_state["step"] == 1 and state.activated_knowledge_skills == ("sql",)
+            with source.fork(from_event_id=first.id, title="F") as fork:
+                assert message_texts(fork.state.events) == ["one"]
+            with RemoteConversation.attach(http.url, source.id) as attached:
+                assert message_texts(attached.state.events) == ["one"]
+
+    def test_run_streams_events_live(self, http: BackgroundServer, stub_agent, tmp_path):
+        """run() follows the server's event stream; pause and interrupt reach the server."""
+        workspace = Workspace(host=http.url, working_dir=str(tmp_path))
+        seen: list[Event] = []
+        with Conversation(
+            agent=stub_agent, workspace=workspace, callbacks=[seen.append]
+        ) as conversation:
+            conversation.send_message("Say hi.")
+            conversation.run()
+            conversation.pause()
+            conversation.interrupt()
+            assert conversation.state.execution_status is ExecutionStatus.FINISHED
+            assert [e.id for e in seen] == [e.id for e in conversation.state.events]

@@ -25,8 +25,12 @@ except ImportError as error:  # pragma: no cover - depends on the install
         "the agent server needs FastAPI and uvicorn: pip install 'cowconv[server]'"
     ) from error
 
-from cowconv._exceptions import ConversationConflictError, EventNotFoundError
-from cowconv.agent_server.app import SESSION_API_KEY_HEADER, create_app
+from cowconv._exceptions import (
+    ConversationConflictError,
+    EventNotFoundError,
+    UnsafeExposureError,
+)
+from cowconv.agent_server.app import create_app
 from cowconv.agent_server.background import BackgroundServer
 from cowconv.agent_server.models import (
     ActivateSkillRequest,
@@ -42,7 +46,9 @@ from cowconv.agent_server.models import (
     StreamStatus,
 )
 from cowconv.agent_server.registry import ConversationRegistry
-from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, UnsafeExposureError
+from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE
+from cowconv.agent_server.transport import InProcessTransport
+from cowconv.backends.wire import SESSION_API_KEY_HEADER
 from cowconv.stores import STORE_FILE_NAME
 
 __all__ = [
@@ -61,6 +67,7 @@ __all__ = [
     "EventPage",
     "ForkRequest",
     "HealthResponse",
+    "InProcessTransport",
     "SendMessageRequest",
     "StateResponse",
     "StreamStatus",

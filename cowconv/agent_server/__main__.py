@@ -14,13 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cowconv._cli import serve_main
-from cowconv.agent_server.serve import (
-    DEFAULT_DATA_DIR,
-    ENV_PREFIX,
-    ServerSettings,
-    StartError,
-    run_server,
-)
+from cowconv._exceptions import StartError
+from cowconv.agent_server.serve import DEFAULT_DATA_DIR, ENV_PREFIX, ServerSettings, run_server
 
 __all__ = ["DEFAULT_DATA_DIR", "ENV_PREFIX", "ServerSettings", "StartError", "main", "run_server"]
 

@@ -59,11 +59,11 @@ from cowconv.agent_server.models import (
 )
 from cowconv.agent_server.registry import ConversationRegistry
 from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, add_security, check_exposure
+from cowconv.backends.wire import SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER
 from cowconv.core.agent import Agent
 from cowconv.core.events import AnyEvent, Event, SystemPromptEvent
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationInfo, dump_state
-from cowconv.core.workspace import SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER
 from cowconv.stores import STORE_FILE_NAME, SQLiteStore, Store
 
 __all__ = ["SESSION_API_KEY_HEADER", "STORE_FILE_NAME", "create_app"]

@@ -31,13 +31,12 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cowconv._exceptions import CowconvError, InvalidValueError
+from cowconv._exceptions import InvalidValueError, UnsafeExposureError
 
 __all__ = [
     "DEFAULT_MAX_BODY_SIZE",
     "BodySizeLimit",
     "OriginGuard",
-    "UnsafeExposureError",
     "add_security",
     "check_exposure",
     "is_loopback",
@@ -49,16 +48,6 @@ DEFAULT_MAX_BODY_SIZE = 8 * 1024 * 1024
 
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-class UnsafeExposureError(CowconvError, ValueError):
-    """The server would accept requests from other machines without a session key.
-
-    >>> check_exposure("0.0.0.0", session_api_key=None)
-    Traceback (most recent call last):
-    ...
-    cowconv.agent_server.security.UnsafeExposureError: ...
-    """
 
 
 def is_loopback(host: str) -> bool:

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from cowconv._exceptions import CowconvError
+from cowconv._exceptions import CowconvError, StartError
 from cowconv.agent_server.app import create_app
 from cowconv.agent_server.background import listening_socket
 from cowconv.agent_server.security import (
@@ -31,20 +31,12 @@ from cowconv.agent_server.security import (
     check_exposure,
 )
 
-__all__ = ["DEFAULT_DATA_DIR", "ENV_PREFIX", "ServerSettings", "StartError", "run_server"]
+__all__ = ["DEFAULT_DATA_DIR", "ENV_PREFIX", "ServerSettings", "run_server"]
 
 # Relative to the working directory, like the seed's server: a server started in a project
 # keeps its conversations there, and a run in a scratch directory leaves nothing elsewhere.
 DEFAULT_DATA_DIR = Path(".cowconv/agent_server")
 ENV_PREFIX = "COWCONV_"
-
-
-class StartError(CowconvError):
-    """The server cannot start; the message is one line for the operator.
-
-    >>> str(StartError("port: must be at most 65535"))
-    'port: must be at most 65535'
-    """
 
 
 class ServerSettings(BaseSettings):

@@ -35,28 +35,18 @@ from pydantic import ValidationError
 
 from cowconv._exceptions import (
     ConversationConflictError,
-    ConversationExistsError,
-    ConversationNotFoundError,
-    CowconvError,
     EventIndexError,
-    EventNotFoundError,
     RemoteError,
+    remote_error_class,
 )
+from cowconv.backends.wire import CHANGE_ROUTES, SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER
 from cowconv.core.agent import Agent
-from cowconv.core.changes import (
-    ActivateSkill,
-    AppendEvent,
-    Change,
-    NavigateTo,
-    SetTag,
-    UpdateAgentState,
-)
+from cowconv.core.changes import AppendEvent, Change
 from cowconv.core.events import Event, MessageEvent
-from cowconv.core.frozen import thaw
 from cowconv.core.history import EventLog
 from cowconv.core.ids import id_text
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationInfo, ConversationState
-from cowconv.core.workspace import SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER, Workspace
+from cowconv.core.workspace import Workspace
 from cowconv.ports import EventCallback, ForkSpec, notify
 
 __all__ = ["RemoteBackend", "RemoteEvents", "raise_for_status", "read_info"]
@@ -67,32 +57,6 @@ _TIMEOUT = httpx.Timeout(60.0)
 # The server sends a keepalive every 15 s while a run goes on.
 _STREAM_TIMEOUT = httpx.Timeout(60.0, read=60.0)
 
-# The errors the server names in its answers, raised here as the same class (and RemoteError).
-_MIRRORED: dict[str, type[CowconvError]] = {
-    error.__name__: error
-    for error in (
-        ConversationNotFoundError,
-        EventNotFoundError,
-        ConversationConflictError,
-        ConversationExistsError,
-    )
-}
-
-
-_REMOTE_CLASSES: dict[type[CowconvError], type[RemoteError]] = {}
-
-
-def _remote_error_class(local: type[CowconvError]) -> type[RemoteError]:
-    known = _REMOTE_CLASSES.get(local)
-    if known is not None:
-        return known
-    made = type(
-        local.__name__,
-        (RemoteError, local),
-        {"__module__": __name__, "__doc__": f"A {local.__name__} the agent server answered."},
-    )
-    return _REMOTE_CLASSES.setdefault(local, made)
-
 
 def raise_for_status(response: httpx.Response) -> httpx.Response:
     """``response`` if it succeeded, else the :class:`~cowconv.RemoteError` it carries.
@@ -102,6 +66,7 @@ def raise_for_status(response: httpx.Response) -> httpx.Response:
     :class:`~cowconv.EventNotFoundError` too).
 
     >>> import httpx
+    >>> from cowconv import EventNotFoundError, RemoteError
     >>> answer = httpx.Response(404, json={"detail": "gone", "error": "EventNotFoundError"})
     >>> try:
     ...     raise_for_status(answer)
@@ -125,9 +90,9 @@ def raise_for_status(response: httpx.Response) -> httpx.Response:
             for item in detail
             if isinstance(item, dict)
         )
-    local = _MIRRORED.get(name) if isinstance(name, str) else None
-    error_class = RemoteError if local is None else _remote_error_class(local)
-    raise error_class(response.status_code, str(detail))
+    raise remote_error_class(name if isinstance(name, str) else None)(
+        response.status_code, str(detail)
+    )
 
 
 def read_info(data: Any) -> ConversationInfo:
@@ -156,33 +121,30 @@ def read_info(data: Any) -> ConversationInfo:
         return ConversationInfo.model_validate(readable)
 
 
-class _UnreachableError(RemoteError, httpx.TransportError):
-    """The agent server could not be reached (refused, reset, timed out): status 0.
+class _Transport(httpx.BaseTransport):
+    """The transport under a remote backend's client: every failure to reach the server is a
+    :class:`~cowconv.RemoteError` with status 0.
 
-    Also an ``httpx.TransportError``, so the event stream's reconnect loop
-    still sees a transport failure.
+    Over ``inner`` when one is given (an in-process transport, ``httpx.MockTransport``),
+    which stays the caller's to close; else over a real HTTP connection pool.
     """
 
-    def __init__(self, host: str, error: httpx.TransportError, request: httpx.Request) -> None:
-        RemoteError.__init__(self, 0, f"cannot reach the agent server at {host}: {error}")
-        self.request = request
-
-
-class _Transport(httpx.BaseTransport):
-    """httpx's transport, with every failure to reach the server a :class:`RemoteError`."""
-
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, inner: httpx.BaseTransport | None) -> None:
         self._host = host
-        self._inner = httpx.HTTPTransport()
+        self._owned = inner is None
+        self._inner = httpx.HTTPTransport() if inner is None else inner
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         try:
             return self._inner.handle_request(request)
         except httpx.TransportError as error:
-            raise _UnreachableError(self._host, error, request) from error
+            raise RemoteError(
+                0, f"cannot reach the agent server at {self._host}: {error}"
+            ) from error
 
     def close(self) -> None:
-        self._inner.close()
+        if self._owned:
+            self._inner.close()
 
 
 def _without_key(agent: Agent) -> dict[str, Any]:
@@ -193,7 +155,7 @@ def _without_key(agent: Agent) -> dict[str, Any]:
 class _Connection:
     """One pooled HTTP client, shared by a conversation and the forks made from it."""
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, transport: httpx.BaseTransport | None) -> None:
         assert workspace.host is not None
         headers = {}
         if workspace.api_key is not None:
@@ -203,7 +165,7 @@ class _Connection:
             base_url=workspace.host.rstrip("/"),
             headers=headers,
             timeout=_TIMEOUT,
-            transport=_Transport(workspace.host),
+            transport=_Transport(workspace.host, transport),
         )
         self._users = 1  # the creator's share, released when it is done with it
         self._lock = threading.Lock()
@@ -276,6 +238,7 @@ class RemoteBackend:
 
     >>> from cowconv import LLM, Agent, Workspace
     >>> from cowconv.agent_server import BackgroundServer, create_app
+    >>> from cowconv.core.changes import SetTag
     >>> with BackgroundServer(create_app()) as server:
     ...     workspace = Workspace(host=server.url, working_dir=".")
     ...     backend = RemoteBackend.create(Agent(llm=LLM(model="openai/gpt-4o")), workspace)
@@ -314,8 +277,14 @@ class RemoteBackend:
         tags: Mapping[str, str] | None = None,
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
+        transport: httpx.BaseTransport | None = None,
     ) -> RemoteBackend:
-        """Create the conversation on the server; attach if ``conversation_id`` exists there."""
+        """Create the conversation on the server; attach if ``conversation_id`` exists there.
+
+        ``transport`` (an ``httpx.BaseTransport``) carries the requests instead of
+        HTTP, e.g. :class:`~cowconv.agent_server.InProcessTransport` to an app in
+        this process or an ``httpx.MockTransport``; it stays the caller's to close.
+        """
         body: dict[str, Any] = {
             # The server keeps the credentials so the conversation and its forks can run.
             "agent": agent.model_dump(mode="json", context={"expose_secrets": True}),
@@ -326,7 +295,7 @@ class RemoteBackend:
             body["id"] = conversation_id
         body["max_iteration_per_run"] = max_iteration_per_run
         limit = {"max_iteration_per_run": max_iteration_per_run}
-        connection = _Connection(workspace)
+        connection = _Connection(workspace, transport)
         try:
             created = connection.client.post("/api/conversations", json=body)
             if created.status_code == 409 and conversation_id is not None:
@@ -342,10 +311,15 @@ class RemoteBackend:
 
     @classmethod
     def attach(
-        cls, workspace: Workspace, conversation_id: str, *, callbacks: Iterable[EventCallback] = ()
+        cls,
+        workspace: Workspace,
+        conversation_id: str,
+        *,
+        callbacks: Iterable[EventCallback] = (),
+        transport: httpx.BaseTransport | None = None,
     ) -> RemoteBackend:
         """The conversation ``conversation_id`` the server has (``RemoteError`` 404 if none)."""
-        connection = _Connection(workspace)
+        connection = _Connection(workspace, transport)
         try:
             return cls._attach(connection, conversation_id, agent=None, callbacks=callbacks)
         finally:
@@ -371,7 +345,7 @@ class RemoteBackend:
         try:
             served = backend.snapshot(as_served=True)  # fails now if the server has no such id
             if agent is not None and _without_key(served.agent) != _without_key(agent):
-                raise _remote_error_class(ConversationConflictError)(
+                raise remote_error_class(ConversationConflictError)(
                     409,
                     f"conversation {conversation_id!r} on {connection.workspace.host} runs another "
                     f"agent ({served.agent.llm.model!r}, {len(served.agent.tools)} tools) than "
@@ -439,31 +413,19 @@ class RemoteBackend:
 
     def commit(self, change: Change) -> None:
         """Send a named change to the server (other changes are not supported remotely)."""
-        if isinstance(change, AppendEvent):
-            event = change.event
-            raise_for_status(
-                self._client.post(self._path("/events"), json=event.model_dump(mode="json"))
-            )
-            notify(self._callbacks, event)
-        elif isinstance(change, SetTag):
-            raise_for_status(
-                self._client.patch(self._path("/tags"), json={change.key: change.value})
-            )
-        elif isinstance(change, UpdateAgentState):
-            raise_for_status(
-                self._client.patch(self._path("/agent_state"), json=thaw(change.changes))
-            )
-        elif isinstance(change, NavigateTo):
-            body = {"event_id": change.event_id}
-            raise_for_status(self._client.post(self._path("/navigate"), json=body))
-        elif isinstance(change, ActivateSkill):
-            raise_for_status(self._client.post(self._path("/skills"), json={"name": change.name}))
-        else:
+        route = CHANGE_ROUTES.get(type(change))
+        if route is None:
             raise NotImplementedError(
                 f"{change!r} is not supported on an agent server: a remote conversation "
                 "changes through its methods (append_event, set_tag, update_agent_state, "
-                "activate_skill, run)"
+                "activate_skill, navigate_to, run)"
             )
+        request = self._client.build_request(
+            route.method, self._path(route.path), json=route.body(change)
+        )
+        raise_for_status(self._client.send(request))
+        if isinstance(change, AppendEvent):
+            notify(self._callbacks, change.event)
 
     def send_message(self, text: str) -> MessageEvent:
         """Send a user message; the server records the system prompt before it if needed.
@@ -524,6 +486,10 @@ class RemoteBackend:
             try:
                 start, finished = self._follow(start)
             except httpx.TransportError:
+                continue
+            except RemoteError as error:
+                if error.status_code != 0:  # 0: the server could not be reached; try again
+                    raise
                 continue
             if finished:
                 return

@@ -23,17 +23,7 @@ from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.core.frozen import CheckedModel
 from cowconv.core.llm import dump_secret
 
-__all__ = ["SESSION_API_KEY_HEADER", "SYSTEM_PROMPT_AT_HEADER", "RemoteWorkspace", "Workspace"]
-
-SESSION_API_KEY_HEADER = "X-Session-API-Key"
-"""The header that carries ``Workspace.api_key`` to an agent server."""
-
-SYSTEM_PROMPT_AT_HEADER = "X-Cowconv-System-Prompt-At"
-"""The header of an agent server's answer to a message that also recorded the system prompt.
-
-It gives the prompt event's position, so a client hands both events to its
-callbacks, in order.
-"""
+__all__ = ["RemoteWorkspace", "Workspace"]
 
 
 class Workspace(CheckedModel):
