@@ -677,18 +677,26 @@ def report(openhands_xml: Path, cowconv_xml: Path) -> str:
 
 
 def _referenced(node: ast.AST) -> set[str]:
-    """Bare names and ``self.x`` attributes a piece of code refers to."""
+    """Bare names, ``self.x`` attributes and ``private ._x`` uses in a piece of code."""
     names: set[str] = set()
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
             names.add(sub.id)
-        elif (
-            isinstance(sub, ast.Attribute)
-            and isinstance(sub.value, ast.Name)
-            and sub.value.id == "self"
-        ):
-            names.add("self." + sub.attr)
+        elif isinstance(sub, ast.Attribute):
+            if isinstance(sub.value, ast.Name) and sub.value.id == "self":
+                names.add("self." + sub.attr)
+            elif (
+                sub.attr.startswith("_")
+                and not sub.attr.startswith("__")
+                and not (isinstance(sub.value, ast.Name) and sub.value.id in ("self", "_mod"))
+                and sub.attr not in _NOT_OPENHANDS_PRIVATE
+            ):
+                names.add("private ." + sub.attr)
     return names
+
+
+#: Underscore names the selected tests use that are not OpenHands' (mock, pytest, pydantic).
+_NOT_OPENHANDS_PRIVATE = frozenset({"_mock_children", "_mock_return_value", "_asdict"})
 
 
 def _patch_targets(node: ast.AST, modules: set[str]) -> set[tuple[str, str]]:
@@ -736,7 +744,9 @@ def _closure(
                 patches |= _patch_targets(deco, modules)
         patches |= _patch_targets(node, modules)
         for ref in refs:
-            if ref in imported:
+            if ref.startswith("private "):
+                names.add(ref)
+            elif ref in imported:
                 names.add(imported[ref])
             elif ref in top and top[ref] is not start:
                 todo.append(top[ref])
@@ -825,10 +835,11 @@ def needs(
             if selected.tests and not any(fnmatch.fnmatchcase(name, p) for p in selected.tests):
                 continue
             names, patches = _closure(node, cls, imported, top, modules)
-            missing = {
+            missing = {n for n in names if n.startswith("private ")}
+            missing |= {
                 f"{o.split(':')[0]}.{o.split(':')[1]}"
                 for o in names | module_level
-                if not has(*o.split(":"))
+                if not o.startswith("private ") and not has(*o.split(":"))
             }
             missing |= {f"patch {m}.{a}" for m, a in patches if not has(m, a)}
             result[f"{selected.path}::{name}"] = missing
