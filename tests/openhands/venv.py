@@ -10,7 +10,7 @@ processes calling it together build it once (an exclusive file lock), and a
 build that died half-way is thrown away and done again.
 
     from tests.openhands.venv import openhands_python
-    python = openhands_python()      # ~1m40s cold on a 2-CPU machine, then instant
+    python = openhands_python()      # 2-3 min cold (101-165 s measured), then instant
 
 or from a shell (prints the path): ``python tests/openhands/venv.py``.
 
