@@ -1,0 +1,1 @@
+"""OpenHands' own tests ported onto cowconv: the tooling (see README.md)."""
