@@ -22,14 +22,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from cowconv._exceptions import CowconvError, StartError
+from cowconv._exceptions import CowconvError, StartError, UnsafeExposureError
 from cowconv.agent_server.app import create_app
 from cowconv.agent_server.background import listening_socket
-from cowconv.agent_server.security import (
-    DEFAULT_MAX_BODY_SIZE,
-    UnsafeExposureError,
-    check_exposure,
-)
+from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, check_exposure
 
 __all__ = ["DEFAULT_DATA_DIR", "ENV_PREFIX", "ServerSettings", "run_server"]
 
