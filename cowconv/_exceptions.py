@@ -70,7 +70,6 @@ __all__ = [
     "ToolArgumentError",
     "UnsafeExposureError",
     "WorkspaceMissingError",
-    "remote_error_class",
 ]
 
 

@@ -22,6 +22,7 @@ import os
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, overload
 
 from cowconv import backends, stores
@@ -38,7 +39,7 @@ from cowconv.core.changes import (
 )
 from cowconv.core.events import Event, MessageEvent
 from cowconv.core.frozen import check_text, freeze
-from cowconv.core.ids import ConversationID, id_text, public_id
+from cowconv.core.ids import ConversationID, id_text, new_uuid, public_id
 from cowconv.core.llm import LLMMetrics
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.usage import Usage
@@ -67,6 +68,10 @@ def check_conversation_id(conversation_id: ConversationID | None) -> Conversatio
     if conversation_id is None:
         return uuid.uuid4()  # a UUID is its own public form: no text round trip
     return public_id(id_text(conversation_id))
+
+
+_NO_TAGS: Mapping[str, str] = MappingProxyType({})
+_new_conversation = object.__new__
 
 
 def _open_store(directory_or_store: str | os.PathLike[str] | StateSink) -> StateSink:
@@ -231,8 +236,13 @@ class Conversation:
         cls, backend: Backend, visualizer: ConversationVisualizerBase | None = None
     ) -> Conversation:
         # A conversation over a backend made by fork() or resume() (never a public path).
-        conversation = object.__new__(cls)
-        conversation._hold(backend, visualizer)
+        conversation = _new_conversation(cls)
+        conversation._backend = backend
+        conversation._view = None
+        conversation._agent_view = None
+        conversation._visualizer = visualizer
+        if visualizer is not None:
+            visualizer.initialize(conversation)
         return conversation
 
     @classmethod
@@ -447,10 +457,12 @@ class Conversation:
         >>> [e.kind for e in early.state.events], early.state.forked_from_event_id == first.id
         (['system_prompt', 'message'], True)
         """
-        fork_id = check_conversation_id(conversation_id)
-        # A fresh random UUID cannot be this conversation's id; only a given one is checked.
-        if conversation_id is not None and fork_id == self.id:
-            raise ConversationExistsError(id_text(fork_id))
+        if conversation_id is None:
+            fork_id: ConversationID = new_uuid()  # a new id cannot be this conversation's
+        else:
+            fork_id = check_conversation_id(conversation_id)
+            if fork_id == self.id:
+                raise ConversationExistsError(id_text(fork_id))
         if agent is not None and not isinstance(agent, Agent):
             raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         if title is not None and not isinstance(title, str):
@@ -459,21 +471,18 @@ class Conversation:
             raise InvalidTypeError(
                 f"from_event_id must be a str, got {type(from_event_id).__name__}"
             )
-        fork_tags = check_tags(tags)
-        if title is not None:
-            fork_tags["title"] = title
-        spec = ForkSpec(
-            conversation_id=fork_id,
-            agent=agent,
-            tags=fork_tags,
-            reset_metrics=bool(reset_metrics),
-            from_event_id=from_event_id,
-        )
-        # As the seed: the fork shows its events with a new visualiser of the source's kind.
-        shown = None if self._visualizer is None else type(self._visualizer)()
-        if shown is not None:
-            callbacks = (shown, *callbacks)
-        return type(self)._holding(self._backend.fork(spec, callbacks), shown)
+        if tags is None and title is None:
+            spec = ForkSpec(fork_id, agent, _NO_TAGS, None, bool(reset_metrics), from_event_id)
+        else:
+            fork_tags = check_tags(tags)
+            if title is not None:
+                fork_tags["title"] = title
+            spec = ForkSpec(fork_id, agent, fork_tags, None, bool(reset_metrics), from_event_id)
+        # As OpenHands' SDK: the fork shows its events with a new visualiser of the source's kind.
+        if self._visualizer is None:
+            return type(self)._holding(self._backend.fork(spec, callbacks))
+        shown = type(self._visualizer)()
+        return type(self)._holding(self._backend.fork(spec, (shown, *callbacks)), shown)
 
     # -- running -------------------------------------------------------------
 

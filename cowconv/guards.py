@@ -27,8 +27,8 @@ cowconv._exceptions.InvalidTypeError: state.tags is an immutable snapshot: use .
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pyrsistent import PMap
 
@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     from cowconv.core.state import ConversationState
 
 __all__ = ["guarded"]
-
-_Log = TypeVar("_Log", bound=EventLog)
 
 
 class ConversationEvents(EventLog):
@@ -81,12 +79,58 @@ _HINTS = {
 }
 
 
-class SnapshotMap(PMap[str, Any]):
-    """``state.tags`` or ``state.agent_state`` of a conversation: dict writes raise with a hint."""
+class SnapshotMap(Mapping[str, Any]):
+    """``state.tags`` or ``state.agent_state`` of a conversation: reads and pyrsistent's
+    persistent methods go to the frozen map it wraps; dict writes raise with a hint.
 
-    __slots__ = ("_field",)
+    >>> from pyrsistent import pmap
+    >>> tags = SnapshotMap(pmap({"owner": "ci"}), "tags")
+    >>> tags["owner"], tags == {"owner": "ci"}, sorted(tags.set("k", "v"))
+    ('ci', True, ['k', 'owner'])
+    """
 
-    _field: str
+    __slots__ = ("_map", "_field")
+
+    def __init__(self, value: PMap[str, Any], field: str) -> None:
+        self._map = value
+        self._field = field
+
+    def __getitem__(self, key: str) -> Any:
+        return self._map[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._map
+
+    def __eq__(self, other: object) -> bool:
+        return self._map == (other._map if isinstance(other, SnapshotMap) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._map)
+
+    def __repr__(self) -> str:
+        return repr(self._map)
+
+    def set(self, key: str, value: Any) -> PMap[str, Any]:
+        """A new frozen map with ``key`` set (the snapshot is unchanged)."""
+        return self._map.set(key, value)
+
+    def discard(self, key: str) -> PMap[str, Any]:
+        """A new frozen map without ``key`` (the snapshot is unchanged)."""
+        return self._map.discard(key)
+
+    def remove(self, key: str) -> PMap[str, Any]:
+        """A new frozen map without ``key`` (``KeyError`` if absent)."""
+        return self._map.remove(key)
+
+    def evolver(self) -> Any:
+        """pyrsistent's batch editor over the frozen map (its result is a new map)."""
+        return self._map.evolver()
 
     def _refuse(self, *args: object, **kwargs: object) -> NoReturn:
         raise InvalidTypeError(
@@ -96,33 +140,12 @@ class SnapshotMap(PMap[str, Any]):
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse
 
 
-def _rebuilt(cls: type[PMap[str, Any]], value: PMap[str, Any]) -> Any:
-    # The same buckets under another class: O(1), nothing copied.
-    make: Any = cls
-    internals: Any = value
-    return make(internals._size, internals._buckets)
-
-
-def _same_log(cls: type[_Log], log: EventLog) -> _Log:
-    # The same history under another class: O(1), its structure shared, nothing copied.
-    same = cls.__new__(cls)
-    for name in EventLog.__slots__:
-        setattr(same, name, getattr(log, name))
-    return same
-
-
-def _map(value: PMap[str, Any], field: str) -> SnapshotMap:
-    guarded_map: SnapshotMap = _rebuilt(SnapshotMap, value)
-    guarded_map._field = field
-    return guarded_map
-
-
 def guarded(state: ConversationState, conversation: Conversation) -> ConversationState:
     """``state`` with its events, tags and agent state guarded for ``conversation``, in O(1)."""
-    history = _same_log(ConversationEvents, state.events)
+    history = state.events.retyped(ConversationEvents)
     history._owner = weakref.ref(conversation)
     return state._replace(
         events=history,
-        tags=_map(state.tags, "tags"),
-        agent_state=_map(state.agent_state, "agent_state"),
+        tags=SnapshotMap(state.tags, "tags"),
+        agent_state=SnapshotMap(state.agent_state, "agent_state"),
     )

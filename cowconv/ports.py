@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from cowconv.core.agent import Agent
 from cowconv.core.changes import Change
@@ -111,8 +111,7 @@ class StateStore(StateSink, Protocol):
 # conversations and of events) goes here, next to StateSink and StateStore.
 
 
-@dataclass(frozen=True)
-class ForkSpec:
+class ForkSpec(NamedTuple):
     """What a fork is asked for, checked by :meth:`Conversation.fork <cowconv.Conversation.fork>`.
 
     ``tags`` already holds the title; ``agent`` is ``None`` to keep the
@@ -124,7 +123,7 @@ class ForkSpec:
 
     conversation_id: ConversationID | None = None
     agent: Agent | None = None
-    tags: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = MappingProxyType({})
     title: str | None = None
     reset_metrics: bool = True
     from_event_id: str | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator
@@ -11,11 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-# The suite starts hundreds of processes that make an LLM and never call it; each would
-# import litellm in the background (seconds of CPU). tests/test_llm.py turns it back on
-# where the preload itself is tested.
-os.environ.setdefault("COWCONV_PRELOAD_LITELLM", "0")
 
 from cowconv import (
     LLM,

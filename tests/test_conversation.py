@@ -341,7 +341,7 @@ class TestFork:
         fork = source.fork()
         # Each conversation's .state guards its own view of the same structures.
         assert fork.state.events._chunks is source.state.events._chunks
-        assert fork.state.agent_state._buckets is source.state.agent_state._buckets
+        assert fork.backend.snapshot().agent_state is source.backend.snapshot().agent_state
         assert fork.state.agent is source.state.agent  # .agent is a view with its own metrics
 
     def test_source_stays_unchanged(self, backend, agents):

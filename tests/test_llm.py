@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import pickle
 import subprocess
 import sys
@@ -301,39 +300,47 @@ class TestLazyImport:
             "import cowconv, cowconv.testing, cowconv.tools.terminal\n"
             "print('litellm' in sys.modules, [t.name for t in threading.enumerate()])\n"
         )
-        env = {**os.environ, "COWCONV_PRELOAD_LITELLM": "1"}
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "False ['MainThread']"
 
-    def test_the_first_llm_starts_importing_litellm_in_the_background(self):
-        """LLM() returns at once; a daemon thread imports litellm, which the first call joins."""
+    def test_making_an_llm_imports_nothing_and_starts_no_thread(self):
+        """LLM() and a conversation built with it import no litellm and start no thread."""
         code = (
             "import sys, threading\n"
             "from cowconv import LLM, Agent, Conversation, Tool\n"
             "agent = Agent(llm=LLM(model='openai/gpt-4o'), tools=[Tool(name='terminal')])\n"
-            "names = [t.name for t in threading.enumerate()]\n"
-            "LLM(model='openai/gpt-4o')  # a second LLM starts no second import\n"
-            "names2 = [t.name for t in threading.enumerate()]\n"
-            "from cowconv.core.llm import _litellm\n"
-            "_litellm()\n"
-            "print('cowconv-import-litellm' in names, names2.count('cowconv-import-litellm'),"
-            " 'litellm' in sys.modules)\n"
+            "Conversation(agent=agent, workspace='.').send_message('hi')\n"
+            "print('litellm' in sys.modules, len(threading.enumerate()))\n"
         )
-        env = {**os.environ, "COWCONV_PRELOAD_LITELLM": "1"}
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
-        assert out.stdout.strip().splitlines()[-1] in ("True 1 True", "True 0 True")
+        assert out.stdout.strip() == "False 1"
 
-    def test_the_preload_can_be_turned_off(self):
-        """COWCONV_PRELOAD_LITELLM=0: making an LLM imports nothing."""
+    def test_the_first_completion_imports_litellm(self, stub):
+        """The first completion imports litellm (in a fresh process), and answers."""
+        code = (
+            "import sys\n"
+            "from cowconv import LLM\n"
+            f"llm = LLM(model='openai/stub-model', base_url={stub.base_url!r}, api_key='k')\n"
+            "before = 'litellm' in sys.modules\n"
+            "llm.completion([{'role': 'user', 'content': 'hi'}])\n"
+            "print(before, 'litellm' in sys.modules)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == "False True"
+
+    def test_preload_imports_litellm_once_from_any_thread(self):
+        """LLM.preload() imports litellm now; threads preloading together import it once."""
         code = (
             "import sys, threading\n"
             "from cowconv import LLM\n"
-            "LLM(model='openai/gpt-4o')\n"
-            "print('litellm' in sys.modules, len(threading.enumerate()))\n"
+            "threads = [threading.Thread(target=LLM.preload) for _ in range(4)]\n"
+            "[t.start() for t in threads]; [t.join() for t in threads]\n"
+            "from cowconv.core import llm\n"
+            "print('litellm' in sys.modules, llm._litellm() is sys.modules['litellm'])\n"
         )
-        env = {**os.environ, "COWCONV_PRELOAD_LITELLM": "0"}
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == "False 1"
+        assert out.stdout.strip().splitlines()[-1] == "True True"

@@ -22,17 +22,19 @@ every change is durable before it is seen, and forks go to the same store.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
-from pyrsistent import pmap
+from pyrsistent import PMap, pmap
 
 from cowconv._exceptions import EventNotFoundError, InvalidTypeError
 from cowconv.agent.prompt import system_prompt_event
 from cowconv.agent.runtime import Runner
 from cowconv.core.changes import Change, SendMessage
 from cowconv.core.events import Event, MessageEvent, utc_now
-from cowconv.core.ids import id_text
+from cowconv.core.ids import ConversationID, id_text
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
     NO_STATS,
@@ -50,6 +52,57 @@ from cowconv.ports import (
 )
 
 __all__ = ["LocalBackend"]
+
+
+_BUILD_LOCK = threading.Lock()
+_new_backend = object.__new__
+
+
+class _PendingFork:
+    """What a fork's first snapshot is made of, until it is first read."""
+
+    __slots__ = ("source", "spec", "created")
+
+    def __init__(self, source: ConversationState, spec: ForkSpec, created: float) -> None:
+        self.source = source
+        self.spec = spec
+        self.created = created
+
+    @property
+    def conversation_id(self) -> ConversationID:
+        assert self.spec.conversation_id is not None
+        return self.spec.conversation_id
+
+    def build(self) -> ConversationState:
+        state, spec = self.source, self.spec
+        events = state.events
+        if spec.from_event_id is not None:
+            try:
+                events = history_to(state, spec.from_event_id)  # on any branch
+            except KeyError:
+                raise EventNotFoundError(
+                    f"cannot fork from event {spec.from_event_id!r}: no such event in "
+                    f"conversation {str(state.id)!r}"
+                ) from None
+        created = datetime.fromtimestamp(self.created, UTC)
+        return state._replace(
+            id=self.conversation_id,
+            agent=state.agent if spec.agent is None else spec.agent,
+            events=events,
+            tags=pmap(spec.tags) if spec.tags else _NO_TAGS,
+            stats=NO_STATS if spec.reset_metrics else state.stats,
+            execution_status=ExecutionStatus.IDLE,
+            forked_from_conversation_id=state.id,
+            # As OpenHands' SDK: the event id of a fork at an event; None for a whole fork.
+            forked_from_event_id=spec.from_event_id,
+            forked_from_event_count=len(events),
+            created_at=created,
+            updated_at=created,
+            other_branches=state.other_branches if spec.from_event_id is None else (),
+        )
+
+
+_NO_TAGS: PMap[str, str] = pmap()
 
 
 def _resumed(store: StateStore, state: ConversationState) -> ConversationState:
@@ -75,10 +128,18 @@ class LocalBackend:
     True
     """
 
-    # Events committed but not yet handed to the callbacks, and whether a commit up the
-    # stack is handing them out (class defaults: most backends never need them).
-    _unnotified: deque[Event] | None = None
-    _notifying = False
+    __slots__ = (
+        "_state",
+        "_pending",
+        "sink",
+        "_callbacks",
+        "max_iteration_per_run",
+        "_lock",
+        "_runner",
+        "_unnotified",
+        "_notifying",
+        "__weakref__",
+    )
 
     def __init__(
         self,
@@ -88,15 +149,19 @@ class LocalBackend:
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> None:
-        self._state = state
+        check_max_iteration_per_run(max_iteration_per_run)
+        self._state: ConversationState | None = state
+        self._pending: _PendingFork | None = None
         self.sink = sink
         self._callbacks = tuple(callbacks)
-        check_max_iteration_per_run(max_iteration_per_run)
         self.max_iteration_per_run = max_iteration_per_run
-        self._lock = threading.RLock()
-        # The runner (a lock, tool processes) is made on first use: forks that never run
-        # stay under a kilobyte.
+        # Made on first use (a commit, a run): a fork that is never changed stays small.
+        self._lock: threading.RLock | None = None
         self._runner: Runner | None = None
+        # Events committed but not yet handed to the callbacks, and whether a commit up the
+        # stack is handing them out.
+        self._unnotified: deque[Event] | None = None
+        self._notifying = False
 
     @classmethod
     def open(
@@ -147,16 +212,43 @@ class LocalBackend:
     @property
     def id(self) -> str:
         """The conversation id (its text)."""
-        return id_text(self._state.id)
+        pending = self._pending
+        if pending is not None:
+            return id_text(pending.conversation_id)
+        return id_text(self.snapshot().id)
 
     def snapshot(self) -> ConversationState:
-        """The current snapshot; no lock (a swap is atomic)."""
-        return self._state
+        """The current snapshot; no lock (a swap is atomic).
+
+        A fork's first snapshot is built on first read (O(1), once): a fork
+        that is never read costs only its backend.
+        """
+        state = self._state
+        return state if state is not None else self._built()
+
+    def _built(self) -> ConversationState:
+        with _BUILD_LOCK:  # a fork is built once, whichever thread reads it first
+            state = self._state
+            if state is None:
+                pending = self._pending
+                assert pending is not None
+                state = self._state = pending.build()
+                self._pending = None
+            return state
+
+    def _locked(self) -> threading.RLock:
+        lock = self._lock
+        if lock is None:
+            with _BUILD_LOCK:
+                lock = self._lock
+                if lock is None:
+                    lock = self._lock = threading.RLock()
+        return lock
 
     def commit(self, change: Change) -> None:
         """Apply ``change`` to the current snapshot, persist it, swap it in, notify."""
-        with self._lock:
-            previous = self._state
+        with self._locked():
+            previous = self.snapshot()
             current = change(previous)
             if current is previous:
                 return
@@ -176,14 +268,14 @@ class LocalBackend:
     def send_message(self, text: str) -> MessageEvent:
         """Record a user message, after the agent's system prompt if it is not current."""
         event = MessageEvent(source="user", role="user", content=text)
-        self.commit(SendMessage(event, system_prompt_event(self._state.agent)))
+        self.commit(SendMessage(event, system_prompt_event(self.snapshot().agent)))
         return event
 
     def _settle(self, status: ExecutionStatus) -> None:
         # The sink refused to record how a run ended: show it here without saving (the
         # stored snapshot says running, which loads as paused).
-        with self._lock:
-            self._state = self._state._replace(execution_status=status, updated_at=utc_now())
+        with self._locked():
+            self._state = self.snapshot()._replace(execution_status=status, updated_at=utc_now())
 
     def _notify_in_order(self) -> None:
         # A callback may commit too (send_message): its events queue behind the ones not yet
@@ -199,48 +291,41 @@ class LocalBackend:
             self._notifying = False
 
     def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> LocalBackend:
-        """A new backend with an O(1) fork of the current snapshot (same sink)."""
-        state = self._state  # one consistent snapshot; no lock needed
-        events = state.events
-        if spec.from_event_id is not None:
-            try:
-                events = history_to(state, spec.from_event_id)  # on any branch
-            except KeyError:
-                raise EventNotFoundError(
-                    f"cannot fork from event {spec.from_event_id!r}: no such event in "
-                    f"conversation {str(state.id)!r}"
-                ) from None
-        assert spec.conversation_id is not None
-        now = utc_now()
-        forked = state._replace(
-            id=spec.conversation_id,
-            agent=state.agent if spec.agent is None else spec.agent,
-            events=events,
-            tags=pmap(spec.tags),
-            stats=NO_STATS if spec.reset_metrics else state.stats,
-            execution_status=ExecutionStatus.IDLE,
-            forked_from_conversation_id=state.id,
-            # As the seed: the event id of a fork at an event; None for a whole fork.
-            forked_from_event_id=spec.from_event_id,
-            forked_from_event_count=len(events),
-            created_at=now,
-            updated_at=now,
-            other_branches=state.other_branches if spec.from_event_id is None else (),
-        )
-        if self.sink is not None:
-            self.sink.save(None, forked)
-        return LocalBackend(
-            forked,
-            sink=self.sink,
-            callbacks=callbacks,
-            max_iteration_per_run=self.max_iteration_per_run,
-        )
+        """A new backend with an O(1) fork of the current snapshot (same sink).
+
+        The fork is of the snapshot current now, whatever this conversation
+        does next. In memory its first snapshot is built when first read; with
+        a sink it is built and saved here, before this returns (durable first).
+        """
+        state = self.snapshot()  # one consistent snapshot; no lock needed
+        pending = _PendingFork(state, spec, time.time())
+        if spec.from_event_id is not None or self.sink is not None:
+            forked = pending.build()  # an unknown event fails here, at the fork
+            if self.sink is not None:
+                self.sink.save(None, forked)
+            return LocalBackend(
+                forked,
+                sink=self.sink,
+                callbacks=callbacks,
+                max_iteration_per_run=self.max_iteration_per_run,
+            )
+        fork = _new_backend(LocalBackend)
+        fork._state = None
+        fork._pending = pending
+        fork.sink = None
+        fork._callbacks = tuple(callbacks)
+        fork.max_iteration_per_run = self.max_iteration_per_run  # checked when first given
+        fork._lock = None
+        fork._runner = None
+        fork._unnotified = None
+        fork._notifying = False
+        return fork
 
     def run(self) -> None:
         """Run the agent in this thread (one run at a time)."""
         runner = self._runner
         if runner is None:
-            with self._lock:
+            with self._locked():
                 if self._runner is None:
                     self._runner = Runner(
                         self.snapshot, self.commit, self.max_iteration_per_run, self._settle

@@ -14,9 +14,9 @@ prompt for the provider's prompt cache where the provider needs marks, and
 adds every answer's cost, tokens (cached ones apart) and latency to
 ``llm.metrics``.
 
-litellm takes seconds to import. ``import cowconv`` never imports it; the
-first ``LLM`` made starts importing it in a background thread, so by the
-time a conversation built with it runs, most of that wait is over.
+litellm takes seconds to import. Neither ``import cowconv`` nor making an
+``LLM`` imports it: the first completion does, or :meth:`LLM.preload` for
+an application that wants it early.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
@@ -69,60 +68,26 @@ def dump_secret(secret: SecretStr | None, info: SerializationInfo) -> Any:
     return _MASK if info.mode == "json" else secret
 
 
-_preload_lock = threading.Lock()
-_preload: threading.Thread | None = None
-
-
-def _import_litellm() -> ModuleType:
-    # Without this, importing litellm fetches its price list from the internet.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    # litellm prints "Give Feedback / Get Help" banners to stdout on every error.
-    litellm.suppress_debug_info = True
-    return litellm
-
-
-def _preload_litellm() -> None:
-    """Start importing litellm in a daemon thread, once per process.
-
-    ``COWCONV_PRELOAD_LITELLM=0`` turns this off.
-    """
-    global _preload
-    if _preload is not None or os.environ.get("COWCONV_PRELOAD_LITELLM", "1") == "0":
-        return
-    with _preload_lock:
-        if _preload is not None:
-            return
-        thread = threading.Thread(target=_quiet_import, name="cowconv-import-litellm", daemon=True)
-        _preload = thread
-        thread.start()
-
-
-def _quiet_import() -> None:
-    try:
-        _import_litellm()
-    except BaseException:  # the first call imports again and reports the error where it is seen
-        logger.debug("preloading litellm failed", exc_info=True)
+_import_lock = threading.Lock()
+_module: ModuleType | None = None
 
 
 def _litellm() -> ModuleType:
-    """litellm; waits for the preload if one is under way.
+    """litellm, imported on first use (once: threads asking meanwhile wait for that import)."""
+    global _module
+    module = _module
+    if module is not None:
+        return module
+    with _import_lock:
+        if _module is None:
+            # Without this, importing litellm fetches its price list from the internet.
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
 
-    A failed or interrupted import (another thread importing one of litellm's
-    modules at the same moment can leave them half-initialised) is undone and
-    done again here, once.
-    """
-    thread = _preload
-    if thread is not None and thread is not threading.current_thread():
-        thread.join()
-    try:
-        return _import_litellm()
-    except (ImportError, AttributeError):
-        logger.debug("importing litellm failed; importing it again", exc_info=True)
-        for name in [n for n in sys.modules if n == "litellm" or n.startswith("litellm.")]:
-            del sys.modules[name]
-        return _import_litellm()
+            # litellm prints "Give Feedback / Get Help" banners to stdout on every error.
+            litellm.suppress_debug_info = True
+            _module = litellm
+        return _module
 
 
 def _usage(
@@ -341,9 +306,21 @@ class LLM(CheckedModel):
     caching_prompt: bool = True
     """Mark the prompt's stable prefix for the provider's prompt cache (see ``completion``)."""
 
-    def model_post_init(self, context: Any, /) -> None:
-        """Start importing litellm in the background (once per process)."""
-        _preload_litellm()
+    @staticmethod
+    def preload() -> None:
+        """Import litellm now, so that the first completion does not wait for it.
+
+        litellm takes seconds to import and is otherwise imported by the
+        first completion. Call this early, or in a thread to overlap the
+        import with other work (``threading.Thread(target=LLM.preload).start()``);
+        a completion made meanwhile waits for that import, not a second one.
+
+        >>> import sys
+        >>> LLM.preload()
+        >>> "litellm" in sys.modules
+        True
+        """
+        _litellm()
 
     def __repr_args__(self) -> Any:
         shown = ("model", "api_key", "base_url", "usage_id")

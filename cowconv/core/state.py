@@ -253,19 +253,12 @@ class ConversationState(CheckedModel):
         unknown = changes.keys() - type(self).model_fields.keys()
         if unknown:
             raise InvalidTypeError(f"ConversationState has no field(s) {sorted(unknown)}")
-        return type(self).model_validate({**self.__dict__, **changes})
+        return type(self).model_validate({**dict(self), **changes})
 
     def _replace(self, **changes: Any) -> ConversationState:
-        # Trusted, unvalidated copy for values cowconv built itself (hot paths: fork, append).
-        # Like pydantic's model_copy, but the new __dict__ is built at its final size and the
-        # (never mutated) fields-set is shared: half the memory of a fork.
-        new = object.__new__(type(self))
-        _set = object.__setattr__
-        _set(new, "__dict__", {**self.__dict__, **changes})
-        _set(new, "__pydantic_extra__", None)
-        _set(new, "__pydantic_fields_set__", self.__pydantic_fields_set__)
-        _set(new, "__pydantic_private__", None)
-        return new
+        # Trusted, unvalidated copy for values cowconv built itself (hot paths: fork, append):
+        # pydantic's public model_copy, which copies the fields and applies ``changes``.
+        return self.model_copy(update=changes)
 
 
 SecretsInDump = Literal["clear", "masked", "dropped"]
