@@ -405,7 +405,10 @@ class Conversation:
         self._backend.commit(ActivateSkill(name))
 
     def navigate_to(self, event_id: str | None) -> None:
-        """Move the active branch back to end at ``event_id`` (``None``: empty), in O(1).
+        """Move the active branch to end at ``event_id`` (``None``: empty), in O(b log n).
+
+        ``b`` is the number of branches, ``n`` the events of the longest: the
+        branches share their prefixes, so no event is copied.
 
         The next message starts a new branch from there; the branch left
         behind stays in ``state.branches`` and can be navigated back to.

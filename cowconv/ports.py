@@ -136,8 +136,8 @@ class Backend(Protocol):
     ``snapshot()`` is the current :class:`~cowconv.ConversationState` (never
     changed afterwards); ``commit(change)`` applies a change, makes it
     durable where the backend keeps it and tells the callbacks about new
-    events. A remote backend accepts the named changes
-    of this module only.
+    events. A remote backend accepts only the named changes of
+    :mod:`cowconv.core.changes` (each has a route: :mod:`cowconv.backends.wire`).
 
     >>> from cowconv import LLM, Agent, Conversation
     >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")

@@ -117,7 +117,7 @@ class ToolResult:
 class NoSettings(BaseModel):
     """Settings of a tool that takes none (``Tool(name=...).params`` must be empty)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ToolDefinition(ABC, Generic[P]):

@@ -2,9 +2,11 @@
 
 Every change builds a new :class:`~cowconv.ConversationState` and swaps it in
 under a lock that only writers take; readers and :meth:`LocalBackend.fork`
-read the current snapshot without locking, so a fork never waits for a
-writer and never holds a lock. With a ``sink`` (a :class:`~cowconv.Store`)
-every change is durable before it is seen, and forks go to the same store.
+read the current snapshot without taking it. In memory a fork therefore
+never waits for a writer. With a ``sink`` (a :class:`~cowconv.Store`) every
+change is durable before it is seen, and forks go to the same store: a
+fork is saved before ``fork()`` returns, and that save waits for the
+store's other writers as any write does.
 
 >>> from cowconv import LLM, Agent, ConversationState, MessageEvent, Workspace
 >>> from cowconv.ports import ForkSpec

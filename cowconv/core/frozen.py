@@ -49,6 +49,7 @@ __all__ = [
     "FrozenJSONMap",
     "FrozenMap",
     "FrozenStrMap",
+    "check_str_map",
     "check_text",
     "freeze",
     "thaw",
@@ -164,15 +165,38 @@ def _freeze_object(value: Any) -> PMap[str, Any]:
     return frozen
 
 
-def _freeze_str_map(value: Any) -> PMap[str, str]:
+def check_str_map(
+    value: object, error: type[InvalidTypeError | InvalidValueError], what: str = ""
+) -> Mapping[str, str]:
+    """``value`` if it maps str to str (texts a history can hold), else ``error``.
+
+    ``what`` names it in the message (``"tags"``); the one check for tags
+    and every other map of strings.
+
+    >>> check_str_map({"owner": "ci"}, InvalidValueError)
+    {'owner': 'ci'}
+    >>> check_str_map({"retries": 3}, InvalidTypeError, "tags")
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidTypeError: tags must map str to str, got 'retries': 3
+    """
     if not isinstance(value, Mapping):
-        raise InvalidValueError(f"expected a mapping of str to str, got {type(value).__name__}")
+        start = f"{what} must be" if what else "expected"
+        raise error(f"{start} a mapping of str to str, got {type(value).__name__}")
+    label = "a tag" if what == "tags" else "a"
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
-            raise InvalidValueError(f"expected str keys and str values, got {key!r}: {item!r}")
-        check_text(key, "a key")
-        check_text(item, "a value")
-    return value if isinstance(value, PMap) else pmap(value)
+            if what:
+                raise error(f"{what} must map str to str, got {key!r}: {item!r}")
+            raise error(f"expected str keys and str values, got {key!r}: {item!r}")
+        check_text(key, f"{label} key")
+        check_text(item, f"{label} value")
+    return value
+
+
+def _freeze_str_map(value: Any) -> PMap[str, str]:
+    checked = check_str_map(value, InvalidValueError)
+    return checked if isinstance(checked, PMap) else pmap(checked)
 
 
 def _check_field(name: str, value: Any) -> None:

@@ -26,7 +26,13 @@ from pyrsistent import pmap
 from cowconv._exceptions import FrozenInstanceError, InvalidTypeError, InvalidValueError
 from cowconv.core.agent import Agent
 from cowconv.core.events import utc_now
-from cowconv.core.frozen import CheckedModel, FrozenJSONMap, FrozenMap, FrozenStrMap, check_text
+from cowconv.core.frozen import (
+    CheckedModel,
+    FrozenJSONMap,
+    FrozenMap,
+    FrozenStrMap,
+    check_str_map,
+)
 from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationIDField
 from cowconv.core.tree import branches
@@ -62,14 +68,7 @@ def check_tags(tags: Mapping[str, str] | None) -> dict[str, str]:
     """
     if tags is None:
         return {}
-    if not isinstance(tags, Mapping):
-        raise InvalidTypeError(f"tags must be a mapping of str to str, got {type(tags).__name__}")
-    for key, value in tags.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise InvalidTypeError(f"tags must map str to str, got {key!r}: {value!r}")
-        check_text(key, "a tag key")
-        check_text(value, "a tag value")
-    return dict(tags)
+    return dict(check_str_map(tags, InvalidTypeError, "tags"))
 
 
 DEFAULT_MAX_ITERATION_PER_RUN = 500

@@ -4,8 +4,9 @@ A conversation's ``state.events`` is its *active branch*: the history the
 agent sees and the next message extends. :func:`navigate` moves the active
 branch back to an earlier event (or to an event of another branch); the
 branch it leaves is kept in ``state.other_branches`` unless it is part of
-the new one. Branches share their common prefix, so navigating is O(1) in
-the length of the history and copies nothing.
+the new one. Branches share their common prefix, so navigating copies
+nothing: O(b log n) for ``b`` branches of at most ``n`` events (each branch
+is compared once, by lineage or by one event).
 
 >>> from cowconv import LLM, Agent, ConversationState, MessageEvent, Workspace
 >>> state = ConversationState(
