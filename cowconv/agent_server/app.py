@@ -7,10 +7,10 @@ import hmac
 import logging
 import os
 import warnings
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import (
     APIRouter,
@@ -59,8 +59,9 @@ from cowconv.agent_server.models import (
 )
 from cowconv.agent_server.registry import ConversationRegistry
 from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, add_security, check_exposure
-from cowconv.backends.wire import SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER
+from cowconv.backends.wire import CHANGE_ROUTES, SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER
 from cowconv.core.agent import Agent
+from cowconv.core.changes import ActivateSkill, AppendEvent, NavigateTo, SetTag, UpdateAgentState
 from cowconv.core.events import AnyEvent, Event, SystemPromptEvent
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationInfo, dump_state
@@ -373,11 +374,25 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
         return registry.get(conversation_id).agent
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _change_route(api: APIRouter, change: type, **options: Any) -> Callable[[_F], _F]:
+    """The route of a named change: its method and path from the shared wire mapping
+    (:data:`cowconv.backends.wire.CHANGE_ROUTES`), which the remote backend sends to."""
+    route = CHANGE_ROUTES[change]
+    decorate: Callable[[_F], _F] = api.api_route(
+        "/{conversation_id}" + route.path, methods=[route.method], **options
+    )
+    return decorate
+
+
 def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
     """Append events, send messages, set tags, agent state and skills."""
 
-    @api.post(
-        "/{conversation_id}/events",
+    @_change_route(
+        api,
+        AppendEvent,
         status_code=201,
         response_model=AnyEvent,
         responses=_errors(404, 409),
@@ -418,11 +433,7 @@ def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
                 response.headers[SYSTEM_PROMPT_AT_HEADER] = str(position - 1)
         return event
 
-    @api.post(
-        "/{conversation_id}/navigate",
-        response_model=ConversationInfo,
-        responses=_errors(404, 409),
-    )
+    @_change_route(api, NavigateTo, response_model=ConversationInfo, responses=_errors(404, 409))
     def navigate(conversation_id: str, request: NavigateRequest) -> ConversationInfo:
         """Move the active branch to end at ``event_id`` (the seed SDK's route and body).
 
@@ -431,7 +442,7 @@ def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         """
         return ConversationInfo.of(registry.navigate(conversation_id, request.event_id))
 
-    @api.patch("/{conversation_id}/tags", response_model=ConversationInfo, responses=_errors(404))
+    @_change_route(api, SetTag, response_model=ConversationInfo, responses=_errors(404))
     def set_tags(conversation_id: str, tags: dict[str, str | None]) -> ConversationInfo:
         """Set tags; a ``null`` value removes the tag (JSON merge patch)."""
         conversation = registry.get(conversation_id)
@@ -439,16 +450,14 @@ def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
             conversation.set_tag(key, value)
         return ConversationInfo.of(conversation.state)
 
-    @api.patch(
-        "/{conversation_id}/agent_state", response_model=ConversationInfo, responses=_errors(404)
-    )
+    @_change_route(api, UpdateAgentState, response_model=ConversationInfo, responses=_errors(404))
     def update_agent_state(conversation_id: str, changes: dict[str, Any]) -> ConversationInfo:
         """Merge the given keys into the agent state."""
         conversation = registry.get(conversation_id)
         conversation.update_agent_state(changes)
         return ConversationInfo.of(conversation.state)
 
-    @api.post("/{conversation_id}/skills", response_model=ConversationInfo, responses=_errors(404))
+    @_change_route(api, ActivateSkill, response_model=ConversationInfo, responses=_errors(404))
     def activate_skill(conversation_id: str, request: ActivateSkillRequest) -> ConversationInfo:
         """Activate a knowledge skill (once)."""
         conversation = registry.get(conversation_id)
