@@ -106,7 +106,8 @@ def _reseed() -> None:
     _base, _counter = _draw()
 
 
-os.register_at_fork(after_in_child=_reseed)
+if hasattr(os, "register_at_fork"):  # POSIX: a forked child must not repeat its parent's ids
+    os.register_at_fork(after_in_child=_reseed)
 
 
 def new_uuid_int() -> int:
