@@ -100,7 +100,7 @@ class Conversation:
     >>> _ = conversation.send_message("Analyse the sales report.")
     >>> state = conversation.state
     >>> [event.kind for event in state.events], state.execution_status.value
-    (['system_prompt', 'message'], 'idle')
+    (['SystemPromptEvent', 'MessageEvent'], 'idle')
 
     ``Conversation(agent=..., workspace=...)`` starts an empty conversation
     in ``workspace`` (a path or a :class:`Workspace`). ``state`` is the
@@ -378,7 +378,7 @@ class Conversation:
         >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
         >>> _ = conversation.send_message("hi")
         >>> [event.kind for event in conversation.state.events]
-        ['system_prompt', 'message']
+        ['SystemPromptEvent', 'MessageEvent']
         """
         if not isinstance(text, str):
             raise InvalidTypeError(f"send_message() takes a str, got {type(text).__name__}")
@@ -458,7 +458,7 @@ class Conversation:
         >>> _ = source.send_message("two")
         >>> early = source.fork(from_event_id=first.id)
         >>> [e.kind for e in early.state.events], early.state.forked_from_event_id == first.id
-        (['system_prompt', 'message'], True)
+        (['SystemPromptEvent', 'MessageEvent'], True)
         """
         if conversation_id is None:
             fork_id: ConversationID = new_uuid()  # a new id cannot be this conversation's

@@ -11,6 +11,7 @@ from cowconv import (
     AgentErrorEvent,
     Event,
     ImageContent,
+    Message,
     MessageEvent,
     ObservationEvent,
     PauseEvent,
@@ -53,9 +54,14 @@ contents = st.lists(
     max_size=3,
 ).map(tuple)
 
+
+def _message(source: str, role: str, content: tuple[TextContent | ImageContent, ...]) -> Event:
+    return MessageEvent(source=source, llm_message=Message(role=role, content=content))
+
+
 message_events = st.builds(
-    MessageEvent,
-    source=st.sampled_from(["user", "agent", "environment"]),
+    _message,
+    source=st.sampled_from(["user", "agent", "environment", "hook"]),
     role=st.sampled_from(["system", "user", "assistant", "tool"]),
     content=contents,
 )
@@ -89,7 +95,7 @@ _response_ids = st.none() | st.sampled_from(["r1", "r2"])
 
 paired_events: st.SearchStrategy[Event] = st.one_of(
     st.builds(
-        MessageEvent,
+        _message,
         source=st.just("user"),
         role=st.sampled_from(["user", "assistant", "system", "tool"]),
         content=contents,

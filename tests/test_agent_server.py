@@ -265,8 +265,15 @@ class TestGetAndDelete:
         assert client.delete(f"/api/conversations/{conversation_id}").status_code == 204
         assert client.get(f"/api/conversations/{conversation_id}").status_code == 404
         events = client.get(f"/api/conversations/{fork['id']}/events").json()
-        assert [e["kind"] for e in events["items"]] == ["system_prompt", "message", "message"]
-        assert [e["content"][0]["text"] for e in events["items"][1:]] == ["one", "two"]
+        assert [e["kind"] for e in events["items"]] == [
+            "SystemPromptEvent",
+            "MessageEvent",
+            "MessageEvent",
+        ]
+        assert [e["llm_message"]["content"][0]["text"] for e in events["items"][1:]] == [
+            "one",
+            "two",
+        ]
 
 
 class TestEvents:
@@ -274,16 +281,16 @@ class TestEvents:
         """offset/limit pages; total and next_offset describe the rest."""
         page = client.get(f"/api/conversations/{conversation_id}/events?limit=1").json()
         assert (len(page["items"]), page["total"], page["next_offset"]) == (1, 3, 1)
-        assert page["items"][0]["kind"] == "system_prompt"
+        assert page["items"][0]["kind"] == "SystemPromptEvent"
         rest = client.get(f"/api/conversations/{conversation_id}/events?offset=1").json()
-        assert [e["content"][0]["text"] for e in rest["items"]] == ["one", "two"]
+        assert [e["llm_message"]["content"][0]["text"] for e in rest["items"]] == ["one", "two"]
         assert rest["next_offset"] is None
 
     def test_after(self, client: TestClient, conversation_id: str):
         """after=<event id> starts right after that event."""
         first = client.get(f"/api/conversations/{conversation_id}/events").json()["items"][1]
         page = client.get(f"/api/conversations/{conversation_id}/events?after={first['id']}")
-        assert [e["content"][0]["text"] for e in page.json()["items"]] == ["two"]
+        assert [e["llm_message"]["content"][0]["text"] for e in page.json()["items"]] == ["two"]
 
     def test_unknown_after(self, client: TestClient, conversation_id: str):
         """404 for an after id that is not an event of the conversation."""
@@ -302,7 +309,7 @@ class TestSendMessage:
         event = client.post(
             f"/api/conversations/{conversation_id}/messages", json={"text": "three"}
         ).json()
-        assert event["kind"] == "message" and event["role"] == "user"
+        assert event["kind"] == "MessageEvent" and event["llm_message"]["role"] == "user"
         events = client.get(f"/api/conversations/{conversation_id}/events").json()["items"]
         assert events[-1]["id"] == event["id"]
 
@@ -363,7 +370,7 @@ class TestFork:
         assert client.post(f"/api/conversations/{fork_id}/run").status_code == 202
         messages = wait_until_idle(client, fork_id)
         events = [data for kind, data, _ in messages if kind == "event"]
-        assert not [e for e in events if e["kind"] == "agent_error"]
+        assert not [e for e in events if e["kind"] == "AgentErrorEvent"]
         assert any("from-fork" in e.get("output", "") for e in events)
         assert messages[-1][1]["execution_status"] == "finished"
         keys = {request.headers.get("authorization") for request in stub.requests}
@@ -377,7 +384,11 @@ class TestRunAndPause:
         response = client.post(f"/api/conversations/{conversation_id}/run")
         assert response.status_code == 202
         messages = wait_until_idle(client, conversation_id)
-        texts = [d["content"][0]["text"] for k, d, _ in messages if d.get("kind") == "message"]
+        texts = [
+            d["llm_message"]["content"][0]["text"]
+            for k, d, _ in messages
+            if d.get("kind") == "MessageEvent"
+        ]
         assert texts[-1] == "Done."
         info = client.get(f"/api/conversations/{conversation_id}").json()
         assert info["execution_status"] == "finished"
@@ -400,7 +411,7 @@ class TestRunAndPause:
         assert client.post(f"/api/conversations/{conversation_id}/pause").status_code == 200
         messages = wait_until_idle(client, conversation_id)
         kinds = [d["kind"] for k, d, _ in messages if k == "event"]
-        assert "pause" in kinds
+        assert "PauseEvent" in kinds
         assert messages[-1][1]["execution_status"] == "paused"
 
     def test_fork_during_run(self, server: BackgroundServer, stub, stub_agent, tmp_path):
@@ -497,7 +508,11 @@ class TestEventStream:
         ):
             with client.stream("GET", url, **kwargs) as response:
                 messages = read_stream(response)
-            assert [(k, d.get("content", [{}])[0].get("text")) for k, d, _ in messages] == [
+            texts = [
+                (k, d.get("llm_message", {}).get("content", [{}])[0].get("text"))
+                for k, d, _ in messages
+            ]
+            assert texts == [
                 ("event", "two"),
                 ("status", None),
             ]
@@ -530,10 +545,10 @@ class TestEventStream:
                             connected.set()
                         elif line.startswith("data: ") and kind == "event":
                             data = json.loads(line[6:])
-                            if data["kind"] == "system_prompt":  # before the first message
+                            if data["kind"] == "SystemPromptEvent":  # before the first message
                                 assert not received
                                 continue
-                            received.append(data["content"][0]["text"])
+                            received.append(data["llm_message"]["content"][0]["text"])
                             if len(received) == 30:
                                 return
 

@@ -625,8 +625,8 @@ class TestConcurrency:
         texts_seen = sorted(message_texts(conversation.state.events))
         assert texts_seen == sorted(f"{n}-{i}" for n in "abcd" for i in range(500))
         # The first messages raced: one system prompt went in, before all of them.
-        assert [e.kind for e in conversation.state.events].count("system_prompt") == 1
-        assert conversation.state.events[0].kind == "system_prompt"
+        assert [e.kind for e in conversation.state.events].count("SystemPromptEvent") == 1
+        assert conversation.state.events[0].kind == "SystemPromptEvent"
 
 
 # -- the system prompt: recorded before the first message, as the seed does --------------
@@ -648,7 +648,12 @@ class TestSystemPrompt:
         assert list(conversation.state.events) == [prompt, first]
         conversation.send_message("two")
         conversation.run()
-        assert kinds(conversation.state) == ["system_prompt", "message", "message", "message"]
+        assert kinds(conversation.state) == [
+            "SystemPromptEvent",
+            "MessageEvent",
+            "MessageEvent",
+            "MessageEvent",
+        ]
         assert backend.reload(conversation).events == conversation.state.events
 
     def test_the_prompt_carries_the_tools_specs(self, backend, stub_agent):
@@ -664,7 +669,9 @@ class TestSystemPrompt:
         seen: list = []
         conversation = backend.new(agents[0], callbacks=[seen.append])
         message = conversation.send_message("hi")
-        assert [e.kind for e in seen] == ["system_prompt", "message"] and seen[1] == message
+        assert [e.kind for e in seen] == ["SystemPromptEvent", "MessageEvent"] and seen[
+            1
+        ] == message
         assert seen == list(conversation.state.events)
 
     def test_raw_appends_add_no_prompt(self, backend, agents):
@@ -673,7 +680,7 @@ class TestSystemPrompt:
         event = conversation.append_event(MessageEvent(source="user", role="user", content="hi"))
         assert list(conversation.state.events) == [event]
         conversation.run()
-        assert kinds(conversation.state) == ["message", "system_prompt", "message"]
+        assert kinds(conversation.state) == ["MessageEvent", "SystemPromptEvent", "MessageEvent"]
 
     def test_a_fork_then_a_message_keeps_one_prompt(self, backend, agents):
         """A fork shares its source's prompt; its next message records none."""
@@ -682,9 +689,9 @@ class TestSystemPrompt:
         fork = source.fork()
         backend.opened.append(fork)
         fork.send_message("two")
-        assert kinds(fork.state) == ["system_prompt", "message", "message"]
+        assert kinds(fork.state) == ["SystemPromptEvent", "MessageEvent", "MessageEvent"]
         assert fork.state.events[0] == source.state.events[0]
-        assert kinds(source.state) == ["system_prompt", "message"]
+        assert kinds(source.state) == ["SystemPromptEvent", "MessageEvent"]
         assert backend.reload(fork).events == fork.state.events
 
     def test_a_fork_of_an_empty_conversation_records_its_own(self, backend, agents):
@@ -694,7 +701,9 @@ class TestSystemPrompt:
         backend.opened.append(fork)
         assert kinds(fork.state) == []
         fork.send_message("hi")
-        assert kinds(fork.state) == ["system_prompt", "message"] and kinds(source.state) == []
+        assert (
+            kinds(fork.state) == ["SystemPromptEvent", "MessageEvent"] and kinds(source.state) == []
+        )
 
     def test_another_prompt_is_recorded_before_the_forks_next_message(self, backend, stub_llm):
         """fork(agent=...) with another prompt: the new prompt goes just before the next message."""
@@ -708,13 +717,18 @@ class TestSystemPrompt:
             return
         fork = source.fork(agent=french)
         backend.opened.append(fork)
-        assert kinds(fork.state) == ["system_prompt", "message"]  # nothing recorded yet
+        assert kinds(fork.state) == ["SystemPromptEvent", "MessageEvent"]  # nothing recorded yet
         fork.send_message("Bonjour")
         prompts = [e.system_prompt for e in fork.state.events if isinstance(e, SystemPromptEvent)]
         assert prompts == ["Answer in English.", "Answer in French."]
-        assert kinds(fork.state) == ["system_prompt", "message", "system_prompt", "message"]
+        assert kinds(fork.state) == [
+            "SystemPromptEvent",
+            "MessageEvent",
+            "SystemPromptEvent",
+            "MessageEvent",
+        ]
         fork.send_message("Encore")
-        assert kinds(fork.state)[-1] == "message" and len(fork.state.events) == 5
+        assert kinds(fork.state)[-1] == "MessageEvent" and len(fork.state.events) == 5
         assert backend.reload(fork).events == fork.state.events
 
     def test_other_tools_are_a_new_prompt(self, tmp_path, stub_agent):
@@ -726,9 +740,9 @@ class TestSystemPrompt:
         fork.send_message("three")
         prompts = [e for e in fork.state.events if isinstance(e, SystemPromptEvent)]
         assert [len(prompt.tools) for prompt in prompts] == [1, 0]
-        assert kinds(fork.state)[-2:] == ["system_prompt", "message"]
+        assert kinds(fork.state)[-2:] == ["SystemPromptEvent", "MessageEvent"]
         source.send_message("four")
-        assert kinds(source.state).count("system_prompt") == 1
+        assert kinds(source.state).count("SystemPromptEvent") == 1
 
     def test_resuming_from_sqlite_records_no_second_prompt(self, tmp_path, agents):
         """Reopened (same process or a new one), a stored conversation keeps its one prompt."""
@@ -755,4 +769,4 @@ class TestSystemPrompt:
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
             check=True,
         )
-        assert result.stdout.strip() == str(["system_prompt"] + ["message"] * 4)
+        assert result.stdout.strip() == str(["SystemPromptEvent"] + ["MessageEvent"] * 4)

@@ -1,23 +1,31 @@
-"""Tests for cowconv.core.events: frozen, polymorphic events."""
+"""Tests for cowconv.core.events: frozen events in OpenHands' shapes and JSON."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from typing import Literal
+from datetime import datetime
+from pathlib import Path
 
 import pydantic
 import pytest
 from hypothesis import given
 
 from cowconv import (
+    ROOT_PARENT_ID,
     ActionEvent,
     Event,
+    FrozenInstanceError,
+    Message,
     MessageEvent,
     ObservationEvent,
     PauseEvent,
     TextContent,
 )
+from cowconv.core.events import Condensation, upgrade_legacy_event
 from tests.strategies import events
+
+DATA = Path(__file__).parent / "data"
 
 
 class TestRoundTrip:
@@ -33,29 +41,67 @@ class TestRoundTrip:
         """Event.model_validate(e.model_dump()) == e."""
         assert Event.model_validate(event.model_dump()) == event
 
+    @given(events)
+    def test_kind_is_the_class_name(self, event):
+        """The JSON's kind names the class, as OpenHands' discriminator does."""
+        assert json.loads(event.model_dump_json())["kind"] == type(event).__name__ == event.kind
+
     def test_subclass_validate_still_works(self):
         """Validating through a concrete class behaves like pydantic's own."""
         event = PauseEvent()
         assert PauseEvent.model_validate(event.model_dump()) == event
 
     def test_unknown_kind_is_rejected(self):
-        """A dump with an unknown kind is a validation error."""
-        with pytest.raises(pydantic.ValidationError):
+        """A dump with an unknown kind is a validation error naming it."""
+        with pytest.raises(pydantic.ValidationError, match="unknown kind 'nope'"):
             Event.model_validate({"kind": "nope", "source": "user"})
 
+    def test_kind_of_another_class_is_rejected_by_a_concrete_class(self):
+        """PauseEvent.model_validate of a MessageEvent's dump is an error, not a MessageEvent."""
+        data = MessageEvent(role="user", content="hi").model_dump()
+        with pytest.raises(pydantic.ValidationError, match="not a PauseEvent"):
+            PauseEvent.model_validate(data)
 
-class TestIdentity:
+
+class TestIdentityAndTree:
     def test_id_is_uuid4_and_unique(self):
-        """Every event gets its own uuid4 id and a timezone-aware timestamp."""
+        """Every event gets its own uuid4 id and an ISO-8601 UTC timestamp."""
         a, b = PauseEvent(), PauseEvent()
         assert a.id != b.id
         assert uuid.UUID(a.id).version == 4
-        assert a.timestamp.tzinfo is not None
+        assert datetime.fromisoformat(a.timestamp).utcoffset().total_seconds() == 0
+
+    def test_timestamps_sort_as_text(self):
+        """Fixed-width timestamps: text order is time order."""
+        stamps = [PauseEvent().timestamp for _ in range(50)]
+        assert stamps == sorted(stamps)
+        assert len({len(stamp) for stamp in stamps}) == 1
+
+    def test_datetime_timestamp_becomes_text(self):
+        """A datetime given as timestamp (cowconv 0.1 took one) is stored as ISO text."""
+        moment = datetime(2025, 1, 2, 3, 4, 5)
+        assert PauseEvent(timestamp=moment).timestamp == "2025-01-02T03:04:05"
 
     def test_source_is_checked(self):
-        """source must be user, agent or environment."""
+        """source must be agent, user, environment or hook."""
         with pytest.raises(pydantic.ValidationError):
             MessageEvent(source="robot", role="user", content="x")
+        assert PauseEvent(source="hook").source == "hook"
+
+    def test_parent_id_omitted_when_none(self):
+        """A root's JSON has no parent_id key; a child's carries it (OpenHands' additive JSON)."""
+        root = PauseEvent()
+        child = PauseEvent(parent_id=root.id)
+        assert "parent_id" not in json.loads(root.model_dump_json())
+        assert "parent_id" not in root.model_dump()
+        assert json.loads(child.model_dump_json())["parent_id"] == root.id
+        assert Event.model_validate_json(child.model_dump_json()).parent_id == root.id
+
+    def test_root_sentinel_is_not_an_id(self):
+        """An event id may not equal ROOT_PARENT_ID; a parent_id may."""
+        with pytest.raises(pydantic.ValidationError, match="reserved sentinel"):
+            PauseEvent(id=ROOT_PARENT_ID)
+        assert PauseEvent(parent_id=ROOT_PARENT_ID).parent_id == "__root__"
 
 
 class TestImmutability:
@@ -65,18 +111,28 @@ class TestImmutability:
         hash(event)
 
     def test_top_level_fields_refuse_assignment(self):
-        """Assigning a field of an event raises."""
+        """Assigning a field of an event raises FrozenInstanceError (an AttributeError)."""
         event = MessageEvent(source="user", role="user", content="hi")
-        with pytest.raises(pydantic.ValidationError):
-            event.role = "assistant"
+        with pytest.raises(FrozenInstanceError, match="model_copy"):
+            event.source = "agent"
+        with pytest.raises(AttributeError):
+            del event.source
 
     def test_nested_content_refuses_mutation(self):
-        """Content parts and the content tuple refuse mutation."""
-        event = MessageEvent(source="user", role="user", content="hi")
-        with pytest.raises(pydantic.ValidationError):
-            event.content[0].text = "changed"
+        """The LLM message, its content parts and the content tuple refuse mutation.
+
+        OpenHands' nested models are mutable (its fork test mutates
+        llm_message.content[0].text); ours are shared by forks, so they refuse.
+        """
+        event = MessageEvent(source="user", llm_message=Message(role="user", content="hi"))
+        with pytest.raises(FrozenInstanceError, match="shared by forks"):
+            event.llm_message.content[0].text = "changed"
+        with pytest.raises(FrozenInstanceError):
+            event.llm_message.role = "assistant"
         with pytest.raises(TypeError):
-            event.content[0] = TextContent(text="changed")  # type: ignore[index]
+            event.llm_message.content[0] = TextContent(text="changed")  # type: ignore[index]
+        changed = event.model_copy(update={"llm_message": Message(role="user", content="changed")})
+        assert (event.text, changed.text) == ("hi", "changed")
 
     def test_arguments_refuse_mutation(self):
         """Tool arguments are frozen all the way down, and copied from the input."""
@@ -86,49 +142,75 @@ class TestImmutability:
         assert event.arguments["env"]["A"] == ("1",)
         with pytest.raises(TypeError):
             event.arguments["command"] = "rm -rf /"
-        with pytest.raises(TypeError):
-            event.arguments["env"]["A"] = ()
 
     def test_extra_fields_rejected(self):
         """Unknown fields are an error, not silently dropped."""
-        with pytest.raises(pydantic.ValidationError):
+        with pytest.raises(pydantic.ValidationError, match="extra_forbidden"):
             ObservationEvent(tool_name="t", tool_call_id="c", output="", bogus=1)
 
 
-class TestNewKinds:
-    def test_subclass_registers_and_round_trips(self):
-        """A new Event subclass with its own kind round-trips polymorphically."""
+# Module level, as OpenHands' own tests define them (test_event_serialization.py).
+class EventsTestNoteEvent(Event):
+    note: str = "remember"
 
-        class NoteEvent(Event):
-            kind: Literal["test_note"] = "test_note"
-            source: Literal["user", "agent", "environment"] = "user"
-            note: str
 
-        event = NoteEvent(note="remember")
-        back = Event.model_validate_json(event.model_dump_json())
-        assert type(back) is NoteEvent and back == event
+class TestCustomSubclasses:
+    def test_subclass_without_kind_registers_and_round_trips(self):
+        """class X(Event) with plain fields registers under its class name (like OpenHands)."""
+        event = EventsTestNoteEvent(source="agent", note="custom")
+        data = event.model_dump_json()
+        assert json.loads(data)["kind"] == "EventsTestNoteEvent"
+        back = Event.model_validate_json(data)
+        assert type(back) is EventsTestNoteEvent and back == event
+        assert EventsTestNoteEvent.model_validate_json(data) == event
 
-    def test_duplicate_kind_rejected(self):
-        """Two different classes cannot claim one kind."""
-        with pytest.raises(TypeError, match="already used"):
+    def test_local_subclass_defined_again_replaces_the_earlier(self):
+        """A class defined in a function (again on every call) resolves to its latest version."""
 
-            class Impostor(Event):
-                kind: Literal["message"] = "message"
+        def define() -> type[Event]:
+            class LocalNote(Event):
+                text: str
 
-    def test_kind_required(self):
-        """A subclass without a kind default is refused."""
-        with pytest.raises(TypeError, match="kind"):
+            return LocalNote
 
-            class Kindless(Event):
-                pass
+        first, second = define(), define()
+        back = Event.model_validate(second(source="user", text="x").model_dump())
+        assert type(back) is second and type(back) is not first
+
+    def test_two_classes_of_one_name_are_ambiguous(self):
+        """Two different classes named alike: defining works, validating the name fails clearly."""
+
+        def make(module: str) -> type[Event]:
+            return type(
+                "TwinEvent", (Event,), {"__module__": module, "__annotations__": {"a": int}}
+            )
+
+        make("tests.twin_one")
+        make("tests.twin_two")
+        with pytest.raises(pydantic.ValidationError, match="ambiguous"):
+            Event.model_validate({"kind": "TwinEvent", "source": "user", "a": 1})
 
 
 class TestMessageEvent:
+    def test_llm_message_is_the_openhands_shape(self):
+        """MessageEvent(source, llm_message=Message(...)) dumps OpenHands' JSON."""
+        event = MessageEvent(
+            source="user", llm_message=Message(role="user", content=[TextContent(text="Hi")])
+        )
+        data = json.loads(event.model_dump_json())
+        assert data["llm_message"]["content"] == [
+            {"cache_prompt": False, "type": "text", "text": "Hi"}
+        ]
+        assert data["llm_message"]["role"] == "user"
+        assert data["activated_skills"] == [] and data["extended_content"] == []
+
     def test_text_shorthand(self):
-        """A str content becomes one TextContent; .text joins text parts."""
+        """role=/content= build llm_message; a str content becomes one TextContent."""
         event = MessageEvent(source="user", role="user", content="hello")
+        assert event.llm_message == Message(role="user", content=[TextContent(text="hello")])
         assert event.content == (TextContent(text="hello"),)
-        assert event.text == "hello"
+        assert (event.text, event.role) == ("hello", "user")
+        assert "role" not in json.loads(event.model_dump_json())
 
     @pytest.mark.parametrize(
         ("role", "source"),
@@ -140,3 +222,63 @@ class TestMessageEvent:
         assert event.source == source
         assert MessageEvent(role=role, content="hi", source="environment").source == "environment"
         assert MessageEvent.model_validate_json(event.model_dump_json()) == event
+
+    def test_extended_content_reaches_the_llm_message(self):
+        """to_llm_message() appends extended_content; str() shows the text."""
+        event = MessageEvent(
+            role="user", content="Do it.", extended_content=[TextContent(text="Context.")]
+        )
+        assert [part.text for part in event.to_llm_message().content] == ["Do it.", "Context."]
+        assert "Do it." in str(event)
+
+
+class TestLegacyEvents:
+    """Events written by cowconv 0.1 (tests/data/make_legacy_0_1.py) still load."""
+
+    def test_every_old_kind_loads(self):
+        """Each 0.1 dump validates, as the class that replaced its kind."""
+        old = json.loads((DATA / "events-0.1.json").read_text())
+        loaded = [Event.model_validate(item) for item in old]
+        assert [type(event).__name__ for event in loaded] == [
+            {
+                "system_prompt": "SystemPromptEvent",
+                "message": "MessageEvent",
+                "action": "ActionEvent",
+                "observation": "ObservationEvent",
+                "agent_error": "AgentErrorEvent",
+                "pause": "PauseEvent",
+                "condensation": "Condensation",
+            }[item["kind"]]
+            for item in old
+        ]
+        assert [event.id for event in loaded] == [item["id"] for item in old]
+        assert [event.timestamp for event in loaded] == [item["timestamp"] for item in old]
+
+    def test_old_message_keeps_its_content(self):
+        """A 0.1 message becomes a MessageEvent whose llm_message has its role and content."""
+        old = json.loads((DATA / "events-0.1.json").read_text())
+        messages = [Event.model_validate(item) for item in old if item["kind"] == "message"]
+        assert [(m.role, m.source) for m in messages] == [
+            ("user", "user"),
+            ("user", "user"),
+            ("assistant", "agent"),
+        ]
+        assert messages[0].text == "List files."
+        assert messages[1].content[1].image_urls == ("https://example.com/a.png",)
+
+    def test_json_round_trip_of_loaded_old_events(self):
+        """A loaded old event dumps today's JSON, which loads again as itself."""
+        old = json.loads((DATA / "events-0.1.json").read_text())
+        for item in old:
+            event = Event.model_validate_json(json.dumps(item))
+            assert Event.model_validate_json(event.model_dump_json()) == event
+
+    def test_condensation_keeps_old_name(self):
+        """CondensationEvent (0.1's class name) is Condensation."""
+        from cowconv import CondensationEvent
+
+        assert CondensationEvent is Condensation
+
+    def test_upgrade_leaves_new_kinds_alone(self):
+        """upgrade_legacy_event answers None for today's kinds."""
+        assert upgrade_legacy_event(PauseEvent().model_dump()) is None

@@ -96,7 +96,7 @@ class TestInterrupt:
                 timeout=30,
             )
             kinds = [e["kind"] for e in http.get("/api/conversations/r/events").json()["items"]]
-            assert kinds[-1] == "pause"
+            assert kinds[-1] == "PauseEvent"
             assert http.delete("/api/conversations/r").status_code == 204
         assert stub.pending == 1
 

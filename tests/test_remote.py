@@ -130,7 +130,7 @@ class TestState:
         """state.events reads every event through pages, indexable and sliceable."""
         sent = [remote.send_message(str(n)) for n in range(230)]
         events = remote.state.events
-        assert len(events) == 231 and events[0].kind == "system_prompt"  # then the messages
+        assert len(events) == 231 and events[0].kind == "SystemPromptEvent"  # then the messages
         assert [e.id for e in events][1:] == [e.id for e in sent]
         assert events[-1] == sent[-1] and events[151].text == "150"
         assert message_texts(events[98:102]) == ["97", "98", "99", "100"]
@@ -166,7 +166,7 @@ class TestSendMessage:
             assert isinstance(event, MessageEvent) and event.text == "hi"
             # The server recorded the system prompt first; the callbacks see both, in order.
             prompt = conversation.state.events[0]
-            assert prompt.kind == "system_prompt"
+            assert prompt.kind == "SystemPromptEvent"
             assert seen == [prompt, event] and list(conversation.state.events) == [prompt, event]
             second = conversation.send_message("again")
             assert seen == [prompt, event, second]
@@ -198,7 +198,7 @@ class TestRun:
         remote.run()
         state = remote.state
         assert state.execution_status is ExecutionStatus.ERROR
-        assert state.events[-1].kind == "agent_error"
+        assert state.events[-1].kind == "AgentErrorEvent"
 
     def test_joins_a_running_run(self, remote: RemoteConversation, stub: StubLLMServer):
         """run() while another client's run is going waits for that run."""

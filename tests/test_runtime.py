@@ -77,11 +77,11 @@ class TestToolLoop:
         conversation.send_message("Run `cat report.txt` please.")
         conversation.run()
         assert kinds(conversation) == [
-            "system_prompt",
-            "message",
-            "action",
-            "observation",
-            "message",
+            "SystemPromptEvent",
+            "MessageEvent",
+            "ActionEvent",
+            "ObservationEvent",
+            "MessageEvent",
         ]
         observation = conversation.state.events[3]
         assert isinstance(observation, ObservationEvent)
@@ -175,10 +175,10 @@ class TestToolLoop:
         conversation.run()
         assert saves == [
             [],
-            ["system_prompt", "message"],  # send_message: the prompt first, one save
+            ["SystemPromptEvent", "MessageEvent"],  # send_message: the prompt first, one save
             [],  # the run starts
-            ["action", "action", "observation", "observation"],
-            ["message"],
+            ["ActionEvent", "ActionEvent", "ObservationEvent", "ObservationEvent"],
+            ["MessageEvent"],
             [],
         ]
 
@@ -242,7 +242,12 @@ class TestErrors:
         conversation.send_message("Hello")
         conversation.run()
         conversation.run()
-        assert kinds(conversation) == ["system_prompt", "message", "agent_error", "message"]
+        assert kinds(conversation) == [
+            "SystemPromptEvent",
+            "MessageEvent",
+            "AgentErrorEvent",
+            "MessageEvent",
+        ]
         assert conversation.state.execution_status is ExecutionStatus.FINISHED
         assert stub.requests[0].messages == stub.requests[1].messages
 
@@ -261,7 +266,7 @@ class TestErrors:
         stub.script(StubReply.error(429), StubReply.error(500))
         conversation.send_message("Hello")
         conversation.run()
-        assert kinds(conversation) == ["system_prompt", "message", "message"]
+        assert kinds(conversation) == ["SystemPromptEvent", "MessageEvent", "MessageEvent"]
         assert len(stub.requests) == 3
         assert conversation.state.execution_status is ExecutionStatus.FINISHED
 
@@ -331,7 +336,7 @@ class TestPause:
         wait_until(lambda: stub.requests, "the model is called")
         conversation.pause()
         thread.join()
-        assert kinds(conversation)[-3:] == ["action", "observation", "pause"]
+        assert kinds(conversation)[-3:] == ["ActionEvent", "ObservationEvent", "PauseEvent"]
         assert conversation.state.execution_status is ExecutionStatus.PAUSED
         assert len(stub.requests) == 1
         conversation.run()

@@ -214,9 +214,9 @@ class TestBodySize:
         response = httpx.post(f"{server.url}/api/conversations/c1/messages", json={"text": text})
         assert response.status_code == 201
         assert (
-            httpx.get(f"{server.url}/api/conversations/c1/events").json()["items"][-1]["content"][
-                0
-            ]["text"]
+            httpx.get(f"{server.url}/api/conversations/c1/events").json()["items"][-1][
+                "llm_message"
+            ]["content"][0]["text"]
             == text
         )
 

@@ -100,7 +100,7 @@ def _fork_and_run(source: Conversation) -> float:
     fork.send_message("And what next?")
     fork.run()
     seconds = time.perf_counter() - started
-    assert fork.state.events[-1].kind == "message", fork.state.events[-1]
+    assert fork.state.events[-1].kind == "MessageEvent", fork.state.events[-1]
     return seconds
 
 

@@ -5,7 +5,7 @@ history to the model. It sends a *view*: the first ``keep_first`` events,
 a summary of what came between, and the recent events. When the view grows
 past ``max_size`` events, the condenser asks its LLM for a new summary of
 the events that leave the view and the runtime appends a
-:class:`~cowconv.CondensationEvent` recording them. Nothing is deleted: the
+:class:`~cowconv.Condensation` recording them. Nothing is deleted: the
 history stays append-only, and forks share the condensation.
 
 >>> from cowconv import LLM, EventLog, LLMSummarizingCondenser, MessageEvent
@@ -35,7 +35,15 @@ from typing import Any
 
 from cowconv.agent.messages import build_messages, render
 from cowconv.core.agent import LLMSummarizingCondenser
-from cowconv.core.events import CondensationEvent, Event, MessageEvent
+from cowconv.core.events import (
+    ActionEvent,
+    AgentErrorEvent,
+    Condensation,
+    Event,
+    Message,
+    MessageEvent,
+    ObservationEvent,
+)
 from cowconv.core.history import EventLog
 from cowconv.core.llm import LLMResponse
 
@@ -59,12 +67,11 @@ SUMMARY_INSTRUCTIONS = (
 
 def _call_id(event: Event) -> tuple[str | None, str | None]:
     """(id of the call it makes, id of the call it answers)."""
-    return (
-        getattr(event, "tool_call_id", None) if event.kind == "action" else None,
-        getattr(event, "tool_call_id", None)
-        if event.kind in ("observation", "agent_error")
-        else None,
-    )
+    if isinstance(event, ActionEvent):
+        return event.tool_call_id, None
+    if isinstance(event, ObservationEvent | AgentErrorEvent):
+        return None, event.tool_call_id
+    return None, None
 
 
 @dataclass(frozen=True)
@@ -93,8 +100,7 @@ class CondenserView:
                 MessageEvent(
                     id="condensation-summary",
                     source="environment",
-                    role="user",
-                    content=self.summary,
+                    llm_message=Message(role="user", content=self.summary),
                 )
             ]
             if self.summary is not None
@@ -122,9 +128,9 @@ class CondensationPlan:
     summary_offset: int
     prompt: list[dict[str, Any]]
 
-    def event(self, summary: str, llm_response_id: str | None = None) -> CondensationEvent:
-        """The :class:`~cowconv.CondensationEvent` recording this plan with ``summary``."""
-        return CondensationEvent(
+    def event(self, summary: str, llm_response_id: str | None = None) -> Condensation:
+        """The :class:`~cowconv.Condensation` recording this plan with ``summary``."""
+        return Condensation(
             forgotten_event_ids=self.forgotten_event_ids,
             summary=summary,
             summary_offset=self.summary_offset,
@@ -142,12 +148,12 @@ def condenser_view(condenser: LLMSummarizingCondenser, events: Sequence[Event]) 
     """
     length = len(events)
     position = length - 1
-    while position >= 0 and not isinstance(events[position], CondensationEvent):
+    while position >= 0 and not isinstance(events[position], Condensation):
         position -= 1
     if position < 0:
         return CondenserView(head=(), summary=None, recent=events)
     last = events[position]
-    assert isinstance(last, CondensationEvent)
+    assert isinstance(last, Condensation)
     head_size = last.summary_offset or 0
     start = head_size
     if last.forgotten_event_ids and isinstance(events, EventLog):
@@ -159,7 +165,7 @@ def condenser_view(condenser: LLMSummarizingCondenser, events: Sequence[Event]) 
     recent = tuple(
         event
         for event in (events[index] for index in range(start, length))
-        if not isinstance(event, CondensationEvent)
+        if not isinstance(event, Condensation)
     )
     return CondenserView(head=head, summary=last.summary, recent=recent)
 
@@ -206,7 +212,7 @@ def plan_condensation(
 
 def summarize(
     condenser: LLMSummarizingCondenser, plan: CondensationPlan
-) -> tuple[CondensationEvent, LLMResponse]:
+) -> tuple[Condensation, LLMResponse]:
     """Ask the condenser's LLM for the summary; :class:`~cowconv.LLMError` if it fails.
 
     >>> callable(summarize)  # it calls the model: see tests/test_condenser.py

@@ -22,7 +22,7 @@ never adds one, and a ``run()`` with nothing to answer records nothing.
 >>> state = state._replace(events=state.events.append(
 ...     MessageEvent(source="user", role="user", content="hi")))
 >>> [event.kind for event in with_system_prompt(state).events]
-['system_prompt', 'message']
+['SystemPromptEvent', 'MessageEvent']
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pyrsistent import PMap
 from cowconv.agent.tools import ToolDefinition, resolve_tool
 from cowconv.core.agent import Agent
 from cowconv.core.changes import with_prompt
-from cowconv.core.events import SystemPromptEvent, new_event_id, utc_now
+from cowconv.core.events import SystemPromptEvent, new_event_id, timestamp_now
 from cowconv.core.frozen import freeze
 from cowconv.core.state import ConversationState
 
@@ -94,7 +94,7 @@ def system_prompt_event(agent: Agent) -> SystemPromptEvent:
             _templates[key] = template
             while len(_templates) > _TEMPLATES_KEPT:
                 _templates.popitem(last=False)
-    return template.model_copy(update={"id": new_event_id(), "timestamp": utc_now()})
+    return template.model_copy(update={"id": new_event_id(), "timestamp": timestamp_now()})
 
 
 def with_system_prompt(state: ConversationState) -> ConversationState:

@@ -47,6 +47,7 @@ from cowconv.core.events import (
     ActionEvent,
     AgentErrorEvent,
     Event,
+    Message,
     MessageEvent,
     ObservationEvent,
     PauseEvent,
@@ -328,7 +329,11 @@ class Runner:
     ) -> tuple[list[Event], bool]:
         """The events of one answer: a message, or tool calls and their results."""
         if not response.tool_calls:
-            message = MessageEvent(source="agent", role="assistant", content=response.content)
+            message = MessageEvent(
+                source="agent",
+                llm_message=Message(role="assistant", content=response.content),
+                llm_response_id=response.id,
+            )
             return [message], False
         calls = [
             _action(response, call, response.content if index == 0 else "")

@@ -158,8 +158,8 @@ class SendMessageRequest(_Request):
 class AppendEventRequest(RootModel[AnyEvent]):
     """An event to append as it is (any event kind; its ``kind`` says which).
 
-    >>> AppendEventRequest.model_validate({"kind": "pause"}).root.kind
-    'pause'
+    >>> AppendEventRequest.model_validate({"kind": "PauseEvent"}).root.kind
+    'PauseEvent'
     """
 
 

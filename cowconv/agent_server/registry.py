@@ -84,7 +84,7 @@ class ConversationRegistry:
     >>> _ = source.send_message("hi")
     >>> fork = registry.fork(source.id, title="B")
     >>> registry.get(fork.id) is fork, [event.kind for event in fork.state.events]
-    (True, ['system_prompt', 'message'])
+    (True, ['SystemPromptEvent', 'MessageEvent'])
     """
 
     def __init__(self, store: Store | None = None) -> None:

@@ -35,7 +35,7 @@ from cowconv._exceptions import EventNotFoundError, InvalidTypeError
 from cowconv.agent.prompt import system_prompt_event
 from cowconv.agent.runtime import Runner
 from cowconv.core.changes import Change, SendMessage
-from cowconv.core.events import Event, MessageEvent, utc_now
+from cowconv.core.events import Event, Message, MessageEvent, utc_now
 from cowconv.core.ids import ConversationID, id_text
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
@@ -269,7 +269,7 @@ class LocalBackend:
 
     def send_message(self, text: str) -> MessageEvent:
         """Record a user message, after the agent's system prompt if it is not current."""
-        event = MessageEvent(source="user", role="user", content=text)
+        event = MessageEvent(source="user", llm_message=Message(role="user", content=text))
         self.commit(SendMessage(event, system_prompt_event(self.snapshot().agent)))
         return event
 

@@ -64,7 +64,7 @@ class AppendEvent:
 # The last SystemPromptEvent of each history prefix looked at before (a fork's included), so
 # finding it reads only the events since: the prompt usually sits at the very start.
 _prompts: PrefixCache[tuple[SystemPromptEvent | None]] = PrefixCache()
-_PROMPT_KIND = "system_prompt"
+_PROMPT_KIND = "SystemPromptEvent"
 
 
 def last_system_prompt(events: EventLog) -> SystemPromptEvent | None:
@@ -171,7 +171,7 @@ class SendMessage:
     >>> message = MessageEvent(source="user", role="user", content="hi")
     >>> prompt = SystemPromptEvent(system_prompt="Be brief.")
     >>> [event.kind for event in SendMessage(message, prompt)(state).events]
-    ['system_prompt', 'message']
+    ['SystemPromptEvent', 'MessageEvent']
     """
 
     event: MessageEvent

@@ -1,67 +1,111 @@
-"""Events: the immutable facts a conversation is made of.
+"""Events: the immutable facts a conversation is made of, in OpenHands' shapes and JSON.
 
 Every event is a frozen pydantic model whose nested values are frozen too
 (tuples, frozen models, ``PMap``), so an event can be shared by any number of
-conversations and forks without ever being copied.
+conversations and forks without ever being copied. Its JSON is OpenHands'
+JSON: ``kind`` names the class, ``parent_id`` links it into the conversation
+tree (left out while it is ``None``), ``timestamp`` is ISO-8601 text.
 
->>> event = MessageEvent(source="user", role="user", content="Hello")
->>> event.text
-'Hello'
+>>> event = MessageEvent(source="user", llm_message=Message(role="user", content="Hello"))
+>>> event.text, event.kind
+('Hello', 'MessageEvent')
 >>> Event.model_validate_json(event.model_dump_json()) == event
 True
->>> event.content[0].text = "changed"
+>>> MessageEvent(role="user", content="Hello").llm_message == event.llm_message  # shorthand
+True
+>>> event.llm_message.content[0].text = "changed"
 Traceback (most recent call last):
 ...
-pydantic_core._pydantic_core.ValidationError: 1 validation error for TextContent
-...
+cowconv._exceptions.FrozenInstanceError: TextContent is immutable (it may be shared by forks): ...
 
-New kinds subclass :class:`Event` with a ``kind: Literal["..."]`` field; they
-are registered on definition and ``Event.model_validate`` dispatches on
-``kind``.
+New kinds subclass :class:`Event` (or another event class); they are
+registered under their class name when defined, and ``Event.model_validate``
+returns an instance of the class a dump's ``kind`` names:
+
+>>> class NoteEvent(Event):
+...     note: str = "remember"
+>>> type(Event.model_validate(NoteEvent(source="user").model_dump())).__name__
+'NoteEvent'
+
+Events written by cowconv 0.1 (kinds ``"message"``, ``"action"``, ...) load
+as the classes that replaced them (:func:`upgrade_legacy_event`).
 """
 
 from __future__ import annotations
 
 import uuid
+from abc import abstractmethod
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeAlias, Union
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias
 
 from pydantic import (
-    ConfigDict,
     Field,
     PlainSerializer,
     PlainValidator,
-    TypeAdapter,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
-from cowconv._exceptions import InvalidTypeError
-from cowconv.core.frozen import CheckedModel, FrozenJSON, FrozenJSONMap
+from cowconv._exceptions import InvalidValueError
+from cowconv.core.frozen import FrozenJSON, FrozenJSONMap
+from cowconv.core.kinds import Kinded
+from cowconv.core.message import (
+    Content,
+    ImageContent,
+    Message,
+    MessageToolCall,
+    Role,
+    TextContent,
+    content_to_str,
+)
 
 __all__ = [
+    "ROOT_PARENT_ID",
     "ActionEvent",
     "AgentErrorEvent",
     "AnyEvent",
-    "CondensationEvent",
+    "Condensation",
     "Content",
     "Event",
+    "EventID",
     "EventSource",
     "ImageContent",
+    "LLMConvertibleEvent",
+    "Message",
     "MessageEvent",
+    "MessageToolCall",
     "ObservationEvent",
     "PauseEvent",
     "Role",
+    "SourceType",
     "SystemPromptEvent",
     "TextContent",
+    "legacy_kind_names",
     "new_event_id",
+    "timestamp_now",
+    "upgrade_legacy_event",
     "utc_now",
 ]
 
-EventSource: TypeAlias = Literal["user", "agent", "environment"]
-Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
-_SOURCE_OF_ROLE: dict[str, EventSource] = {"user": "user", "tool": "environment"}
+SourceType: TypeAlias = Literal["agent", "user", "environment", "hook"]
+"""Who produced an event (OpenHands' ``SourceType``)."""
+EventSource: TypeAlias = SourceType
+"""cowconv 0.1's name for :data:`SourceType`."""
+EventID: TypeAlias = str
+
+ROOT_PARENT_ID: Final = "__root__"
+"""The ``parent_id`` of a root event appended after ``navigate_to(None)``.
+
+No event id may equal it, so it always means "a root", never "the child of
+an event whose id is ``__root__``" (OpenHands' reserved sentinel).
+"""
+
+_SOURCE_OF_ROLE: dict[str, SourceType] = {"user": "user", "tool": "environment"}
+N_CHAR_PREVIEW = 500
 
 
 def new_event_id() -> str:
@@ -74,7 +118,7 @@ def new_event_id() -> str:
 
 
 def utc_now() -> datetime:
-    """The current time, timezone-aware in UTC (every cowconv timestamp).
+    """The current time, timezone-aware in UTC.
 
     >>> utc_now().tzinfo
     datetime.timezone.utc
@@ -82,40 +126,20 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class _Frozen(CheckedModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+def timestamp_now() -> str:
+    """The current time as an event timestamp: ISO-8601, UTC, always microseconds.
 
+    A fixed width and one offset make timestamps sort as text in time order.
 
-class TextContent(_Frozen):
-    """A text part of a message.
-
-    >>> TextContent(text="hi").text
-    'hi'
+    >>> stamp = timestamp_now()
+    >>> len(stamp), stamp.endswith("Z"), datetime.fromisoformat(stamp).tzinfo
+    (27, True, datetime.timezone.utc)
     """
-
-    type: Literal["text"] = "text"
-    text: str
+    return utc_now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class ImageContent(_Frozen):
-    """Image parts of a message, given by URL (``data:`` URLs included).
-
-    >>> ImageContent(image_urls=["https://example.com/a.png"]).image_urls
-    ('https://example.com/a.png',)
-    """
-
-    type: Literal["image"] = "image"
-    image_urls: tuple[str, ...]
-
-
-Content: TypeAlias = Annotated[TextContent | ImageContent, Field(discriminator="type")]
-
-_KINDS: dict[str, type[Event]] = {}
-_adapter: TypeAdapter[Any] | None = None
-
-
-class Event(_Frozen):
-    """Base class of every event: ``id``, ``timestamp``, ``source`` and ``kind``.
+class Event(Kinded):
+    """Base class of every event: ``id``, ``timestamp``, ``source``, ``parent_id``.
 
     ``Event.model_validate`` and ``Event.model_validate_json`` return an
     instance of the subclass named by ``kind``:
@@ -123,86 +147,53 @@ class Event(_Frozen):
     >>> data = PauseEvent().model_dump(mode="json")
     >>> type(Event.model_validate(data)).__name__
     'PauseEvent'
+    >>> "parent_id" in data, PauseEvent(parent_id="e1").model_dump()["parent_id"]
+    (False, 'e1')
     """
 
-    kind: str
-    id: str = Field(default_factory=new_event_id)
-    timestamp: datetime = Field(default_factory=utc_now)
-    source: EventSource
+    __kind_family__: ClassVar[bool] = True
 
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        field = cls.model_fields.get("kind")
-        if field is None or not isinstance(field.default, str):
-            raise InvalidTypeError(f"{cls.__name__} must declare kind: Literal['...'] = '...'")
-        registered = _KINDS.get(field.default)
-        if registered is not None and registered.__qualname__ != cls.__qualname__:
-            raise InvalidTypeError(
-                f"event kind {field.default!r} is already used by {registered.__name__}"
-            )
-        _KINDS[field.default] = cls
-        global _adapter
-        _adapter = None
+    id: EventID = Field(default_factory=new_event_id)
+    timestamp: str = Field(default_factory=timestamp_now)
+    source: SourceType
+    parent_id: EventID | None = None
 
+    @field_validator("id")
     @classmethod
-    def model_validate(
-        cls,
-        obj: Any,
-        *,
-        strict: bool | None = None,
-        extra: Any = None,
-        from_attributes: bool | None = None,
-        context: Any | None = None,
-        by_alias: bool | None = None,
-        by_name: bool | None = None,
+    def _not_root_sentinel(cls, value: str) -> str:
+        if value == ROOT_PARENT_ID:
+            raise InvalidValueError(f"an event id may not equal the reserved sentinel {value!r}")
+        return value
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _timestamp_text(cls, value: Any) -> Any:
+        # A datetime (cowconv 0.1 took one) is written as ISO-8601 text.
+        return value.isoformat() if isinstance(value, datetime) else value
+
+    @model_serializer(mode="wrap")
+    def _omit_null_parent(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
     ) -> Any:
-        """Validate ``obj``; on the base class, as the subclass its ``kind`` names."""
-        if cls is Event:
-            return _event_adapter().validate_python(
-                obj, strict=strict, from_attributes=from_attributes, context=context
-            )
-        return super().model_validate(
-            obj,
-            strict=strict,
-            extra=extra,
-            from_attributes=from_attributes,
-            context=context,
-            by_alias=by_alias,
-            by_name=by_name,
-        )
+        data = handler(self)
+        # A root event's JSON has no parent_id at all (OpenHands writes it so: additive).
+        if isinstance(data, dict) and "parent_id" in data and data["parent_id"] is None:
+            del data["parent_id"]
+        return data
 
     @classmethod
-    def model_validate_json(
-        cls,
-        json_data: str | bytes | bytearray,
-        *,
-        strict: bool | None = None,
-        extra: Any = None,
-        context: Any | None = None,
-        by_alias: bool | None = None,
-        by_name: bool | None = None,
-    ) -> Any:
-        """Validate JSON; on the base class, as the subclass its ``kind`` names."""
-        if cls is Event:
-            return _event_adapter().validate_json(json_data, strict=strict, context=context)
-        return super().model_validate_json(
-            json_data,
-            strict=strict,
-            extra=extra,
-            context=context,
-            by_alias=by_alias,
-            by_name=by_name,
-        )
+    def _unknown_kind(cls, kind: str, data: dict[str, Any]) -> tuple[type[Kinded], dict[str, Any]]:
+        upgraded = upgrade_legacy_event({**data, "kind": kind})
+        if upgraded is None:
+            return super()._unknown_kind(kind, data)
+        new_kind = upgraded.pop("kind")
+        target = cls._resolve_kind(new_kind)
+        if target is None:
+            return super()._unknown_kind(kind, data)
+        return target, upgraded
 
-
-def _event_adapter() -> TypeAdapter[Any]:
-    global _adapter
-    if _adapter is None:
-        kinds = tuple(_KINDS.values())
-        union: Any = Annotated[Union[kinds], Field(discriminator="kind")]  # noqa: UP007
-        _adapter = TypeAdapter(union)
-    return _adapter
+    def __str__(self) -> str:
+        return f"{type(self).__name__} ({self.source})"
 
 
 def _validate_any_event(value: Any) -> Event:
@@ -221,16 +212,38 @@ AnyEvent: TypeAlias = Annotated[
 """A field type holding an event of any registered kind (polymorphic)."""
 
 
-def _text_of(content: tuple[TextContent | ImageContent, ...]) -> str:
-    return "".join(part.text for part in content if isinstance(part, TextContent))
+class LLMConvertibleEvent(Event):
+    """An event the model sees: it converts to one LLM :class:`Message`.
+
+    >>> MessageEvent(role="user", content="hi").to_llm_message().role
+    'user'
+    >>> issubclass(MessageEvent, LLMConvertibleEvent)
+    True
+    """
+
+    @abstractmethod
+    def to_llm_message(self) -> Message:
+        """The LLM message this event stands for."""
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        try:
+            message = self.to_llm_message()
+        except Exception:
+            return base
+        preview = " ".join(content_to_str(message.content))
+        if len(preview) > N_CHAR_PREVIEW:
+            preview = preview[: N_CHAR_PREVIEW - 3] + "..."
+        return f"{base}\n  {message.role}: {preview or '[no text content]'}"
 
 
-class MessageEvent(Event):
-    """An LLM message: a role and its content parts.
+class MessageEvent(LLMConvertibleEvent):
+    """A message from the user or the agent: its exact LLM message and context extensions.
 
-    A plain string as ``content`` becomes one :class:`TextContent`. Without
-    ``source``, the role decides it: ``"user"`` for a user message,
-    ``"environment"`` for a tool message, else ``"agent"``.
+    ``role=`` and ``content=`` (a str or content parts) are a shorthand for
+    ``llm_message=Message(role=..., content=...)``. Without ``source``, the
+    role decides it: ``"user"`` for a user message, ``"environment"`` for a
+    tool message, else ``"agent"``.
 
     >>> MessageEvent(role="assistant", content="Done.").text
     'Done.'
@@ -238,27 +251,66 @@ class MessageEvent(Event):
     'user'
     """
 
-    kind: Literal["message"] = "message"
-    source: EventSource = "agent"
-    role: Role
-    content: tuple[Content, ...]
+    source: SourceType
+    llm_message: Message
+    llm_response_id: EventID | None = None
+    activated_skills: tuple[str, ...] = ()
+    extended_content: tuple[TextContent, ...] = ()
+    sender: str | None = None
+    critic_result: FrozenJSON = None
 
     @model_validator(mode="before")
     @classmethod
-    def _source_from_role(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("source") is None and "role" in data:
-            return {**data, "source": _SOURCE_OF_ROLE.get(data["role"], "agent")}
+    def _shorthand(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if "llm_message" not in data and ("role" in data or "content" in data):
+            data = dict(data)
+            data["llm_message"] = {
+                "role": data.pop("role", "user"),
+                "content": data.pop("content", ()),
+            }
+        if data.get("source") is None:
+            message = data.get("llm_message")
+            role = message.role if isinstance(message, Message) else None
+            if isinstance(message, dict):
+                role = message.get("role")
+            if isinstance(role, str):
+                data = {**data, "source": _SOURCE_OF_ROLE.get(role, "agent")}
         return data
 
-    @field_validator("content", mode="before")
-    @classmethod
-    def _text_shorthand(cls, value: Any) -> Any:
-        return (TextContent(text=value),) if isinstance(value, str) else value
+    @property
+    def role(self) -> Role:
+        """The LLM message's role."""
+        return self.llm_message.role
+
+    @property
+    def content(self) -> tuple[TextContent | ImageContent, ...]:
+        """The LLM message's content parts."""
+        return self.llm_message.content
 
     @property
     def text(self) -> str:
-        """The text parts joined."""
-        return _text_of(self.content)
+        """The text parts of the LLM message joined (not ``extended_content``)."""
+        return self.llm_message.text
+
+    @property
+    def reasoning_content(self) -> str:
+        """The model's reasoning text, if it gave any."""
+        return self.llm_message.reasoning_content or ""
+
+    @property
+    def thinking_blocks(self) -> tuple[Any, ...]:
+        """The LLM message's thinking blocks."""
+        return self.llm_message.thinking_blocks
+
+    def to_llm_message(self) -> Message:
+        """The LLM message with ``extended_content`` appended."""
+        if not self.extended_content:
+            return self.llm_message
+        return self.llm_message.model_copy(
+            update={"content": (*self.llm_message.content, *self.extended_content)}
+        )
 
 
 class SystemPromptEvent(Event):
@@ -268,8 +320,7 @@ class SystemPromptEvent(Event):
     'agent'
     """
 
-    kind: Literal["system_prompt"] = "system_prompt"
-    source: EventSource = "agent"
+    source: SourceType = "agent"
     system_prompt: str
     tools: tuple[FrozenJSONMap, ...] = ()
 
@@ -285,8 +336,7 @@ class ActionEvent(Event):
     'ls'
     """
 
-    kind: Literal["action"] = "action"
-    source: EventSource = "agent"
+    source: SourceType = "agent"
     tool_name: str
     tool_call_id: str
     arguments: FrozenJSONMap
@@ -301,8 +351,7 @@ class ObservationEvent(Event):
     'environment'
     """
 
-    kind: Literal["observation"] = "observation"
-    source: EventSource = "environment"
+    source: SourceType = "environment"
     tool_name: str
     tool_call_id: str
     output: str
@@ -319,25 +368,26 @@ class AgentErrorEvent(Event):
     'agent'
     """
 
-    kind: Literal["agent_error"] = "agent_error"
-    source: EventSource = "agent"
+    source: SourceType = "agent"
     error: str
     tool_call_id: str | None = None
     tool_name: str | None = None
 
 
 class PauseEvent(Event):
-    """A run was paused.
+    """A run was paused by the user.
 
     >>> PauseEvent().kind
-    'pause'
+    'PauseEvent'
     """
 
-    kind: Literal["pause"] = "pause"
-    source: EventSource = "user"
+    source: SourceType = "user"
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__} ({self.source}): Agent execution paused"
 
 
-class CondensationEvent(Event):
+class Condensation(Event):
     """Older events replaced, in what the model sees, by a summary (nothing is deleted).
 
     The view sent to the LLM after it is: the first ``summary_offset``
@@ -346,14 +396,59 @@ class CondensationEvent(Event):
     The forgotten events stay in the history, and forks share the
     condensation like any other event.
 
-    >>> CondensationEvent(forgotten_event_ids=["e1", "e2"], summary="Listed files.",
-    ...                   summary_offset=1).forgotten_event_ids
+    >>> Condensation(forgotten_event_ids=["e1", "e2"], summary="Listed files.",
+    ...              summary_offset=1).forgotten_event_ids
     ('e1', 'e2')
     """
 
-    kind: Literal["condensation"] = "condensation"
-    source: EventSource = "environment"
+    source: SourceType = "environment"
     forgotten_event_ids: tuple[str, ...] = ()
     summary: str | None = None
     summary_offset: int | None = Field(default=None, ge=0)
     llm_response_id: str | None = None
+
+
+CondensationEvent = Condensation
+"""cowconv 0.1's name for :class:`Condensation`."""
+
+
+# -- events of cowconv 0.1 --------------------------------------------------------------------
+# The one place that knows the old JSON: kind -> the class that replaced it.
+_LEGACY_KINDS: dict[str, str] = {
+    "message": "MessageEvent",
+    "system_prompt": "SystemPromptEvent",
+    "action": "ActionEvent",
+    "observation": "ObservationEvent",
+    "agent_error": "AgentErrorEvent",
+    "pause": "PauseEvent",
+    "condensation": "Condensation",
+}
+
+
+def legacy_kind_names(kind: str) -> tuple[str, ...]:
+    """The ``kind`` values the JSON of an event of class ``kind`` may carry (0.1's included).
+
+    >>> legacy_kind_names("SystemPromptEvent")
+    ('SystemPromptEvent', 'system_prompt')
+    """
+    return (kind, *(old for old, new in _LEGACY_KINDS.items() if new == kind))
+
+
+def upgrade_legacy_event(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The JSON of a cowconv 0.1 event in today's shape (``None``: not a 0.1 kind).
+
+    >>> upgrade_legacy_event({"kind": "message", "id": "e1", "timestamp": "2025-01-01T00:00:00Z",
+    ...                       "source": "user", "role": "user",
+    ...                       "content": [{"type": "text", "text": "hi"}]})["llm_message"]["role"]
+    'user'
+    """
+    new_kind = _LEGACY_KINDS.get(str(data.get("kind")))
+    if new_kind is None:
+        return None
+    upgraded = {**data, "kind": new_kind}
+    if new_kind == "MessageEvent":
+        upgraded["llm_message"] = {
+            "role": upgraded.pop("role", "user"),
+            "content": upgraded.pop("content", ()),
+        }
+    return upgraded

@@ -346,7 +346,7 @@ class EventLog(Sequence[Event]):
         >>> from cowconv import MessageEvent, SystemPromptEvent
         >>> log = EventLog([SystemPromptEvent(system_prompt="Be brief."),
         ...                 MessageEvent(source="user", role="user", content="hi")])
-        >>> log.position_of_last("system_prompt"), log.position_of_last("pause")
+        >>> log.position_of_last("SystemPromptEvent"), log.position_of_last("PauseEvent")
         (0, None)
         """
         chunks, starts = self._chunks, self._starts

@@ -21,7 +21,7 @@ from typing import cast, overload
 from pydantic import ValidationError
 
 from cowconv._exceptions import CorruptStoreError
-from cowconv.core.events import Event
+from cowconv.core.events import Event, legacy_kind_names
 
 __all__ = ["LazyEvents"]
 
@@ -76,14 +76,17 @@ class LazyEvents(Sequence[Event]):
         >>> from cowconv import MessageEvent
         >>> hi = MessageEvent(source="user", role="user", content="hi")
         >>> chunk = LazyEvents([hi.model_dump_json()])
-        >>> chunk.might_be(0, "system_prompt"), chunk.might_be(0, "message"), chunk.validated
-        (False, True, 0)
+        >>> chunk.might_be(0, "SystemPromptEvent"), chunk.might_be(0, "MessageEvent")
+        (False, True)
+        >>> chunk.validated
+        0
         """
         event = self._events[index]
         if event is not None:
             return event.kind == kind
         raw = self._raw[index]
-        return raw is None or f'"{kind}"' in raw
+        # cowconv 0.1 wrote other kind names ("system_prompt"): either may be there.
+        return raw is None or any(f'"{name}"' in raw for name in legacy_kind_names(kind))
 
     def _validate(self, position: int) -> Event:
         raw = self._raw[position]
