@@ -36,7 +36,6 @@ import glob
 import importlib.util
 import itertools
 import os
-import pwd
 import re
 import secrets
 import shutil
@@ -117,6 +116,9 @@ def _find_bindir() -> Path:
 
 
 def _nobody() -> tuple[int, int]:
+    """The uid and gid of ``nobody``, whom the server runs as when this process is root."""
+    import pwd  # POSIX only: import cowconv.testing works everywhere
+
     entry = pwd.getpwnam("nobody")
     return entry.pw_uid, entry.pw_gid
 
