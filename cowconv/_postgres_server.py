@@ -184,7 +184,10 @@ def _kill_postmaster(data: Path) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)  # its backends exit when they see it gone
     for _ in range(100):
-        if not Path(f"/proc/{pid}").exists():
+        try:  # gone, or a zombie its new parent has yet to reap
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        except OSError:
             break
         time.sleep(0.05)
 
