@@ -26,6 +26,9 @@ once the results are in. That is enough to run the examples offline.
 Run it on its own with ``python -m cowconv.testing --port 8765`` (it prints
 the environment variables to set), or let it run one command with those
 variables set: ``python -m cowconv.testing -- python examples/....py``.
+
+:class:`PostgresServer` is a throwaway PostgreSQL server for tests of code
+that keeps conversations in PostgreSQL: private, on a free port, gone on exit.
 """
 
 from __future__ import annotations
@@ -48,8 +51,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError, ServiceError
+from cowconv._postgres_server import PostgresServer
 
-__all__ = ["StubLLMServer", "StubReply", "StubRequest", "default_brain"]
+__all__ = ["PostgresServer", "StubLLMServer", "StubReply", "StubRequest", "default_brain"]
 
 STUB_MODEL = "openai/stub-model"
 STUB_API_KEY = "stub-key"

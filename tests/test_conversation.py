@@ -604,10 +604,18 @@ class TestConcurrency:
         final = list(source.state.events)
         lengths = [len(f.state.events) for f in forks]
         assert lengths == sorted(lengths)
+        # Forks are cheap, so thousands share a length: the first of each length is checked
+        # event by event, every other one is compared with it (a list comparison, in C).
+        checked: dict[int, list[object]] = {}
         for fork in forks:
             fork_events = list(fork.state.events)
+            known = checked.get(len(fork_events))
+            if known is not None:
+                assert fork_events == known
+                continue
             assert all(a is b for a, b in zip(fork_events, final, strict=False))
             assert message_texts(fork_events) == [str(i) for i in range(len(fork_events) - 1)]
+            checked[len(fork_events)] = fork_events
 
     def test_concurrent_writers_lose_nothing(self):
         """Messages sent from several threads are all recorded exactly once."""
