@@ -1,0 +1,44 @@
+"""Texts that end up inside a protocol's framing: one line, no control characters.
+
+An event id is written as the ``id:`` line of a server-sent event, a
+``Last-Event-ID`` header and a URL query; a line break or NUL in it would
+end that line early and break every stream that reaches the event. Such
+texts are checked where they enter (:func:`check_framing_text`), so no
+stored value can break a stream later.
+
+>>> check_framing_text("evt-1", "an event id")
+'evt-1'
+>>> check_framing_text("evt\\n1", "an event id")
+Traceback (most recent call last):
+...
+cowconv._exceptions.InvalidValueError: an event id may not hold control characters or line breaks (got '\\n' at position 3)
+"""
+
+from __future__ import annotations
+
+import re
+
+from cowconv._exceptions import InvalidValueError
+
+__all__ = ["check_framing_text"]
+
+# C0 and C1 control characters (NUL, CR, LF, ...), DEL, and the Unicode line and paragraph
+# separators, which some line splitters (str.splitlines, JavaScript) also break lines at.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_framing_text(text: str, what: str) -> str:
+    """``text`` if it holds no control character or line break, else :class:`~cowconv.InvalidValueError`.
+
+    >>> check_framing_text("tab\\there", "a title")
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: a title may not hold control characters or line breaks (got '\\t' at position 3)
+    """
+    found = _UNSAFE.search(text)
+    if found is not None:
+        raise InvalidValueError(
+            f"{what} may not hold control characters or line breaks "
+            f"(got {found.group()!r} at position {found.start()})"
+        )
+    return text
