@@ -27,6 +27,7 @@ from cowconv._exceptions import (
 )
 from cowconv.core.ids import ConversationID, id_text
 from cowconv.core.state import ConversationInfo, ConversationState, check_tags
+from cowconv.core.storable import check_storable
 from cowconv.stores.base import ExportRecord, export_document, parse_export
 
 __all__ = ["MemoryStore"]
@@ -50,6 +51,7 @@ class MemoryStore:
 
     def save(self, previous: ConversationState | None, current: ConversationState) -> None:
         """Keep ``current``, checked as :meth:`SQLiteStore.save <cowconv.SQLiteStore.save>` does."""
+        check_storable(current, previous)  # whatever is kept loads again (core/storable.py)
         with self._lock:
             states = self._held()
             key = id_text(current.id)

@@ -47,6 +47,7 @@ from cowconv._exceptions import (
 from cowconv.core.history import EventLog, shared_prefix_length
 from cowconv.core.ids import ConversationID, id_text, public_id
 from cowconv.core.state import ConversationInfo, ConversationState, check_tags, dump_state_json
+from cowconv.core.storable import check_storable
 from cowconv.stores.base import (
     ExportRecord,
     export_document,
@@ -607,6 +608,7 @@ class SQLiteStore:
         process, or a delete came in between) gets
         :class:`~cowconv.StoreError` and nothing is written.
         """
+        check_storable(current, previous)  # whatever is stored loads again (core/storable.py)
         with self._lock:  # the cache is shared by the store's threads too
             with self._transaction(write=True) as db:
                 if previous is None:
