@@ -1,5 +1,7 @@
 """Texts that end up inside a protocol's framing: one line, no control characters.
 
+Nor whitespace at either end, which HTTP strips from a header value.
+
 An event id is written as the ``id:`` line of a server-sent event, a
 ``Last-Event-ID`` header and a URL query; a line break or NUL in it would
 end that line early and break every stream that reaches the event. Such
@@ -11,7 +13,7 @@ stored value can break a stream later.
 >>> check_framing_text("evt\\n1", "an event id")
 Traceback (most recent call last):
 ...
-cowconv._exceptions.InvalidValueError: an event id may not hold control characters or line breaks (got '\\n' at position 3)
+cowconv._exceptions.InvalidValueError: an event id may not hold ... (got '\\n' at position 3)
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def check_framing_text(text: str, what: str) -> str:
-    """``text`` if it holds no control character or line break, else :class:`~cowconv.InvalidValueError`.
+    """``text`` if it holds no control character or line break and does not start or end
+    with whitespace, else :class:`~cowconv.InvalidValueError`.
 
     >>> check_framing_text("tab\\there", "a title")
     Traceback (most recent call last):
     ...
-    cowconv._exceptions.InvalidValueError: a title may not hold control characters or line breaks (got '\\t' at position 3)
+    cowconv._exceptions.InvalidValueError: a title may not hold ... (got '\\t' at position 3)
     """
     found = _UNSAFE.search(text)
     if found is not None:
@@ -41,4 +44,8 @@ def check_framing_text(text: str, what: str) -> str:
             f"{what} may not hold control characters or line breaks "
             f"(got {found.group()!r} at position {found.start()})"
         )
+    if text != text.strip():
+        # HTTP drops them from a header value: a client reconnecting with the id as its
+        # Last-Event-ID would name another id.
+        raise InvalidValueError(f"{what} may not start or end with whitespace, got {text!r}")
     return text
