@@ -1,4 +1,6 @@
-"""Texts that end up inside a protocol's framing: one line, no control characters.
+"""Texts at the edges: framing texts are checked, texts from the outside world made representable.
+
+Texts that end up inside a protocol's framing: one line, no control characters.
 
 Nor whitespace at either end, which HTTP strips from a header value.
 
@@ -22,7 +24,7 @@ import re
 
 from cowconv._exceptions import InvalidValueError
 
-__all__ = ["check_framing_text"]
+__all__ = ["check_framing_text", "representable"]
 
 # C0 and C1 control characters (NUL, CR, LF, ...), DEL, and the Unicode line and paragraph
 # separators, which some line splitters (str.splitlines, JavaScript) also break lines at.
@@ -48,4 +50,23 @@ def check_framing_text(text: str, what: str) -> str:
         # HTTP drops them from a header value: a client reconnecting with the id as its
         # Last-Event-ID would name another id.
         raise InvalidValueError(f"{what} may not start or end with whitespace, got {text!r}")
+    return text
+
+
+def representable(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (text from the outside world).
+
+    A model's answer or a command's output is data: what UTF-8 cannot hold
+    is recorded as the replacement character, never refused. Surrogate
+    pairs written as two code points are joined.
+
+    >>> representable("ok \\ud800!"), representable("\\ud83d\\ude00") == "\\U0001f600"
+    ('ok \ufffd!', True)
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
