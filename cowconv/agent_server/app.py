@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import logging
 import os
+import re
 import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -28,6 +29,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import APIKeyHeader
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import StringConstraints
 from pydantic.json_schema import PydanticJsonSchemaWarning
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -42,6 +44,7 @@ from cowconv._exceptions import (
     StoreLockedError,
 )
 from cowconv.agent_server.models import (
+    ID_WHITESPACE,
     ActivateSkillRequest,
     AppendEventRequest,
     BranchInfo,
@@ -94,6 +97,10 @@ def _open_store(data_dir: str | os.PathLike[str]) -> Store:
     return store
 
 
+# The schema says what the server takes: a non-empty key, "=", any value.
+_TagFilter = Annotated[str, StringConstraints(pattern=r"^[^=]+=")]
+
+
 def _tag_filter(tag: list[str]) -> dict[str, str]:
     tags: dict[str, str] = {}
     for item in tag:
@@ -113,14 +120,17 @@ def _tag_filter(tag: list[str]) -> dict[str, str]:
 
 
 def _start(events: EventLog, conversation_id: str, offset: int | None, after: str | None) -> int:
+    """Where a page or stream starts: ``offset`` events in, counted from the start or, given
+    ``after``, from just after that event (a request may give both: the schema allows it)."""
     if after is None:
         return min(offset or 0, len(events))
     try:
-        return events.index_of(after) + 1
+        start = events.index_of(after) + 1
     except KeyError:
         raise EventNotFoundError(
             f"conversation {conversation_id!r} has no event with id {after!r}"
         ) from None
+    return min(start + (offset or 0), len(events))
 
 
 def create_app(
@@ -211,7 +221,14 @@ def _quiet_openapi(app: FastAPI) -> None:
             warnings.filterwarnings(
                 "ignore", message=r"Default value pmap", category=PydanticJsonSchemaWarning
             )
-            return build()
+            schema = build()
+        # A blank or whitespace-only id is refused (422) by every route: the schema says so.
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                for parameter in operation.get("parameters", ()):
+                    if parameter.get("in") == "path" and parameter.get("name") == "conversation_id":
+                        parameter["schema"]["pattern"] = f"[^{ID_WHITESPACE}]"
+        return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
 
@@ -236,6 +253,10 @@ def _add_error_handlers(app: FastAPI) -> None:
             # FastAPI answers a body it cannot decode (not UTF-8) with 400; to a client that
             # is one more malformed body, which this API answers with 422 everywhere.
             return _error(422, f"malformed request body: {error.detail}")
+        if error.status_code == 405:
+            # Starlette names the methods of the one route it tried; the schema documents
+            # every route of the path: name them all.
+            error.headers = {**(error.headers or {}), "Allow": _allowed_methods(request)}
         return await http_exception_handler(request, error)
 
     statuses: dict[type[Exception], int] = {
@@ -256,6 +277,17 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     for kind in statuses:
         app.add_exception_handler(kind, known_error)
+
+
+def _allowed_methods(request: Request) -> str:
+    """The methods the OpenAPI schema documents for the request's path (the 405 ``Allow``)."""
+    path = request.url.path
+    methods: set[str] = set()
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            methods.update(method.upper() for method in operations)
+    return ", ".join(sorted(methods))
 
 
 def _page(events: EventLog, start: int, limit: int) -> EventPage:
@@ -318,7 +350,7 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
     @api.get("", response_model=ConversationPage)
     def list_conversations(
         tag: Annotated[
-            list[str], Query(description="key=value; repeat to require several tags")
+            list[_TagFilter], Query(description="key=value; repeat to require several tags")
         ] = [],  # noqa: B006 (FastAPI copies query defaults)
         limit: Annotated[int, Query(ge=1, le=_MAX_PAGE)] = 100,
         offset: Annotated[int, Query(ge=0, le=_MAX_OFFSET)] = 0,
@@ -471,14 +503,14 @@ def _add_event_routes(api: APIRouter, registry: ConversationRegistry) -> None:
     @api.get("/{conversation_id}/events", response_model=EventPage, responses=_errors(404))
     def list_events(
         conversation_id: str,
-        offset: Annotated[int | None, Query(ge=0, le=_MAX_OFFSET)] = None,
-        after: Annotated[
-            str | None, Query(description="start after this event id (instead of offset)")
+        offset: Annotated[
+            int | None,
+            Query(ge=0, le=_MAX_OFFSET, description="events to skip (after `after` if given)"),
         ] = None,
+        after: Annotated[str | None, Query(description="start after this event id")] = None,
         limit: Annotated[int, Query(ge=0, le=_MAX_PAGE)] = 100,
     ) -> EventPage:
         """A page of events, oldest first, from ``offset`` or after the event ``after``."""
-        _one_position(offset, after)
         events = registry.get(conversation_id).state.events
         return _page(events, _start(events, conversation_id, offset, after), limit)
 
@@ -524,7 +556,6 @@ def _add_event_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> int:
         # A dependency, so an unknown conversation or event is a 404 before the stream opens.
-        _one_position(offset, after)
         events = registry.get(conversation_id).state.events
         after = _header_text(last_event_id) or after
         if offset is None and after is None:
@@ -624,13 +655,6 @@ def _header_text(value: str | None) -> str | None:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeError:
         return value
-
-
-def _one_position(offset: int | None, after: str | None) -> None:
-    if offset is not None and after is not None:
-        raise RequestValidationError(
-            [{"type": "value_error", "loc": ("query", "after"), "msg": "give offset or after"}]
-        )
 
 
 async def _stream(
