@@ -10,18 +10,33 @@ True
 
 from __future__ import annotations
 
+import inspect
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    RootModel,
+    StringConstraints,
+    WithJsonSchema,
+    field_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from cowconv._exceptions import InvalidValueError
 from cowconv.core.agent import Agent
-from cowconv.core.events import AnyEvent
+from cowconv.core.events import AnyEvent, Event
 from cowconv.core.frozen import CheckedModel
+from cowconv.core.kinds import kind_names
 from cowconv.core.state import ConversationInfo, ExecutionStatus
 from cowconv.core.workspace import Workspace
 
 __all__ = [
+    "ID_WHITESPACE",
     "ActivateSkillRequest",
     "AppendEventRequest",
     "BranchInfo",
@@ -47,8 +62,37 @@ def _plain_id(value: str) -> str:
     return value
 
 
-ConversationId = Annotated[str, AfterValidator(_plain_id)]
-_ID = Field(default=None, min_length=1, max_length=200, pattern=r"^[^\s/]+$")
+# Every character Python's str.isspace() calls whitespace, spelled out: regex engines
+# disagree about \s (pydantic's and JavaScript's leave out \x1c-\x1f and \x85).
+ID_WHITESPACE = (
+    "\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+)
+_CONTROL = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
+ConversationId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=200, pattern=f"^[^/{ID_WHITESPACE}]+$"),
+    AfterValidator(_plain_id),
+]
+_ID = Field(default=None)
+# What core/framing.check_framing_text lets through: no control characters or line
+# separators, no whitespace at either end.
+_EVENT_ID_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "pattern": f"^[^{ID_WHITESPACE}{_CONTROL}](?:[^{_CONTROL}]*[^{ID_WHITESPACE}{_CONTROL}])?$",
+}
+
+
+_SERVER_WORKSPACE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "working_dir": {"type": "string", "pattern": f"[^{ID_WHITESPACE}]"},
+        "host": {"type": "null"},
+        "api_key": {"type": "null"},
+    },
+    "required": ["working_dir"],
+    "additionalProperties": False,
+}
 
 
 class _Request(CheckedModel):
@@ -71,7 +115,8 @@ class CreateConversationRequest(_Request):
     """
 
     agent: Agent
-    workspace: Workspace
+    # The schema says what the server takes: a working_dir on the server, nothing else.
+    workspace: Annotated[Workspace, WithJsonSchema(_SERVER_WORKSPACE_SCHEMA)]
     id: ConversationId | None = _ID
     tags: dict[str, str] | None = None
     max_iteration_per_run: int | None = Field(default=None, gt=0)
@@ -160,7 +205,36 @@ class AppendEventRequest(RootModel[AnyEvent]):
 
     >>> AppendEventRequest.model_validate({"kind": "PauseEvent"}).root.kind
     'PauseEvent'
+
+    Its schema is one of the schemas of the concrete event kinds, each with
+    its ``kind`` and the id rule the server applies, so a client (or a
+    fuzzer) built from the schema sends what the server takes.
     """
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        choices = []
+        for name, kind in sorted(kind_names(Event).items()):
+            if inspect.isabstract(kind) or kind is Event:
+                continue
+            reference = handler(kind.__pydantic_core_schema__)
+            schema = handler.resolve_ref_schema(reference)
+            properties = schema.setdefault("properties", {})
+            properties["kind"] = {"const": name, "type": "string"}
+            properties["id"] = {**properties.get("id", {}), **_EVENT_ID_SCHEMA}
+            schema["required"] = sorted({*schema.get("required", ()), "kind"})
+            choices.append(reference)
+        return {"oneOf": choices}
+
+    @field_validator("root")
+    @classmethod
+    def _has_a_kind(cls, event: Event) -> Event:
+        # Without "kind" the body would validate as the bare base class: say which kind.
+        if type(event) is Event:
+            raise InvalidValueError("an event needs its 'kind' (the name of its class)")
+        return event
 
 
 class ActivateSkillRequest(_Request):
