@@ -148,11 +148,18 @@ class RedactedThinkingBlock(FrozenValue):
     data: str
 
 
+def _thinking_type(value: Any) -> str:
+    # Without "type" (it has a default), a block is redacted when it carries "data".
+    if isinstance(value, dict) and value.get("type") is None:
+        return "redacted_thinking" if "data" in value else "thinking"
+    return _content_type(value)
+
+
 ThinkingBlocks: TypeAlias = tuple[
     Annotated[
         Annotated[ThinkingBlock, Tag("thinking")]
         | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
-        Discriminator(lambda value: _content_type(value)),
+        Discriminator(lambda value: _thinking_type(value)),
     ],
     ...,
 ]
