@@ -298,9 +298,15 @@ class TestEvents:
         assert response.status_code == 404
 
     def test_offset_and_after(self, client: TestClient, conversation_id: str):
-        """422 when both offset and after are given."""
-        response = client.get(f"/api/conversations/{conversation_id}/events?offset=0&after=x")
-        assert response.status_code == 422
+        """Both given (the schema allows it): ``offset`` counts on from just after ``after``."""
+        events = client.get(f"/api/conversations/{conversation_id}/events").json()["items"]
+        first = events[0]["id"]
+        page = client.get(
+            f"/api/conversations/{conversation_id}/events", params={"offset": 1, "after": first}
+        ).json()
+        assert [item["id"] for item in page["items"]] == [event["id"] for event in events[2:]]
+        missing = client.get(f"/api/conversations/{conversation_id}/events?offset=0&after=x")
+        assert missing.status_code == 404
 
 
 class TestSendMessage:
