@@ -118,7 +118,7 @@ def serve(
         typer.Option(help="Port to bind (else $COWCONV_PORT, else 8000).", show_default=False),
     ] = None,
     data_dir: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             help="Where the conversation store lives, created on start"
             " (else $COWCONV_DATA_DIR, else .cowconv/agent_server).",

@@ -14,6 +14,7 @@ them (pydantic-settings) and validates all of them before anything starts.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -56,6 +57,15 @@ class ServerSettings(BaseSettings):
     allow_unauthenticated: bool = False
     """Serve a non-loopback address without a session key (refused otherwise)."""
     max_body_size: int = Field(default=DEFAULT_MAX_BODY_SIZE, ge=1)
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _not_blank(cls, value: Any) -> Any:
+        # Path("") is ".": an empty --data-dir would silently put the store in the working
+        # directory.
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must not be empty")
+        return value
 
     @field_validator("allowed_hosts", "allowed_origins", mode="before")
     @classmethod
@@ -130,7 +140,8 @@ def run_server(settings: ServerSettings) -> None:
         import uvicorn
     except ImportError as error:
         raise StartError(f"{error}: pip install 'cowconv[server]'") from None
-    data_dir = settings.data_dir.expanduser()
+    # Absolute and normalised: "a/../data" must not leave "a" behind, and the log names it.
+    data_dir = Path(os.path.abspath(settings.data_dir.expanduser()))
     if data_dir.exists() and not data_dir.is_dir():
         raise StartError(f"data directory {data_dir} exists and is not a directory")
     try:
