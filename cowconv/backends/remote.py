@@ -25,6 +25,7 @@ RemoteBackend 2 Follow-up
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
@@ -268,6 +269,14 @@ class RemoteBackend:
         self._events = EventLog()
         self._events_lock = threading.Lock()
         self._closed = False
+        # Callbacks hear events in history order, once each, even when a callback records
+        # more (the local backend's rule): nested events wait until the current one is done.
+        self._unnotified: collections.deque[Event] = collections.deque()
+        self._notifying = False
+        self._notify_lock = threading.Lock()
+        # Sent from here while run() follows the stream: heard from the stream, in order.
+        self._held: dict[str, Event] = {}
+        self._following = 0  # run() calls following the event stream
 
     @classmethod
     def create(
@@ -433,7 +442,35 @@ class RemoteBackend:
             raise InvalidValueError(f"{change!r} cannot be sent as JSON: {error}") from None
         raise_for_status(self._client.send(request))
         if isinstance(change, AppendEvent):
-            notify(self._callbacks, change.event)
+            self._deliver(change.event, sent=True)
+
+    def _deliver(self, event: Event, *, sent: bool = False, streamed: bool = False) -> None:
+        """Hand ``event`` to the callbacks in order, once (see ``_unnotified``)."""
+        if not self._callbacks:
+            return
+        with self._notify_lock:
+            if sent and self._following:
+                # run() follows the stream: the event is heard there, where the server put it.
+                self._held[event.id] = event
+                return
+            if streamed:
+                self._held.pop(event.id, None)
+            self._unnotified.append(event)
+            if self._notifying:
+                return  # the delivery going on will hand it over after the current event
+            self._notifying = True
+        try:
+            while True:
+                with self._notify_lock:
+                    if not self._unnotified:
+                        self._notifying = False
+                        return
+                    current = self._unnotified.popleft()
+                notify(self._callbacks, current)
+        except BaseException:
+            with self._notify_lock:
+                self._notifying = False
+            raise
 
     def send_message(self, text: str) -> MessageEvent:
         """Send a user message; the server records the system prompt before it if needed.
@@ -448,8 +485,8 @@ class RemoteBackend:
             prompt_at = response.headers.get(SYSTEM_PROMPT_AT_HEADER)
             if prompt_at is not None:
                 for prompt in self.events(offset=int(prompt_at), limit=1):
-                    notify(self._callbacks, prompt)
-            notify(self._callbacks, event)
+                    self._deliver(prompt, sent=True)
+            self._deliver(event, sent=True)
         return event
 
     def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> RemoteBackend:
@@ -490,6 +527,20 @@ class RemoteBackend:
         else:
             counted = read_info(raise_for_status(response).json()).event_count
             start = len(self.snapshot().events) if counted is None else counted
+        with self._notify_lock:
+            self._following += 1
+        try:
+            self._follow_to_the_end(start)
+        finally:
+            with self._notify_lock:
+                self._following -= 1
+                left = [] if self._following else list(self._held.values())
+                if not self._following:
+                    self._held.clear()
+            for event in left:  # recorded after the run's stream ended: heard now
+                self._deliver(event)
+
+    def _follow_to_the_end(self, start: int) -> None:
         for _attempt in range(_RECONNECTS):
             try:
                 start, finished = self._follow(start)
@@ -516,7 +567,7 @@ class RemoteBackend:
             raise_for_status(source.response)
             for message in source.iter_sse():
                 if message.event == "event":
-                    notify(self._callbacks, Event.model_validate_json(message.data))
+                    self._deliver(Event.model_validate_json(message.data), streamed=True)
                     cursor += 1
                 elif message.event == "status":
                     running = bool(message.json().get("running", True))
