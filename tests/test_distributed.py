@@ -499,7 +499,9 @@ class TestDrive:
                 drive(
                     jobs,
                     submit=submit,
-                    wait_any=lambda handles: wait(handles, return_when=FIRST_COMPLETED).done,
+                    wait_any=lambda handles, timeout: (
+                        wait(handles, timeout, return_when=FIRST_COMPLETED).done
+                    ),
                     collect=collect,
                     max_in_flight=2,
                     progress=True,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError, ServiceError
 from cowconv.branches.wire import BranchJob, SharedPrefix
-from cowconv.distributed.driver import drive
+from cowconv.distributed.driver import check_job_timeout, drive
 from cowconv.distributed.worker import run_branch_job
 
 if TYPE_CHECKING:
@@ -62,6 +62,7 @@ class DaskExecutor:
         max_in_flight: int | None = None,
         ship_api_keys: bool = True,
         progress: bool | None = None,
+        job_timeout: float | None = None,
     ) -> None:
         try:
             from distributed import Client
@@ -81,6 +82,8 @@ class DaskExecutor:
         self.max_in_flight = max_in_flight
         self.ship_api_keys = ship_api_keys
         self.progress = progress
+        check_job_timeout(job_timeout)
+        self.job_timeout = job_timeout
         allowed = self._client.run_on_scheduler(_allowed_failures)
         if allowed:
             logger.warning(
@@ -139,15 +142,23 @@ class DaskExecutor:
                 future.release()
             return result
 
+        def wait_any(handles: list[Any], timeout: float | None) -> Any:
+            try:
+                return wait(handles, timeout=timeout, return_when="FIRST_COMPLETED").done
+            except TimeoutError:  # distributed.wait raises when the timeout passes first
+                return ()
+
         try:
             yield from drive(
                 jobs,
                 submit=submit,
-                wait_any=lambda handles: wait(handles, return_when="FIRST_COMPLETED").done,
+                wait_any=wait_any,
                 collect=collect,
                 max_in_flight=limit,
                 progress=self.progress,
                 description="branches (Dask)",
+                job_timeout=self.job_timeout,
+                cancel=lambda future: future.cancel(),
             )
         finally:
             shared[0].release()

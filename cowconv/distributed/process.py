@@ -15,7 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from cowconv._exceptions import InvalidValueError, ServiceError
 from cowconv.branches.wire import BranchJob, SharedPrefix
-from cowconv.distributed.driver import drive
+from cowconv.distributed.driver import check_job_timeout, drive
 from cowconv.distributed.worker import forget_prefix, run_branch_job
 
 __all__ = ["PicklingExecutor", "ProcessExecutor"]
@@ -52,7 +52,9 @@ class ProcessExecutor:
     started with ``spawn`` (default; safe with threads) and stopped when the
     suite ends. ``progress``: a rich progress bar (``None``: when
     interactive). ``ship_api_keys=False`` leaves LLM keys out of the jobs:
-    workers' litellm reads them from their environment.
+    workers' litellm reads them from their environment. ``job_timeout``:
+    seconds after which a branch still running fails (its worker process is
+    killed and replaced; the branch is not run again).
 
     >>> from cowconv import LLM, Agent, Conversation, run_branches
     >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
@@ -67,11 +69,14 @@ class ProcessExecutor:
         ship_api_keys: bool = True,
         progress: bool | None = None,
         start_method: str = "spawn",
+        job_timeout: float | None = None,
     ) -> None:
         _check_workers(max_workers)
+        check_job_timeout(job_timeout)
         self.max_workers = max_workers or os.cpu_count() or 1
         self.ship_api_keys = ship_api_keys
         self.progress = progress
+        self.job_timeout = job_timeout
         self._context = multiprocessing.get_context(start_method)
 
     def run_jobs(
@@ -109,15 +114,28 @@ class ProcessExecutor:
                     "(that would repeat its LLM calls)"
                 ) from None
 
+        def cancel(future: Future[bytes]) -> None:
+            # A hung worker: kill its process (its pool holds nothing else) and replace it.
+            slot = running.pop(future)
+            pool, slots[slot] = slots[slot], None
+            if pool is not None:
+                for process in list(getattr(pool, "_processes", {}).values()):
+                    process.kill()
+                pool.shutdown(wait=False, cancel_futures=True)
+
         try:
             yield from drive(
                 jobs,
                 submit=submit,
-                wait_any=lambda handles: wait(handles, return_when=FIRST_COMPLETED).done,
+                wait_any=lambda handles, timeout: (
+                    wait(handles, timeout, return_when=FIRST_COMPLETED).done
+                ),
                 collect=collect,
                 max_in_flight=len(slots),
                 progress=self.progress,
                 description="branches (processes)",
+                job_timeout=self.job_timeout,
+                cancel=cancel,
             )
         finally:
             for pool in slots:
@@ -182,7 +200,9 @@ class PicklingExecutor:
                 yield from drive(
                     jobs,
                     submit=submit,
-                    wait_any=lambda handles: wait(handles, return_when=FIRST_COMPLETED).done,
+                    wait_any=lambda handles, timeout: (
+                        wait(handles, timeout, return_when=FIRST_COMPLETED).done
+                    ),
                     collect=collect,
                     max_in_flight=self.max_workers,
                     progress=self.progress,

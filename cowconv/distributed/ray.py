@@ -11,7 +11,7 @@ from typing import Any
 
 from cowconv._exceptions import InvalidValueError, ServiceError
 from cowconv.branches.wire import BranchJob, SharedPrefix
-from cowconv.distributed.driver import drive
+from cowconv.distributed.driver import check_job_timeout, drive
 from cowconv.distributed.worker import run_branch_job
 
 __all__ = ["RayExecutor"]
@@ -56,8 +56,11 @@ class RayExecutor:
         max_in_flight: int | None = None,
         ship_api_keys: bool = True,
         progress: bool | None = None,
+        job_timeout: float | None = None,
         **options: Any,
     ) -> None:
+        check_job_timeout(job_timeout)
+        self.job_timeout = job_timeout
         if options.get("max_retries", 0) != 0 or options.get("retry_exceptions"):
             raise InvalidValueError(
                 "RayExecutor never retries a branch (a retry would repeat its LLM calls): "
@@ -104,11 +107,16 @@ class RayExecutor:
             yield from drive(
                 jobs,
                 submit=lambda job: task.remote(job.dumps(cloudpickle.dumps), box),
-                wait_any=lambda handles: ray.wait(handles, num_returns=1)[0],
+                wait_any=lambda handles, timeout: ray.wait(handles, num_returns=1, timeout=timeout)[
+                    0
+                ],
                 collect=collect,
                 max_in_flight=limit,
                 progress=self.progress,
                 description="branches (Ray)",
+                job_timeout=self.job_timeout,
+                # A hung task: force kills its worker process (the branch is not run again).
+                cancel=lambda reference: ray.cancel(reference, force=True),
             )
         finally:
             del box[:]
