@@ -30,7 +30,6 @@ or one more event costs the new events only.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -39,7 +38,7 @@ from pydantic_core import PydanticSerializationError
 from cowconv._exceptions import InvalidValueError
 from cowconv.core.events import Event
 from cowconv.core.history import EventLog, PrefixCache
-from cowconv.core.state import ConversationState, dump_state_json
+from cowconv.core.state import ConversationState, _dump_options, dump_state_json
 
 __all__ = ["check_storable", "check_storable_event", "check_storable_state"]
 
@@ -72,10 +71,7 @@ def _refusal(what: str, why: str) -> InvalidValueError:
 
 def _round_trip(what: str, value: BaseModel, dump: Any, load: Any, compare: Any) -> None:
     try:
-        with warnings.catch_warnings():
-            # A value of the wrong type (model_construct) makes pydantic warn while dumping.
-            warnings.simplefilter("ignore")
-            text = dump(value)
+        text = dump(value)
         loaded = load(text)
         same = compare(value, loaded, text)
     except (ValidationError, PydanticSerializationError, ValueError, TypeError) as error:
@@ -104,7 +100,10 @@ def check_storable_event(event: Event) -> None:
     _round_trip(
         what,
         event,
-        lambda value: value.model_dump_json(),
+        # warnings=False: a value of the wrong type (model_construct) is refused when it is
+        # read back; pydantic's warning while writing it would only be noise (or, under
+        # warnings-as-errors, a raw exception).
+        lambda value: value.model_dump_json(warnings=False),
         Event.model_validate_json,
         lambda value, loaded, _text: type(loaded) is type(value) and loaded == value,
     )
@@ -117,7 +116,7 @@ def check_storable_state(state: ConversationState) -> None:
         f"the state of conversation {getattr(state, 'id', None)!r}",
         # What a store's state row holds: everything but the histories.
         state._replace(events=_EMPTY, other_branches=()),
-        dump_state_json,
+        lambda value: value.model_dump_json(warnings=False, **_dump_options("clear", False)),
         ConversationState.model_validate_json,
         _same_state,
     )
