@@ -40,7 +40,7 @@ from cowconv.core.events import Event
 from cowconv.core.history import EventLog, PrefixCache
 from cowconv.core.state import ConversationState, _dump_options, dump_state_json
 
-__all__ = ["check_storable", "check_storable_event", "check_storable_state"]
+__all__ = ["check_storable", "check_storable_event", "check_storable_state", "loaded_history"]
 
 # Lines of histories whose first n events were checked (see cowconv.core.history).
 _checked: PrefixCache[bool] = PrefixCache()
@@ -155,3 +155,17 @@ def check_storable(current: ConversationState, previous: ConversationState | Non
     for log in current.branches:
         trusted = max((log.common_prefix_length(old) for old in held), default=0)
         _check_log(log, trusted)
+
+
+def loaded_history(log: EventLog) -> EventLog:
+    """``log``, a history a store read back from its own JSON, remembered as checked.
+
+    Its events load by construction, so saving it again, or a fork of it,
+    does not read them (a store's load path calls it; without it the first
+    save of a fork taken right after a load reads every loaded event once).
+
+    >>> loaded_history(EventLog()) == EventLog()
+    True
+    """
+    _checked.keep(log, True)
+    return log
