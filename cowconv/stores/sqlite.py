@@ -47,7 +47,7 @@ from cowconv._exceptions import (
 from cowconv.core.history import EventLog, shared_prefix_length
 from cowconv.core.ids import ConversationID, id_text, public_id
 from cowconv.core.state import ConversationInfo, ConversationState, check_tags, dump_state_json
-from cowconv.core.storable import check_storable
+from cowconv.core.storable import check_storable, loaded_history
 from cowconv.stores.base import (
     ExportRecord,
     export_document,
@@ -426,7 +426,7 @@ class SQLiteStore:
                     LazyEvents([row[1] for row in rows]), [r[0] for r in rows]
                 )
             self._remember(key, base)
-        return base
+        return loaded_history(base)  # read from this store's JSON: not checked again on save
 
     def _state(self, row: _Row, events: EventLog, conversation_id: str) -> ConversationState:
         assert row.state is not None
