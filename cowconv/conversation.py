@@ -132,8 +132,12 @@ class Conversation:
     and :meth:`fork` makes one from another.
     """
 
-    delete_on_close: bool
-    """OpenHands' setting, accepted and kept (forks inherit it); see :meth:`close`."""
+    delete_on_close: bool = True
+    """OpenHands' setting, accepted and kept (forks inherit it); see :meth:`close`.
+
+    OpenHands' defaults: ``True`` in this process, ``False`` on an agent server.
+    """
+    _background: _BackgroundRun | None = None  # a run(blocking=False) in progress or ended
 
     @overload
     def __new__(
@@ -249,9 +253,6 @@ class Conversation:
         self._view: tuple[ConversationState, ConversationState] | None = None
         self._agent_view: tuple[ConversationState, Agent] | None = None
         self._visualizer: ConversationVisualizerBase | None = visualizer
-        self._background: _BackgroundRun | None = None
-        # OpenHands' defaults: True in this process, False on an agent server (see close()).
-        self.delete_on_close = not backend_is_remote(backend)
         if visualizer is not None:
             visualizer.initialize(self)
 
@@ -265,8 +266,6 @@ class Conversation:
         conversation._view = None
         conversation._agent_view = None
         conversation._visualizer = visualizer
-        conversation._background = None
-        conversation.delete_on_close = not backend_is_remote(backend)
         if visualizer is not None:
             visualizer.initialize(conversation)
         return conversation
@@ -550,7 +549,8 @@ class Conversation:
         else:
             shown = type(self._visualizer)()
             fork = type(self)._holding(self._backend.fork(spec, (shown, *callbacks)), shown)
-        fork.delete_on_close = self.delete_on_close  # as OpenHands' fork passes it on
+        if "delete_on_close" in self.__dict__:  # as OpenHands' fork passes it on
+            fork.delete_on_close = self.delete_on_close
         return fork
 
     # -- running -------------------------------------------------------------
@@ -644,11 +644,6 @@ class Conversation:
         self.close()
 
 
-def backend_is_remote(backend: Backend) -> bool:
-    """Whether ``backend`` holds its conversation elsewhere than in this process."""
-    return not isinstance(backend, LocalBackend)
-
-
 class _BackgroundRun:
     """A ``run()`` in a daemon thread (``run(blocking=False)``), and what stopped it."""
 
@@ -706,6 +701,8 @@ class RemoteConversation(Conversation):
     ...     source.close(); fork.close()
     RemoteConversation 2 Follow-up fork
     """
+
+    delete_on_close = False  # OpenHands' default on an agent server
 
     def __init__(
         self,
