@@ -2,7 +2,8 @@
 
 ::
 
-    _exceptions, _lazy          every error class; lazy package attributes (import nothing of cowconv)
+    _exceptions, _lazy          every error class; lazy package attributes (import nothing
+                                of cowconv)
     core/                       imports nothing of cowconv but _exceptions
     agent/, ports, tools/       import only core (and _exceptions)
     backends/, stores/          import ports, core and agent; not each other
