@@ -332,6 +332,16 @@ class EventLog(Sequence[Event]):
             yield chunk if len(chunk) == end - start else islice(chunk, end - start)
 
     def __contains__(self, event: object) -> bool:
+        """Whether this log holds ``event``, or an event with that id (a ``str``, as in OpenHands).
+
+        >>> from cowconv import MessageEvent
+        >>> event = MessageEvent(source="user", role="user", content="a")
+        >>> log = EventLog([event])
+        >>> event in log, event.id in log, "nope" in log
+        (True, True, False)
+        """
+        if isinstance(event, str):
+            return self.position_of(event) is not None
         if not isinstance(event, Event):
             return False
         position = self.position_of(event.id)
@@ -390,6 +400,45 @@ class EventLog(Sequence[Event]):
         """The event with this id, or ``None``."""
         position = self.position_of(event_id)
         return None if position is None else self[position]
+
+    def get_index(self, event_id: str) -> int:
+        """OpenHands' name for :meth:`index_of`."""
+        return self.index_of(event_id)
+
+    def get_id(self, index: int) -> str:
+        """The id of the event at ``index`` (OpenHands' name).
+
+        >>> from cowconv import MessageEvent
+        >>> EventLog([MessageEvent(id="e1", source="user", role="user", content="a")]).get_id(-1)
+        'e1'
+        """
+        return self[index].id
+
+    def path_to_root(self, event_id: str | None, limit: int | None = None) -> list[Event]:
+        """The events from the first to ``event_id``, root first (OpenHands' ``path_to_root``).
+
+        In a log every event's parent is the event before it, so this is the
+        log up to that event; ``None`` is the empty path, ``limit`` keeps the
+        last ``limit`` events (O(limit)). ``EventNotFoundError`` (a
+        ``ValueError``) if the log has no such event.
+
+        >>> from cowconv import MessageEvent
+        >>> log = EventLog([MessageEvent(id=i, source="user", role="user", content=i)
+        ...                 for i in ("a", "b", "c")])
+        >>> [e.id for e in log.path_to_root("b")], log.path_to_root(None)
+        (['a', 'b'], [])
+        >>> [e.id for e in log.path_to_root("c", limit=1)]
+        ['c']
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidTypeError(f"limit must be an int or None, got {type(limit).__name__}")
+        if limit is not None and limit < 0:
+            raise InvalidValueError(f"limit must be at least 0, got {limit}")
+        if event_id is None:
+            return []
+        end = self.index_of(event_id) + 1
+        start = 0 if limit is None else max(end - limit, 0)
+        return [self[position] for position in range(start, end)]
 
     @property
     def last(self) -> Event | None:
