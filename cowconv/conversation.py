@@ -126,6 +126,11 @@ class Conversation:
     :class:`~cowconv.agent_server.InProcessTransport` reaches an app in this
     process.
 
+    ``delete_on_close`` is OpenHands' setting, accepted and kept on the
+    conversation (and its forks); as in OpenHands' SDK for a conversation in
+    this process, closing deletes nothing. ``True`` for a conversation on an
+    agent server is refused for now.
+
     This constructor is the one way to make a conversation:
     :meth:`resume` reopens a stored one through the same path
     (:meth:`LocalBackend.open <cowconv.backends.local.LocalBackend.open>`),
