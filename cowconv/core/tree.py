@@ -141,9 +141,9 @@ def next_parent_id(state: ConversationState) -> str | None:
     :data:`~cowconv.ROOT_PARENT_ID` after ``navigate_to(None)`` (a new root
     beside the other branches, as OpenHands' SDK stamps it).
     """
-    last = state.events.last
-    if last is not None:
-        return last.id
+    last_id = state.events.last_id  # a stored history's last event is not loaded for it
+    if last_id is not None:
+        return last_id
     return ROOT_PARENT_ID if state.other_branches else None
 
 
