@@ -92,6 +92,8 @@ _LAZY = {
     "freeze": "cowconv.core.frozen",
     "thaw": "cowconv.core.frozen",
     "EventLog": "cowconv.core.history",
+    "CondensationSummaryEvent": "cowconv.core.view",
+    "View": "cowconv.core.view",
     "LLM": "cowconv.core.llm",
     "LLMMetrics": "cowconv.core.llm",
     "LLMResponse": "cowconv.core.llm",
@@ -165,6 +167,7 @@ if TYPE_CHECKING:
         TokenUsage,
         Usage,
     )
+    from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import RemoteWorkspace, Workspace
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
@@ -190,6 +193,7 @@ __all__ = [
     "BranchesError",
     "Condensation",
     "CondensationEvent",
+    "CondensationSummaryEvent",
     "Content",
     "Conversation",
     "ConversationConflictError",
@@ -255,6 +259,7 @@ __all__ = [
     "ToolResult",
     "UnsafeExposureError",
     "Usage",
+    "View",
     "Workspace",
     "WorkspaceMissingError",
     "__version__",

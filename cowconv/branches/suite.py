@@ -30,6 +30,7 @@ from cowconv.core.agent import Agent
 from cowconv.core.events import AgentErrorEvent
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationState, ExecutionStatus
+from cowconv.core.tree import extend_active
 from cowconv.ports import BranchExecutor, EventCallback
 
 __all__ = ["Branch", "BranchRuns", "run_branches"]
@@ -216,7 +217,7 @@ def _fail(fork: Conversation, error: BranchError) -> None:
 
     def change(state: ConversationState) -> ConversationState:
         return state._replace(
-            events=state.events.append(AgentErrorEvent(error=str(error))),
+            events=extend_active(state, (AgentErrorEvent(error=str(error)),)),
             execution_status=ExecutionStatus.ERROR,
         )
 
