@@ -11,14 +11,16 @@ from cowconv.stores.base import Store
 if TYPE_CHECKING:
     from cowconv.stores.memory import MemoryStore
     from cowconv.stores.sqlite import STORE_FILE_NAME, SQLiteStore, store_file
+    from cowconv.stores.tree import TreeStore
 
-__all__ = ["STORE_FILE_NAME", "MemoryStore", "SQLiteStore", "Store", "store_file"]
+__all__ = ["STORE_FILE_NAME", "MemoryStore", "SQLiteStore", "Store", "TreeStore", "store_file"]
 
 _LAZY = {
     "MemoryStore": "cowconv.stores.memory",
     "SQLiteStore": "cowconv.stores.sqlite",
     "STORE_FILE_NAME": "cowconv.stores.sqlite",
     "store_file": "cowconv.stores.sqlite",
+    "TreeStore": "cowconv.stores.tree",
 }
 
 
