@@ -24,6 +24,7 @@ row naming its parent and how many of the parent's events it inherits. See
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import secrets
 import threading
@@ -91,7 +92,13 @@ class TreeStore:
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[RowTransaction]:
-        with self._lock, self._rows.transaction(write=write) as rows:
+        # Writers go one at a time (the database serialises them anyway) and hold the lock
+        # until what they remember is remembered; readers run in parallel where the
+        # database allows it (a pool of connections).
+        with (
+            self._lock if write else contextlib.nullcontext(),
+            self._rows.transaction(write=write) as rows,
+        ):
             yield rows
 
     def _row(self, rows: RowTransaction, conversation_id: ConversationID) -> Row:
@@ -110,12 +117,17 @@ class TreeStore:
         # Rows at (key, position) are written once, and a key is reused only after the
         # row holding it was deleted: _history drops what it remembers whenever another
         # connection may have reused one (and delete() does for this one).
-        known = self._cache.get(key)
-        if known is None or len(known) <= len(events):
-            self._cache[key] = events
-        self._cache.move_to_end(key)
-        while len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
+        with self._lock:
+            known = self._cache.get(key)
+            if known is None or len(known) <= len(events):
+                self._cache[key] = events
+            self._cache.move_to_end(key)
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._cache.clear()
 
     # -- reading -------------------------------------------------------------------
 
@@ -123,7 +135,7 @@ class TreeStore:
         """The first ``count`` events of row ``key``: ancestors' prefixes, then its own."""
         epoch = rows.epoch()
         if epoch != self._cache_epoch:
-            self._cache.clear()
+            self._forget()
             self._cache_epoch = epoch
         # Walk up to the nearest remembered prefix (or the root), then read down.
         path: list[tuple[int, int]] = []
@@ -167,9 +179,10 @@ class TreeStore:
     def _track(self, state: ConversationState, token: _Token) -> None:
         """Remember that ``state`` is the stored write ``token``, for as long as it lives."""
         key = id(state)
-        if key not in self._bases:
-            weakref.finalize(state, self._bases.pop, key, None)
-        self._bases[key] = token
+        with self._lock:
+            if key not in self._bases:
+                weakref.finalize(state, self._bases.pop, key, None)
+            self._bases[key] = token
 
     def exists(self, conversation_id: ConversationID) -> bool:
         """Whether a conversation with this id is stored.
@@ -315,14 +328,14 @@ class TreeStore:
         process, or a delete came in between) gets
         :class:`~cowconv.StoreError` and nothing is written.
         """
-        with self._lock:  # the cache is shared by the store's threads too
+        with self._lock:  # until remembered: a delete that frees the key comes after
             with self._transaction(write=True) as rows:
                 if previous is None:
                     token = self._insert(rows, current, *self._fork_point(rows, current))
                 else:
                     token = self._append(rows, previous, current)
             self._remember(token[0], current.events)
-            self._track(current, token)
+        self._track(current, token)
 
     def _fork_point(self, rows: RowTransaction, state: ConversationState) -> tuple[int | None, int]:
         """Where ``state`` branches off a stored conversation: (parent key, events shared)."""
@@ -523,7 +536,7 @@ class TreeStore:
                 held = self._links(rows, key)
                 rows.update(held._replace(id=None, state=None, branch_of=None, branch_order=0))
                 self._reclaim_up(rows, key)
-        self._cache.clear()  # reclaimed keys may be handed out again
+        self._forget()  # reclaimed keys may be handed out again
         return (new_keys[0], row.generation, row.version + 1)
 
     def _reclaim_up(self, rows: RowTransaction, key: int | None) -> None:
@@ -567,7 +580,7 @@ class TreeStore:
         ...
         cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
         """
-        with self._lock, self._transaction(write=True) as rows:
+        with self._transaction(write=True) as rows:
             row = self._row(rows, conversation_id)
             held = [row, *rows.branch_rows(id_text(conversation_id))]
             for each in held:
@@ -575,7 +588,7 @@ class TreeStore:
             for each in held:
                 self._reclaim_up(rows, each.key)
             # A deleted key may be handed out again: forget what was loaded under any key.
-            self._cache.clear()
+            self._forget()
 
     # -- export and import ---------------------------------------------------
 
@@ -640,9 +653,8 @@ class TreeStore:
 
     def close(self) -> None:
         """Release the database; the store cannot be used afterwards. Idempotent."""
-        with self._lock:
-            self._rows.close()
-            self._cache.clear()
+        self._rows.close()
+        self._forget()
 
     def __enter__(self) -> TreeStore:
         return self
