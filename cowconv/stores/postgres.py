@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -246,6 +247,8 @@ class PostgresRows:
             dsn, kwargs={"autocommit": True}, min_size=1, max_size=max_connections,
             configure=configure, open=False, name="cowconv",
         )  # fmt: skip
+        # A store dropped without close() still stops the pool's threads and connections.
+        weakref.finalize(self, self._pool.close)
         try:
             self._pool.open(wait=True, timeout=connect_timeout)
             self._set_up()
