@@ -80,6 +80,8 @@ _new_conversation = object.__new__
 
 
 def _open_store(directory_or_store: str | os.PathLike[str] | StateSink) -> StateSink:
+    if stores.is_store_url(directory_or_store):  # postgresql://...: psycopg loads now
+        return stores.open_store(str(directory_or_store))
     if isinstance(directory_or_store, str | os.PathLike):
         directory = Path(directory_or_store).expanduser()
         directory.mkdir(parents=True, exist_ok=True)
@@ -88,11 +90,13 @@ def _open_store(directory_or_store: str | os.PathLike[str] | StateSink) -> State
 
 
 def _store_for(
-    persistence_dir: str | os.PathLike[str] | None, store: StateSink | None
+    persistence_dir: str | os.PathLike[str] | None, store: StateSink | str | None
 ) -> StateSink | None:
     if persistence_dir is not None and store is not None:
         raise InvalidValueError("pass persistence_dir or store, not both")
-    return _open_store(persistence_dir) if persistence_dir is not None else store
+    if persistence_dir is not None:
+        return _open_store(persistence_dir)
+    return _open_store(store) if isinstance(store, str) else store
 
 
 class Conversation:
@@ -112,10 +116,12 @@ class Conversation:
     current immutable snapshot.
 
     With ``persistence_dir`` (a directory; the store is its ``cowconv.db``)
-    or a ``store``, every change is durable before it is seen, and forks go
-    to the same store. If that store holds ``conversation_id``, the
-    conversation resumes from it with the ``agent`` and ``workspace`` given
-    here; ``tags`` only apply to a new conversation.
+    or a ``store`` (a :class:`~cowconv.Store`, or a ``postgresql://`` URL
+    opened as a :class:`~cowconv.stores.postgres.PostgresStore`), every
+    change is durable before it is seen, and forks go to the same store.
+    If that store holds ``conversation_id``, the conversation resumes from
+    it with the ``agent`` and ``workspace`` given here; ``tags`` only apply
+    to a new conversation.
 
     With a :class:`~cowconv.RemoteWorkspace` (or any ``Workspace(host=url,
     ...)``) the conversation lives on the agent server at ``url`` (which
@@ -171,7 +177,7 @@ class Conversation:
         callbacks: Iterable[EventCallback] = ...,
         max_iteration_per_run: int = ...,
         persistence_dir: str | os.PathLike[str] | None = ...,
-        store: StateSink | None = ...,
+        store: StateSink | str | None = ...,
         visualizer: VisualizerSetting = ...,
         stuck_detection: bool = ...,
         delete_on_close: bool | None = ...,
@@ -195,7 +201,7 @@ class Conversation:
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
         persistence_dir: str | os.PathLike[str] | None = None,
-        store: StateSink | None = None,
+        store: StateSink | str | None = None,
         visualizer: VisualizerSetting = DEFAULT_VISUALIZER,
         stuck_detection: bool = True,
         delete_on_close: bool | None = None,
@@ -290,10 +296,10 @@ class Conversation:
     ) -> Conversation:
         """Reopen a stored conversation with the agent and workspace it was stored with.
 
-        ``store`` is a :class:`~cowconv.Store` or the directory given as
-        ``persistence_dir``. ``ConversationNotFoundError`` if it has no such
-        conversation. A conversation stored while ``running`` comes back
-        ``paused``.
+        ``store`` is a :class:`~cowconv.Store`, the directory given as
+        ``persistence_dir``, or a ``postgresql://`` URL.
+        ``ConversationNotFoundError`` if it has no such conversation. A
+        conversation stored while ``running`` comes back ``paused``.
 
         >>> from cowconv import LLM, Agent, SQLiteStore
         >>> store = SQLiteStore(":memory:")
