@@ -42,6 +42,7 @@ from pydantic import (
 )
 
 from cowconv._exceptions import InvalidValueError, LLMError
+from cowconv.core.framing import representable
 from cowconv.core.frozen import CheckedModel
 from cowconv.core.usage import Usage
 
@@ -536,9 +537,10 @@ def _response(litellm: ModuleType, raw: Any, latency: float) -> LLMResponse:
     message = raw.choices[0].message
     calls = tuple(
         LLMToolCall(
-            id=call.id or f"call_{uuid.uuid4().hex}",
-            name=call.function.name or "",
-            arguments=_arguments_text(call.function.arguments),
+            # A model's answer is data: lone surrogates in it are recorded as U+FFFD.
+            id=representable(call.id or f"call_{uuid.uuid4().hex}"),
+            name=representable(call.function.name or ""),
+            arguments=representable(_arguments_text(call.function.arguments)),
         )
         for call in (message.tool_calls or ())
     )
@@ -554,8 +556,8 @@ def _response(litellm: ModuleType, raw: Any, latency: float) -> LLMResponse:
         # Models litellm has no price for (ModelNotMappedError, local and stub models) cost 0.
         cost = 0.0
     return LLMResponse(
-        id=raw.id or f"response_{uuid.uuid4().hex}",
-        content=message.content or "",
+        id=representable(raw.id or f"response_{uuid.uuid4().hex}"),
+        content=representable(message.content or ""),
         tool_calls=calls,
         cost=cost,
         prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),
