@@ -22,6 +22,7 @@ import math
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import closing
 from dataclasses import dataclass, field
 
 from cowconv._exceptions import (
@@ -240,10 +241,11 @@ def run_branches(
     if not suite.forks:
         return BranchRuns()
     results: list[BranchResult | None] = [None] * len(suite.forks)
-    for result in suite.results():
-        results[result.index] = result
-        if on_result is not None:
-            on_result(result)
+    with closing(suite.results()) as stream:  # closed at once if on_result or Ctrl-C stops it
+        for result in stream:
+            results[result.index] = result
+            if on_result is not None:
+                on_result(result)
     done = [r if r is not None else BranchResult(i, suite.forks[i]) for i, r in enumerate(results)]
     runs = BranchRuns(
         suite.forks,

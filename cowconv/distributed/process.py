@@ -19,12 +19,14 @@ from multiprocessing.process import BaseProcess
 
 from cowconv._exceptions import BranchLostError, InvalidValueError, ServiceError
 from cowconv.branches.wire import BranchJob, SharedPrefix
+from cowconv.core.llm import LLM
 from cowconv.distributed.driver import drive
 from cowconv.distributed.worker import CACHE_SIZE, forget_prefix, has_prefix, run_branch_job
 
 __all__ = ["PicklingExecutor", "ProcessExecutor"]
 
 _NEED_PREFIX = "need-prefix"
+_READY = "ready"
 
 
 def _constant(value: bytes) -> Callable[[], bytes]:
@@ -39,6 +41,8 @@ def _serve(connection: Connection) -> None:
     already. Answers ``("done", outcome bytes)``, ``("need-prefix",)`` when
     it was not sent but is not (or no longer) cached here, or ``("error", text)``.
     """
+    LLM.preload()  # warm up before the first job: its time limit counts the run alone
+    connection.send((_READY,))
     while True:
         try:
             message = connection.recv()
@@ -76,6 +80,19 @@ class _Worker:
         theirs.close()
         self.prefixes: OrderedDict[str, None] = OrderedDict()
         self.job: tuple[BranchJob, bytes] | None = None
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        """Wait until the process has started and imported what a run needs."""
+        while not self.ready:
+            try:
+                answer = self.connection.recv()
+            except (EOFError, OSError):
+                self.kill()
+                raise ServiceError(
+                    f"a worker process exited while starting (exit code {self.process.exitcode})"
+                ) from None
+            self.ready = answer[0] == _READY
 
     def send(self, job: BranchJob, payload: bytes, key: str, data: bytes | None) -> None:
         self.job = (job, payload)
@@ -195,7 +212,17 @@ class ProcessExecutor:
             return packed[0]
 
         idle = [w for w in self._workers if w.alive()]
+        # Start the workers this suite needs together, and let them warm up (spawn, imports)
+        # before any job is sent: a job's time limit counts its run, not a process start.
+        wanted = min(self.max_workers, len(jobs)) - len(idle)
+        idle.extend(_Worker(self._context) for _ in range(max(0, wanted)))
         self._workers = list(idle)
+        for worker in list(idle):
+            try:
+                worker.wait_ready()
+            except ServiceError:
+                idle.remove(worker)
+                self._workers.remove(worker)
         busy: set[_Worker] = set()
 
         def submit(job: BranchJob) -> _Worker:
@@ -205,8 +232,9 @@ class ProcessExecutor:
             if idle:
                 worker = idle.pop(0)
             else:
-                worker = _Worker(self._context)
+                worker = _Worker(self._context)  # replaces one that died or was given up
                 self._workers.append(worker)
+                worker.wait_ready()
             sent = None if prefix.key in worker.prefixes else data()
             worker.send(job, payload, prefix.key, sent)
             self.bytes_sent += len(payload) + (len(sent) if sent is not None else 0)

@@ -37,6 +37,7 @@ from cowconv.branches.wire import (
 )
 from cowconv.core.events import AgentErrorEvent
 from cowconv.core.history import EventLog
+from cowconv.core.llm import LLM
 from cowconv.core.state import ExecutionStatus
 from cowconv.core.usage import Usage
 
@@ -208,6 +209,8 @@ def run_branch_job(
         )
         state = state._replace(events=prefix.extend(state.events))
         start = len(state.events)
+        if job.timeout is not None:
+            LLM.preload()  # a worker's first import of litellm is not the branch's time
         backend = LocalBackend.open(state, max_iteration_per_run=job.max_iteration_per_run)
         metrics = state.agent.llm.metrics
         usage, calls = metrics.usage, len(metrics.latencies)
