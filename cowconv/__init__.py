@@ -18,8 +18,13 @@ from typing import TYPE_CHECKING
 
 import cowconv._lazy as _lazy
 from cowconv._exceptions import (
+    BranchCancelledError,
     BranchError,
     BranchesError,
+    BranchLostError,
+    BranchRunError,
+    BranchTimeoutError,
+    BranchWorkspaceError,
     ConversationConflictError,
     ConversationExistsError,
     ConversationNotFoundError,
@@ -63,6 +68,8 @@ _LAZY = {
     "SharedPrefix": "cowconv.branches.wire",
     "Branch": "cowconv.branches.suite",
     "BranchRuns": "cowconv.branches.suite",
+    "BranchResult": "cowconv.branches.suite",
+    "iter_branches": "cowconv.branches.suite",
     "run_branches": "cowconv.branches.suite",
     "LLMSummarizingCondenser": "cowconv.core.agent",
     "Conversation": "cowconv.conversation",
@@ -129,7 +136,13 @@ if TYPE_CHECKING:
         resolve_tool,
     )
     from cowconv.branches.report import BranchRow, SuiteReport
-    from cowconv.branches.suite import Branch, BranchRuns, run_branches
+    from cowconv.branches.suite import (
+        Branch,
+        BranchResult,
+        BranchRuns,
+        iter_branches,
+        run_branches,
+    )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
@@ -184,12 +197,18 @@ __all__ = [
     "AnyEvent",
     "Backend",
     "Branch",
+    "BranchCancelledError",
     "BranchError",
     "BranchExecutor",
     "BranchJob",
+    "BranchLostError",
     "BranchOutcome",
+    "BranchResult",
     "BranchRow",
+    "BranchRunError",
     "BranchRuns",
+    "BranchTimeoutError",
+    "BranchWorkspaceError",
     "BranchesError",
     "Condensation",
     "CondensationEvent",
@@ -264,6 +283,7 @@ __all__ = [
     "WorkspaceMissingError",
     "__version__",
     "freeze",
+    "iter_branches",
     "register_tool",
     "registered_tools",
     "resolve_tool",

@@ -421,8 +421,9 @@ class LLM(CheckedModel):
         ``messages`` and ``tools`` are in OpenAI chat format. Rate limits,
         timeouts, connection errors and 5xx answers are retried up to
         ``num_retries`` times, waiting ``retry_min_wait`` seconds and doubling
-        up to ``retry_max_wait``. Anything else (a bad key, a bad request) and
-        the last failed retry raise :class:`~cowconv.LLMError` at once.
+        up to ``retry_max_wait``. Anything else (a bad or missing key, a bad
+        request) and the last failed retry raise :class:`~cowconv.LLMError` at
+        once.
 
         With ``caching_prompt`` (the default), providers that cache only
         marked prefixes (Anthropic's models, direct or through Bedrock and
@@ -525,7 +526,32 @@ def needs_cache_marks(model: str) -> bool:
     return provider in _MARKED_PROVIDERS and "claude" in name
 
 
+# What the OpenAI client (and litellm, passing its message on as an HTTP 500) says when no key
+# was given or found in the environment: nothing was sent, and trying again cannot help.
+_MISSING_CREDENTIALS = ("Missing credentials", "api_key client option must be set")
+
+
+def _is_missing_credentials(error: BaseException) -> bool:
+    """Whether ``error`` (or one it was raised from) says that no API key was configured.
+
+    >>> _is_missing_credentials(RuntimeError("Missing credentials. Please pass an `api_key`"))
+    True
+    >>> _is_missing_credentials(RuntimeError("Internal server error"))
+    False
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(text in str(current) for text in _MISSING_CREDENTIALS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def _is_transient(error: BaseException) -> bool:
+    if _is_missing_credentials(error):
+        return False  # litellm reports it as a 500, but it was never sent: no retry
     status = getattr(error, "status_code", None)
     if isinstance(status, int):
         return status in _TRANSIENT_STATUSES or status >= 500
