@@ -263,9 +263,9 @@ class SuiteReport:
         table.add_column("#", justify="right", no_wrap=True)
         table.add_column(column or "branch", no_wrap=True, max_width=10, overflow="ellipsis")
         table.add_column("model", no_wrap=True, max_width=14, overflow="ellipsis")
-        for name in ("status", "steps", "cost $", "tokens", "wall s"):
-            justify = "left" if name == "status" else "right"
-            table.add_column(name, justify=justify, no_wrap=True, min_width=len(name))
+        table.add_column("status", no_wrap=True, min_width=6)
+        for name in ("steps", "cost $", "tokens", "wall s"):
+            table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
         table.add_column("answer", overflow="fold", ratio=1, min_width=10)
         for row in self.rows:
             answer = row.final_answer if row.final_answer is not None else (row.error or "")
