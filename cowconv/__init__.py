@@ -48,7 +48,7 @@ from cowconv._exceptions import (
     WorkspaceMissingError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # `import cowconv` loads only the exception tree; every other name loads its module (and what
 # that module builds on) on first use (PEP 562), so a CLI, a worker process or a test run
@@ -72,6 +72,9 @@ _LAZY = {
     "iter_branches": "cowconv.branches.suite",
     "run_branches": "cowconv.branches.suite",
     "LLMSummarizingCondenser": "cowconv.core.agent",
+    "Comparison": "cowconv.core.compare",
+    "ComparisonSide": "cowconv.core.compare",
+    "compare": "cowconv.core.compare",
     "Conversation": "cowconv.conversation",
     "LocalConversation": "cowconv.conversation",
     "RemoteConversation": "cowconv.conversation",
@@ -146,6 +149,7 @@ if TYPE_CHECKING:
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
+    from cowconv.core.compare import Comparison, ComparisonSide, compare
     from cowconv.core.events import (
         ROOT_PARENT_ID,
         ActionEvent,
@@ -210,6 +214,8 @@ __all__ = [
     "BranchTimeoutError",
     "BranchWorkspaceError",
     "BranchesError",
+    "Comparison",
+    "ComparisonSide",
     "Condensation",
     "CondensationEvent",
     "CondensationSummaryEvent",
@@ -282,6 +288,7 @@ __all__ = [
     "Workspace",
     "WorkspaceMissingError",
     "__version__",
+    "compare",
     "freeze",
     "iter_branches",
     "register_tool",
