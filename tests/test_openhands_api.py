@@ -10,6 +10,7 @@ the way OpenHands' SDK defines it, on memory and SQLite.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -82,15 +83,16 @@ def make(request, tmp_path) -> Iterator[Any]:
 def test_the_fork_example_runs_with_its_imports_renamed(stub: StubLLMServer, tmp_path, monkeypatch):
     """OpenHands' ``48_conversation_fork.py``: every call it makes and every assert it holds."""
     monkeypatch.chdir(tmp_path)
-    settings = stub.environment()  # the LLM_* variables the example reads
+    for name, value in stub.environment().items():  # the LLM_* variables the example reads
+        monkeypatch.setenv(name, value)
 
     llm = LLM(
-        model=settings["LLM_MODEL"],
-        api_key=settings["LLM_API_KEY"],
-        base_url=settings["LLM_BASE_URL"],
+        model=os.getenv("LLM_MODEL", "gpt-5.5"),
+        api_key=os.getenv("LLM_API_KEY"),
+        base_url=os.getenv("LLM_BASE_URL", None),
     )
     agent = Agent(llm=llm, tools=[Tool(name=TerminalTool.name)])
-    cwd = str(tmp_path)
+    cwd = os.getcwd()
 
     # 1. the source conversation
     source = Conversation(agent=agent, workspace=cwd)
@@ -111,9 +113,9 @@ def test_the_fork_example_runs_with_its_imports_renamed(stub: StubLLMServer, tmp
 
     # 3. fork with a different agent
     alt_llm = LLM(
-        model=settings["LLM_MODEL"],
-        api_key=settings["LLM_API_KEY"],
-        base_url=settings["LLM_BASE_URL"],
+        model=os.getenv("LLM_MODEL", "gpt-5.5"),
+        api_key=os.getenv("LLM_API_KEY"),
+        base_url=os.getenv("LLM_BASE_URL", None),
         usage_id="alt",
     )
     alt_agent = Agent(llm=alt_llm, tools=[Tool(name=TerminalTool.name)])
