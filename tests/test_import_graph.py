@@ -2,8 +2,7 @@
 
 ::
 
-    _exceptions, _lazy          every error class; lazy package attributes (import nothing
-                                of cowconv)
+    _exceptions, _lazy          error classes; lazy package attributes (import nothing)
     core/                       imports nothing of cowconv but _exceptions
     agent/, ports, tools/       import only core (and _exceptions)
     backends/, stores/          import ports, core and agent; not each other
