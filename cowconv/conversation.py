@@ -143,12 +143,31 @@ class Conversation:
     and :meth:`fork` makes one from another.
     """
 
-    delete_on_close: bool = True
-    """OpenHands' setting, accepted and kept (forks inherit it); see :meth:`close`.
-
-    OpenHands' defaults: ``True`` in this process, ``False`` on an agent server.
-    """
+    _delete_on_close: bool = True  # OpenHands' default in this process
     _background: _BackgroundRun | None = None  # a run(blocking=False) in progress or ended
+    # What fork() passes on besides the backend: (the visualiser, delete_on_close if it was
+    # set). None, the class default, when there is neither: then fork() reads one attribute.
+    _fork_extras: tuple[ConversationVisualizerBase | None, bool | None] | None = None
+
+    @property
+    def delete_on_close(self) -> bool:
+        """OpenHands' setting, accepted and kept (forks inherit it); see :meth:`close`.
+
+        OpenHands' defaults: ``True`` in this process, ``False`` on an agent server.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> Conversation(agent=agent, workspace=".", delete_on_close=False).fork().delete_on_close
+        False
+        """
+        return self._delete_on_close
+
+    @delete_on_close.setter
+    def delete_on_close(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise InvalidTypeError(f"delete_on_close must be a bool, got {value!r}")
+        self._delete_on_close = value
+        self._fork_extras = (self._visualizer, value)
 
     @overload
     def __new__(
@@ -265,6 +284,7 @@ class Conversation:
         self._agent_view: tuple[ConversationState, Agent] | None = None
         self._visualizer: ConversationVisualizerBase | None = visualizer
         if visualizer is not None:
+            self._fork_extras = (visualizer, None)
             visualizer.initialize(self)
 
     if not TYPE_CHECKING:
@@ -283,6 +303,7 @@ class Conversation:
         conversation._agent_view = None
         conversation._visualizer = visualizer
         if visualizer is not None:
+            conversation._fork_extras = (visualizer, None)
             visualizer.initialize(conversation)
         return conversation
 
@@ -559,14 +580,19 @@ class Conversation:
             if title is not None:
                 fork_tags["title"] = title
             spec = ForkSpec(fork_id, agent, fork_tags, None, bool(reset_metrics), from_event_id)
-        # As OpenHands' SDK: the fork shows its events with a new visualiser of the source's kind.
-        if self._visualizer is None:
+        extras = self._fork_extras
+        if extras is None:
+            return type(self)._holding(self._backend.fork(spec, callbacks))
+        # As OpenHands' SDK: the fork shows its events with a new visualiser of the source's
+        # kind, and keeps its delete_on_close.
+        visualizer, delete_on_close = extras
+        if visualizer is None:
             fork = type(self)._holding(self._backend.fork(spec, callbacks))
         else:
-            shown = type(self._visualizer)()
+            shown = type(visualizer)()
             fork = type(self)._holding(self._backend.fork(spec, (shown, *callbacks)), shown)
-        if "delete_on_close" in self.__dict__:  # as OpenHands' fork passes it on
-            fork.delete_on_close = self.delete_on_close
+        if delete_on_close is not None:
+            fork.delete_on_close = delete_on_close
         return fork
 
     # -- running -------------------------------------------------------------
@@ -718,7 +744,7 @@ class RemoteConversation(Conversation):
     RemoteConversation 2 Follow-up fork
     """
 
-    delete_on_close = False  # OpenHands' default on an agent server
+    _delete_on_close = False  # OpenHands' default on an agent server
 
     def __init__(
         self,

@@ -10,11 +10,14 @@ the way OpenHands' SDK defines it, on memory and SQLite.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cowconv import (
     LLM,
@@ -23,6 +26,7 @@ from cowconv import (
     Condensation,
     Conversation,
     ConversationRunningError,
+    EventLog,
     EventNotFoundError,
     ExecutionStatus,
     ImageContent,
@@ -37,9 +41,10 @@ from cowconv import (
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, create_app
-from cowconv.core.view import CondensationSummaryEvent, View
+from cowconv.core.view import CondensationSummaryEvent, View, view_of
 from cowconv.testing import StubLLMServer, StubReply, default_brain
 from cowconv.tools.terminal import TerminalTool
+from tests.strategies import paired_events
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))
 
@@ -78,15 +83,16 @@ def make(request, tmp_path) -> Iterator[Any]:
 def test_the_fork_example_runs_with_its_imports_renamed(stub: StubLLMServer, tmp_path, monkeypatch):
     """OpenHands' ``48_conversation_fork.py``: every call it makes and every assert it holds."""
     monkeypatch.chdir(tmp_path)
-    settings = stub.environment()  # the LLM_* variables the example reads
+    for name, value in stub.environment().items():  # the LLM_* variables the example reads
+        monkeypatch.setenv(name, value)
 
     llm = LLM(
-        model=settings["LLM_MODEL"],
-        api_key=settings["LLM_API_KEY"],
-        base_url=settings["LLM_BASE_URL"],
+        model=os.getenv("LLM_MODEL", "gpt-5.5"),
+        api_key=os.getenv("LLM_API_KEY"),
+        base_url=os.getenv("LLM_BASE_URL", None),
     )
     agent = Agent(llm=llm, tools=[Tool(name=TerminalTool.name)])
-    cwd = str(tmp_path)
+    cwd = os.getcwd()
 
     # 1. the source conversation
     source = Conversation(agent=agent, workspace=cwd)
@@ -107,9 +113,9 @@ def test_the_fork_example_runs_with_its_imports_renamed(stub: StubLLMServer, tmp
 
     # 3. fork with a different agent
     alt_llm = LLM(
-        model=settings["LLM_MODEL"],
-        api_key=settings["LLM_API_KEY"],
-        base_url=settings["LLM_BASE_URL"],
+        model=os.getenv("LLM_MODEL", "gpt-5.5"),
+        api_key=os.getenv("LLM_API_KEY"),
+        base_url=os.getenv("LLM_BASE_URL", None),
         usage_id="alt",
     )
     alt_agent = Agent(llm=alt_llm, tools=[Tool(name=TerminalTool.name)])
@@ -452,3 +458,54 @@ class TestDeleteOnClose:
                 Conversation(agent=AGENT, workspace=workspace, delete_on_close=True)
         with pytest.raises(InvalidTypeError):
             Conversation(agent=AGENT, workspace=".", delete_on_close="yes")  # type: ignore[arg-type]
+
+
+# -- the view, as a property -----------------------------------------------------------------
+
+
+def _reference_view(events) -> list[str]:
+    """OpenHands' View.from_events, stated plainly over event ids."""
+    seen: list = []
+    for event in events:
+        if isinstance(event, Condensation):
+            seen = [e for e in seen if e.id not in set(event.forgotten_event_ids)]
+            if event.summary is not None and event.summary_offset is not None:
+                seen.insert(
+                    event.summary_offset,
+                    CondensationSummaryEvent(id=f"{event.id}-summary", summary=event.summary),
+                )
+        elif not isinstance(event, PauseEvent):
+            seen.append(event)
+    return [e.id for e in seen]
+
+
+@st.composite
+def _histories(draw):
+    history: list = []
+    for _ in range(draw(st.integers(0, 30))):
+        if history and draw(st.integers(0, 4)) == 0:
+            ids = [e.id for e in history]
+            forgotten = draw(st.lists(st.sampled_from(ids), max_size=len(ids), unique=True))
+            offset = draw(st.none() | st.integers(0, 3))
+            summary = draw(st.none() | st.just("summary"))
+            history.append(
+                Condensation(forgotten_event_ids=forgotten, summary=summary, summary_offset=offset)
+            )
+        else:
+            history.append(draw(paired_events))
+    return history
+
+
+@settings(max_examples=100, deadline=None)
+@given(history=_histories(), cut=st.integers(0, 30))
+def test_the_incremental_view_is_openhands_view_of_the_branch(history, cut):
+    """state.view, computed step by step (and for a fork after a cut), is OpenHands' view."""
+    cut = min(cut, len(history))
+    log = EventLog()
+    for position, event in enumerate(history):
+        log = log.append(event)
+        if position < cut:  # read views along the way: later ones extend cached ones
+            assert [e.id for e in view_of(log).events] == _reference_view(history[: position + 1])
+    fork = log.take(cut).extend(history[cut:])  # another line, sharing the cached prefix
+    assert [e.id for e in view_of(fork).events] == _reference_view(history)
+    assert [e.id for e in View.from_events(history).events] == _reference_view(history)

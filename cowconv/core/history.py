@@ -540,12 +540,11 @@ class EventLog(Sequence[Event]):
         if count == 0:
             return _EMPTY
         keep = bisect_right(self._starts, count - 1)
-        chunks, starts = self._chunks[:keep], self._starts[:keep]
-        last, offset = chunks[-1], count - 1 - starts[-1]
-        # A sealed chunk's event is not read for its id: last_id reads it when asked.
-        tail_id = last[offset].id if type(last) is _PVECTOR_TYPE else None
-        # Same line, shorter: an append to it starts a child line (the tip is longer).
-        return EventLog._make(chunks, starts, count, self._ids, self._line, tail_id)
+        # Same line, shorter: an append to it starts a child line (the tip is longer). Its last
+        # id is left to last_id (one read when asked), so fork(from_event_id=...) pays nothing.
+        return EventLog._make(
+            self._chunks[:keep], self._starts[:keep], count, self._ids, self._line, None
+        )
 
     def up_to(self, event_id: str) -> EventLog:
         """The events up to and including the one with ``event_id``.

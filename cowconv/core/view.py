@@ -90,18 +90,22 @@ class View:
     ((), 0, False)
     """
 
-    __slots__ = ("_events", "_unhandled")
+    __slots__ = ("_events", "_unhandled", "_tuple")
 
     def __init__(
         self, events: Iterable[Event] = (), unhandled_condensation_request: bool = False
     ) -> None:
         self._events: PVector[Event] = pvector(events)
         self._unhandled = unhandled_condensation_request
+        self._tuple: tuple[Event, ...] | None = None
 
     @property
     def events(self) -> tuple[Event, ...]:
-        """The events the model sees, in order."""
-        return tuple(self._events)
+        """The events the model sees, in order (built on first read, then kept)."""
+        built = self._tuple
+        if built is None:
+            built = self._tuple = tuple(self._events)
+        return built
 
     @property
     def unhandled_condensation_request(self) -> bool:
@@ -130,9 +134,6 @@ class View:
             return NotImplemented
         return self._events == other._events and self._unhandled == other._unhandled
 
-    def __hash__(self) -> int:
-        return hash((tuple(self._events), self._unhandled))
-
     def __repr__(self) -> str:
         return f"View(<{len(self._events)} events>)"
 
@@ -156,6 +157,7 @@ class View:
         view = View.__new__(View)
         view._events = seen
         view._unhandled = unhandled
+        view._tuple = None
         return view
 
     @staticmethod
