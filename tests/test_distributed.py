@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -401,6 +402,7 @@ class TestFailures:
         executor = DaskExecutor(dask_client, max_in_flight=4, progress=False)
         with pytest.raises(BranchesError) as raised:
             run_branches(source, branches, executor=executor)
+        assert len(raised.value.exceptions) == 1, [repr(e) for e in raised.value.exceptions]
         (error,) = raised.value.exceptions
         assert isinstance(error, BranchLostError)
         assert error.index == 1 and "died while running it" in str(error)
@@ -639,6 +641,7 @@ class TestTimeLimits:
                 branch_timeout=6,
                 on_result=lambda result: seen.append((result.index, result.status)),
             )
+        assert len(raised.value.exceptions) == 1, [repr(e) for e in raised.value.exceptions]
         (error,) = raised.value.exceptions
         assert isinstance(error, BranchTimeoutError) and error.index == 0
         forks = raised.value.forks
@@ -701,6 +704,40 @@ class TestCancellation:
                 assert len(processes.worker_pids) == 0  # both busy workers were killed
                 after = run_branches(source, ["Say hi."], executor=processes)
                 assert after[0].state.execution_status is ExecutionStatus.FINISHED
+            finally:
+                brain.release.set()
+
+    def test_ctrl_c_on_dask_ends_the_running_task_on_its_worker(self, tmp_path, dask_client):
+        """Dask cannot stop a running task: after Ctrl-C the hung branch sees on the scheduler
+        that its suite ended and ends itself, freeing its worker thread while the LLM still
+        holds the call; its fork is recorded cancelled."""
+        from cowconv.distributed import DaskExecutor
+
+        interrupted = threading.Event()
+
+        def ctrl_c() -> None:
+            if not interrupted.is_set():
+                interrupted.set()
+                os.kill(os.getpid(), signal.SIGINT)
+
+        def executing(dask_worker) -> int:
+            return len(dask_worker.state.executing)
+
+        brain = HangingBrain(on_hang=ctrl_c)
+        with StubLLMServer(brain=brain) as server:
+            try:
+                store = SQLiteStore(tmp_path / "suite.db")
+                source = _source_on(server, tmp_path, store=store)
+                executor = DaskExecutor(dask_client, progress=False)
+                with pytest.raises(KeyboardInterrupt):
+                    run_branches(source, [Branch("HANG now.", title="hung")], executor=executor)
+                (hung,) = store.list(tags={"title": "hung"})
+                assert "cancelled" in store.load(hung.id).events[-1].error
+                deadline = time.monotonic() + 120
+                while sum(dask_client.run(executing).values()) and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                assert sum(dask_client.run(executing).values()) == 0
+                assert not brain.release.is_set()  # the LLM call is still held
             finally:
                 brain.release.set()
 
