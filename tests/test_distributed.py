@@ -613,13 +613,13 @@ def processes() -> Iterator[ProcessExecutor]:
 
 
 class TestTimeLimits:
-    @pytest.mark.parametrize("engine", ["processes", "dask", "threads"])
+    @pytest.mark.parametrize("engine", ["processes", "dask", "ray", "threads"])
     def test_a_hanging_branch_ends_at_its_limit_and_the_others_finish(
         self, hanging, tmp_path, engine, request
     ):
         """The branch whose LLM hangs ends ``timeout`` at its limit (its fork says so), its
         slot runs the next branch, the others finish; the hung call was made once."""
-        from cowconv.distributed import DaskExecutor
+        from cowconv.distributed import DaskExecutor, RayExecutor
 
         server, _ = hanging
         source = _source_on(server, tmp_path)
@@ -628,6 +628,7 @@ class TestTimeLimits:
             "dask": lambda: DaskExecutor(
                 request.getfixturevalue("dask_client"), max_in_flight=2, progress=False
             ),
+            "ray": lambda: request.getfixturevalue("ray_session") and RayExecutor(progress=False),
             "threads": lambda: None,
         }[engine]()
         branches = ["HANG now.", "Run `echo one`.", "Say two.", "Say three."]
@@ -846,3 +847,66 @@ class TestEngineOptions:
         executor = DaskExecutor(dask_client, workers=[address], priority=5, progress=False)
         runs = run_branches(source, ["Say A.", "Say B.", "Say C."], executor=executor)
         assert len(set(runs.workers)) == 1
+
+
+class TestDriveLimits:
+    def test_a_job_whose_worker_never_answers_is_given_up_and_cancelled(self):
+        """Past its limit plus the grace, a job still out is cancelled and reported as timed
+        out; the jobs after it still run."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+        from dataclasses import dataclass
+
+        from cowconv.distributed.driver import drive
+
+        @dataclass(frozen=True)
+        class Job:
+            index: int
+            timeout: float | None = 0.2
+            conversation_id: str = "c"
+
+        never = threading.Event()
+        cancelled = []
+        with ThreadPoolExecutor(2) as pool:
+            try:
+                results = dict(
+                    drive(
+                        [Job(0), Job(1), Job(2)],
+                        submit=lambda job: pool.submit(
+                            lambda: never.wait(60) and b"" if job.index == 0 else b"ran"
+                        ),
+                        wait_any=lambda handles, timeout: (
+                            wait(handles, timeout, FIRST_COMPLETED).done
+                        ),
+                        collect=lambda future: future.result(),
+                        cancel=cancelled.append,
+                        max_in_flight=2,
+                        progress=False,
+                        grace=0.1,
+                    )
+                )
+            finally:
+                never.set()
+        assert isinstance(results[0], BranchTimeoutError) and "given up" in str(results[0])
+        assert results[1] == results[2] == b"ran"
+        assert len(cancelled) == 1
+
+    def test_the_suite_deadline_stops_submitting(self):
+        """Jobs not submitted before the suite's deadline are reported, never submitted."""
+        import time as _time
+
+        from cowconv.distributed.driver import drive
+
+        submitted = []
+        results = dict(
+            drive(
+                [type("Job", (), {"index": n, "conversation_id": "c"})() for n in range(3)],
+                submit=submitted.append,
+                wait_any=lambda handles, timeout: handles,
+                collect=lambda handle: b"",
+                max_in_flight=1,
+                progress=False,
+                deadline=_time.monotonic() - 1,
+            )
+        )
+        assert submitted == []
+        assert all(isinstance(r, BranchTimeoutError) for r in results.values())
