@@ -695,13 +695,18 @@ class TestCancellation:
         brain = HangingBrain(on_hang=ctrl_c)
         with StubLLMServer(brain=brain) as server:
             try:
-                source = _source_on(server, tmp_path)
+                store = SQLiteStore(tmp_path / "suite.db")
+                source = _source_on(server, tmp_path, store=store)
                 forks = []
                 suite = iter_branches(source, ["HANG now.", "HANG too."], executor=processes)
                 with pytest.raises(KeyboardInterrupt):
                     for result in suite:
                         forks.append(result)
                 assert forks == []
+                assert len(store.list()) == 3  # the source and its two forks
+                for info in store.list():
+                    if info.id != source.id:
+                        assert "cancelled" in store.load(info.id).events[-1].error
                 assert len(processes.worker_pids) == 0  # both busy workers were killed
                 after = run_branches(source, ["Say hi."], executor=processes)
                 assert after[0].state.execution_status is ExecutionStatus.FINISHED
