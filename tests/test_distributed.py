@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -401,6 +402,7 @@ class TestFailures:
         executor = DaskExecutor(dask_client, max_in_flight=4, progress=False)
         with pytest.raises(BranchesError) as raised:
             run_branches(source, branches, executor=executor)
+        assert len(raised.value.exceptions) == 1, [repr(e) for e in raised.value.exceptions]
         (error,) = raised.value.exceptions
         assert isinstance(error, BranchLostError)
         assert error.index == 1 and "died while running it" in str(error)
@@ -611,13 +613,13 @@ def processes() -> Iterator[ProcessExecutor]:
 
 
 class TestTimeLimits:
-    @pytest.mark.parametrize("engine", ["processes", "dask", "threads"])
+    @pytest.mark.parametrize("engine", ["processes", "dask", "ray", "threads"])
     def test_a_hanging_branch_ends_at_its_limit_and_the_others_finish(
         self, hanging, tmp_path, engine, request
     ):
         """The branch whose LLM hangs ends ``timeout`` at its limit (its fork says so), its
         slot runs the next branch, the others finish; the hung call was made once."""
-        from cowconv.distributed import DaskExecutor
+        from cowconv.distributed import DaskExecutor, RayExecutor
 
         server, _ = hanging
         source = _source_on(server, tmp_path)
@@ -626,6 +628,7 @@ class TestTimeLimits:
             "dask": lambda: DaskExecutor(
                 request.getfixturevalue("dask_client"), max_in_flight=2, progress=False
             ),
+            "ray": lambda: request.getfixturevalue("ray_session") and RayExecutor(progress=False),
             "threads": lambda: None,
         }[engine]()
         branches = ["HANG now.", "Run `echo one`.", "Say two.", "Say three."]
@@ -639,6 +642,7 @@ class TestTimeLimits:
                 branch_timeout=6,
                 on_result=lambda result: seen.append((result.index, result.status)),
             )
+        assert len(raised.value.exceptions) == 1, [repr(e) for e in raised.value.exceptions]
         (error,) = raised.value.exceptions
         assert isinstance(error, BranchTimeoutError) and error.index == 0
         forks = raised.value.forks
@@ -691,16 +695,55 @@ class TestCancellation:
         brain = HangingBrain(on_hang=ctrl_c)
         with StubLLMServer(brain=brain) as server:
             try:
-                source = _source_on(server, tmp_path)
+                store = SQLiteStore(tmp_path / "suite.db")
+                source = _source_on(server, tmp_path, store=store)
                 forks = []
                 suite = iter_branches(source, ["HANG now.", "HANG too."], executor=processes)
                 with pytest.raises(KeyboardInterrupt):
                     for result in suite:
                         forks.append(result)
                 assert forks == []
+                assert len(store.list()) == 3  # the source and its two forks
+                for info in store.list():
+                    if info.id != source.id:
+                        assert "cancelled" in store.load(info.id).events[-1].error
                 assert len(processes.worker_pids) == 0  # both busy workers were killed
                 after = run_branches(source, ["Say hi."], executor=processes)
                 assert after[0].state.execution_status is ExecutionStatus.FINISHED
+            finally:
+                brain.release.set()
+
+    def test_ctrl_c_on_dask_ends_the_running_task_on_its_worker(self, tmp_path, dask_client):
+        """Dask cannot stop a running task: after Ctrl-C the hung branch sees on the scheduler
+        that its suite ended and ends itself, freeing its worker thread while the LLM still
+        holds the call; its fork is recorded cancelled."""
+        from cowconv.distributed import DaskExecutor
+
+        interrupted = threading.Event()
+
+        def ctrl_c() -> None:
+            if not interrupted.is_set():
+                interrupted.set()
+                os.kill(os.getpid(), signal.SIGINT)
+
+        def executing(dask_worker) -> int:
+            return len(dask_worker.state.executing)
+
+        brain = HangingBrain(on_hang=ctrl_c)
+        with StubLLMServer(brain=brain) as server:
+            try:
+                store = SQLiteStore(tmp_path / "suite.db")
+                source = _source_on(server, tmp_path, store=store)
+                executor = DaskExecutor(dask_client, progress=False)
+                with pytest.raises(KeyboardInterrupt):
+                    run_branches(source, [Branch("HANG now.", title="hung")], executor=executor)
+                (hung,) = store.list(tags={"title": "hung"})
+                assert "cancelled" in store.load(hung.id).events[-1].error
+                deadline = time.monotonic() + 120
+                while sum(dask_client.run(executing).values()) and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                assert sum(dask_client.run(executing).values()) == 0
+                assert not brain.release.is_set()  # the LLM call is still held
             finally:
                 brain.release.set()
 
@@ -809,3 +852,66 @@ class TestEngineOptions:
         executor = DaskExecutor(dask_client, workers=[address], priority=5, progress=False)
         runs = run_branches(source, ["Say A.", "Say B.", "Say C."], executor=executor)
         assert len(set(runs.workers)) == 1
+
+
+class TestDriveLimits:
+    def test_a_job_whose_worker_never_answers_is_given_up_and_cancelled(self):
+        """Past its limit plus the grace, a job still out is cancelled and reported as timed
+        out; the jobs after it still run."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+        from dataclasses import dataclass
+
+        from cowconv.distributed.driver import drive
+
+        @dataclass(frozen=True)
+        class Job:
+            index: int
+            timeout: float | None = 0.2
+            conversation_id: str = "c"
+
+        never = threading.Event()
+        cancelled = []
+        with ThreadPoolExecutor(2) as pool:
+            try:
+                results = dict(
+                    drive(
+                        [Job(0), Job(1), Job(2)],
+                        submit=lambda job: pool.submit(
+                            lambda: never.wait(60) and b"" if job.index == 0 else b"ran"
+                        ),
+                        wait_any=lambda handles, timeout: (
+                            wait(handles, timeout, FIRST_COMPLETED).done
+                        ),
+                        collect=lambda future: future.result(),
+                        cancel=cancelled.append,
+                        max_in_flight=2,
+                        progress=False,
+                        grace=0.1,
+                    )
+                )
+            finally:
+                never.set()
+        assert isinstance(results[0], BranchTimeoutError) and "given up" in str(results[0])
+        assert results[1] == results[2] == b"ran"
+        assert len(cancelled) == 1
+
+    def test_the_suite_deadline_stops_submitting(self):
+        """Jobs not submitted before the suite's deadline are reported, never submitted."""
+        import time as _time
+
+        from cowconv.distributed.driver import drive
+
+        submitted = []
+        results = dict(
+            drive(
+                [type("Job", (), {"index": n, "conversation_id": "c"})() for n in range(3)],
+                submit=submitted.append,
+                wait_any=lambda handles, timeout: handles,
+                collect=lambda handle: b"",
+                max_in_flight=1,
+                progress=False,
+                deadline=_time.monotonic() - 1,
+            )
+        )
+        assert submitted == []
+        assert all(isinstance(r, BranchTimeoutError) for r in results.values())

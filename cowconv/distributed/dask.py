@@ -26,6 +26,7 @@ logger = logging.getLogger("cowconv.distributed")
 # The scheduler's metadata under which each branch task notes that it started (before any LLM
 # call): ``[_STARTED, suite, index]``.
 _STARTED = "cowconv-started"
+_OPEN = "open"  # ``[_STARTED, suite, _OPEN]`` is true while the suite runs
 
 
 def _claim(marker: list[str]) -> bool:
@@ -34,21 +35,41 @@ def _claim(marker: list[str]) -> bool:
     The scheduler runs a task again when its worker dies (``allowed-failures``,
     default 3); the second attempt finds the note and is refused, so a branch
     never pays for its LLM calls twice. One attempt at a time exists, so
-    reading then writing is enough.
+    reading then writing is enough. A suite that has ended starts nothing.
     """
     from distributed import get_client, get_worker
 
     client: Any = get_client()
+    if _suite_over(marker[:2]):
+        return False
     if client.get_metadata(marker, None) is not None:
         return False
     client.set_metadata(marker, get_worker().address)
     return True
 
 
+def _suite_over(suite: list[str]) -> bool:
+    """On the worker: whether the caller ended the suite (done, cancelled, Ctrl-C)."""
+    from distributed import get_client
+
+    try:
+        client: Any = get_client()
+        return not client.get_metadata([*suite, _OPEN], False)
+    except Exception:  # the suite's notes were dropped: it is over
+        return True
+
+
 def _run_on_dask(job: bytes, prefix: bytes, marker: list[str]) -> bytes:
     # ``prefix`` is the broadcast bytes, already in this worker's memory: no transfer, and the
     # events are unpickled once per worker process (run_branch_job caches them by key).
-    return run_branch_job(job, lambda: prefix, claim=lambda: _claim(marker))
+    # Dask cannot stop a running task: the run looks at the suite's notes every few seconds
+    # and ends itself once the caller has ended the suite.
+    return run_branch_job(
+        job,
+        lambda: prefix,
+        claim=lambda: _claim(marker),
+        cancelled=lambda: _suite_over(marker[:2]),
+    )
 
 
 def _check_options(
@@ -102,6 +123,10 @@ class DaskExecutor:
     scheduler gives it up (``allowed-failures`` 0), it is submitted once
     more, since it never ran.
 
+    In a ``with`` block the executor keeps the histories it scattered for
+    later suites of the same conversation (released when the block ends);
+    otherwise each suite releases its own.
+
     ``resources``, ``workers`` (addresses or names) and ``priority`` go to
     every task (``client.submit``); they are checked here, not when the
     first branch fails.
@@ -149,6 +174,7 @@ class DaskExecutor:
         self.workers = workers if workers is None or isinstance(workers, str) else list(workers)
         self.priority = priority
         self._shared: dict[str, Any] = {}
+        self._keep = False  # keep the scattered histories between suites (``with`` block)
 
     def close(self) -> None:
         """Release the histories kept scattered on the workers for later suites.
@@ -156,11 +182,13 @@ class DaskExecutor:
         >>> DaskExecutor.close.__name__
         'close'
         """
+        self._keep = False
         shared, self._shared = self._shared, {}
         for future in shared.values():
             future.release()
 
     def __enter__(self) -> DaskExecutor:
+        self._keep = True
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -177,8 +205,8 @@ class DaskExecutor:
 
         ``deadline`` (a :func:`time.monotonic` value) ends the suite. A task
         given up (its time limit, the suite's, Ctrl-C) is cancelled; Dask
-        cannot stop a running task, but the branch's own limit ends it on
-        its worker.
+        cannot stop a running task, so a branch still running when the suite
+        ends (Ctrl-C) sees that on the scheduler within seconds and ends itself.
         """
         import cloudpickle
         from distributed import wait as _wait
@@ -211,6 +239,7 @@ class DaskExecutor:
         if self.workers is not None:
             options["workers"] = self.workers
         jobs_of: dict[Any, tuple[BranchJob, bytes, list[str]]] = {}
+        client.set_metadata([_STARTED, suite, _OPEN], True)
 
         def send(job: BranchJob, payload: bytes, attempt: int) -> Any:
             nonlocal shared
@@ -245,10 +274,10 @@ class DaskExecutor:
                 result: bytes = future.result()
                 return result
             except Exception as error:
-                if type(error).__name__ != "KilledWorker":
-                    raise
                 started = client.get_metadata(marker, None)
                 if started is not None:
+                    if type(error).__name__ != "KilledWorker":
+                        raise
                     raise BranchLostError(
                         job.index,
                         str(job.conversation_id),
@@ -256,11 +285,19 @@ class DaskExecutor:
                         f"again ({error})",
                     ) from None
                 if marker[-1].endswith("-0"):
-                    # Never started (the scheduler gave up on it while it was queued): no LLM
-                    # call was made, so it is safe to run, once more.
-                    logger.info("branch %d never started on a dead worker: resubmitted", job.index)
+                    # Never started (the scheduler gave up on it while it was queued, or its
+                    # copy of the shared history was lost with a worker): no LLM call was
+                    # made, so it is safe to run, once more.
+                    logger.info(
+                        "branch %d never started (%s: %s): resubmitted",
+                        job.index,
+                        type(error).__name__,
+                        error,
+                    )
                     again = send(job, payload, 1)
                     return collect(wait_for(again))
+                if type(error).__name__ != "KilledWorker":
+                    raise
                 raise BranchLostError(
                     job.index,
                     str(job.conversation_id),
@@ -294,6 +331,10 @@ class DaskExecutor:
             for future in list(jobs_of):
                 cancel(future)
             try:
-                client.set_metadata([_STARTED, suite], None)  # the suite's notes, dropped
+                # The suite's notes, dropped: a branch still running on a worker (cancelled:
+                # Dask cannot stop it) sees that and ends itself.
+                client.set_metadata([_STARTED, suite], None)
+                if not self._keep:
+                    self.close()
             except Exception as error:  # a closed client: nothing left to tidy
                 logger.debug("could not drop the suite's notes on the scheduler: %s", error)

@@ -94,7 +94,8 @@ def drive(
     description: str = "branches",
     cancel: Callable[[H], object] | None = None,
     deadline: float | None = None,
-    grace: float = 15.0,
+    grace: float = 60.0,
+    suite_grace: float = 5.0,
     queued_runs: int = 1,
 ) -> Iterator[tuple[int, bytes | BaseException]]:
     """Submit ``jobs``, at most ``max_in_flight`` at a time; yield ``(index, result)`` as they end.
@@ -109,7 +110,8 @@ def drive(
     none is submitted after it. As a backstop for a worker that does not
     answer, a job still out ``grace`` seconds past its limit (counted from
     its submission, times ``queued_runs``: how many runs it may wait behind
-    on its worker) or past the deadline is given up: ``cancel(handle)``,
+    on its worker; generous, as a worker may still be starting), or
+    ``suite_grace`` seconds past the deadline, is given up: ``cancel(handle)``,
     and a :class:`~cowconv.BranchTimeoutError` for it. When the caller stops
     iterating (an exception, Ctrl-C, ``close()``), every job in flight is
     cancelled.
@@ -147,7 +149,7 @@ def drive(
                     continue
                 expiries = [e for _, _, e in in_flight.values() if e is not None]
                 if deadline is not None:
-                    expiries.append(deadline + grace)
+                    expiries.append(deadline + suite_grace)
                 timeout = None
                 if expiries:
                     timeout = max(0.0, min(expiries) - time.monotonic())
@@ -163,7 +165,7 @@ def drive(
                     yield index, result
                 now = time.monotonic()
                 for handle, (index, cid, expiry) in list(in_flight.items()):
-                    past_suite = deadline is not None and now >= deadline + grace
+                    past_suite = deadline is not None and now >= deadline + suite_grace
                     if not past_suite and (expiry is None or now < expiry):
                         continue
                     del in_flight[handle]

@@ -109,16 +109,25 @@ def _usage_since(before: Usage, after: Usage) -> Usage:
     return Usage(**{field: value - start[field] for field, value in after.model_dump().items()})
 
 
-def _run_for(backend: LocalBackend, timeout: float | None) -> bool:
-    """Run ``backend`` for at most ``timeout`` seconds; whether it ended in time.
+_CANCEL_POLL = 2.0  # seconds between two looks at ``cancelled`` during a run
 
-    Past the limit the run is interrupted (its running command killed, no
-    further step) and left behind: an LLM call in flight cannot be cut off,
-    so its thread ends when that call does, and nothing it records is kept.
+
+def _run_for(
+    backend: LocalBackend,
+    timeout: float | None,
+    cancelled: Callable[[], bool] | None = None,
+) -> str | None:
+    """Run ``backend`` for at most ``timeout`` seconds, until ``cancelled()`` says so.
+
+    Returns ``None`` if the run ended by itself, else ``"timeout"`` or
+    ``"cancelled"``. A run cut off is interrupted (its running command
+    killed, no further step) and left behind: an LLM call in flight cannot
+    be cut off, so its thread ends when that call does, and nothing it
+    records is kept.
     """
-    if timeout is None:
+    if timeout is None and cancelled is None:
         backend.run()
-        return True
+        return None
     failure: list[BaseException] = []
 
     def run() -> None:
@@ -129,13 +138,24 @@ def _run_for(backend: LocalBackend, timeout: float | None) -> bool:
 
     thread = threading.Thread(target=run, name="cowconv-branch-run", daemon=True)
     thread.start()
-    thread.join(max(0.0, timeout))
-    if thread.is_alive():
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    ended: str | None = None
+    while thread.is_alive():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            ended = "timeout"
+            break
+        wait = left if cancelled is None else min(_CANCEL_POLL, left or _CANCEL_POLL)
+        thread.join(wait)
+        if thread.is_alive() and cancelled is not None and cancelled():
+            ended = "cancelled"
+            break
+    if ended is not None:
         backend.interrupt()
-        return False
+        return ended
     if failure:
         raise failure[0]
-    return True
+    return None
 
 
 def run_branch_job(
@@ -143,6 +163,7 @@ def run_branch_job(
     load_prefix: Callable[[], bytes],
     *,
     claim: Callable[[], bool] | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> bytes:
     """Run one branch on a worker; returns the pickled :class:`BranchOutcome`.
 
@@ -157,7 +178,10 @@ def run_branch_job(
     (``job.workspace`` names it on this worker; default: the fork's own).
     With ``job.timeout``, a run still going after that many seconds is
     interrupted and comes back with ``failure="timeout"``: its events so
-    far, then an :class:`~cowconv.AgentErrorEvent` saying so.
+    far, then an :class:`~cowconv.AgentErrorEvent` saying so. ``cancelled``
+    (an engine that cannot stop a running task) is asked every few seconds
+    during the run; once it says so, the run is interrupted the same way
+    (``failure="cancelled"``).
 
     >>> from cowconv import LLM, Agent, BranchJob, BranchOutcome, Conversation, SharedPrefix
     >>> fork = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
@@ -216,7 +240,7 @@ def run_branch_job(
         usage, calls = metrics.usage, len(metrics.latencies)
         started = time.perf_counter()
         try:
-            in_time = _run_for(backend, job.timeout)
+            cut_off = _run_for(backend, job.timeout, cancelled)
         finally:
             backend.close()
         wall = time.perf_counter() - started
@@ -232,11 +256,13 @@ def run_branch_job(
     final = backend.snapshot()
     events = tuple(final.events[position] for position in range(start, len(final.events)))
     status = final.execution_status
-    if not in_time:
-        events = (
-            *events,
-            AgentErrorEvent(error=f"it ran past its time limit of {job.timeout:g} s"),
+    if cut_off is not None:
+        why = (
+            f"it ran past its time limit of {job.timeout:g} s"
+            if cut_off == "timeout"
+            else "the suite was cancelled while it ran"
         )
+        events = (*events, AgentErrorEvent(error=why))
         status = ExecutionStatus.ERROR
     return pickled(
         BranchOutcome(
@@ -251,6 +277,6 @@ def run_branch_job(
             wall_seconds=wall,
             worker=worker,
             prefix_loads=_loads_by_key.get(job.prefix_key, 0),
-            failure=None if in_time else "timeout",
+            failure=cut_off,
         )
     )
