@@ -288,12 +288,12 @@ def test_rest_bodies_that_json_allows_are_refused_or_reload(tmp_path: Path) -> N
                 event = {"kind": "ObservationEvent", "tool_name": "t", "tool_call_id": "c1"}
                 event = {**event, "output": "o", "extra": value, "id": f"e{number}"}
                 for path, payload in [
-                    ("/api/conversations/c/events", event),
+                    ("/api/conversations/c/events/append", event),
                     ("/api/conversations/c/agent_state", {"key": value}),
                 ]:
                     content = json.dumps(payload).encode()  # NaN, Infinity, \\ud800 as JSON allows
                     answer = http.request(
-                        "POST" if path.endswith("events") else "PATCH",
+                        "POST" if path.endswith("append") else "PATCH",
                         path,
                         content=content,
                         headers={"Content-Type": "application/json"},

@@ -111,7 +111,7 @@ class TestEventIdsOverRest:
             conversation_id = _create(http, tmp_path)
             before = _page_ids(http, conversation_id)
             answer = http.post(
-                f"/api/conversations/{conversation_id}/events",
+                f"/api/conversations/{conversation_id}/events/append",
                 json={"kind": "PauseEvent", "source": "user", "id": event_id},
             )
             assert answer.status_code == 422, answer.text
@@ -137,7 +137,7 @@ class TestEventIdsOverRest:
             except UnicodeEncodeError:  # pragma: no cover - json.dumps escapes surrogates
                 return
             answer = http.post(
-                f"/api/conversations/{conversation_id}/events",
+                f"/api/conversations/{conversation_id}/events/append",
                 content=body.encode(),
                 headers={"Content-Type": "application/json"},
             )
@@ -195,7 +195,10 @@ def test_any_event_id_on_every_backend(backend: Backend, event_id: str) -> None:
         assert [e.id for e in backend.reload(conversation).events] == [e.id for e in before.events]
         return
     reloaded = backend.reload(conversation)
-    assert reloaded.events[-1] == event
+    # Recorded as given (the history stamps its parent_id) and loaded back equal.
+    recorded = conversation.state.events[-1]
+    assert recorded.id == event_id and recorded.model_copy(update={"parent_id": None}) == event
+    assert reloaded.events[-1] == recorded
     assert [e.id for e in reloaded.events] == [e.id for e in conversation.state.events]
 
 
