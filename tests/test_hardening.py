@@ -85,7 +85,7 @@ class TestInterrupt:
         ):
             assert http.post("/api/conversations", json=body).status_code == 201
             http.post("/api/conversations/r/messages", json={"text": "go"})
-            assert http.post("/api/conversations/r/run").status_code == 202
+            assert http.post("/api/conversations/r/run").status_code == 200  # OpenHands' code
             wait_for(marker.exists, "the command to start")
             assert http.delete("/api/conversations/r").status_code == 409
             answer = http.post("/api/conversations/r/interrupt")
@@ -97,7 +97,7 @@ class TestInterrupt:
             )
             kinds = [e["kind"] for e in http.get("/api/conversations/r/events").json()["items"]]
             assert kinds[-1] == "PauseEvent"
-            assert http.delete("/api/conversations/r").status_code == 204
+            assert http.delete("/api/conversations/r").status_code == 200
         assert stub.pending == 1
 
 
@@ -202,6 +202,6 @@ class TestUnreadableOverRest:
             broken = httpx.get(f"{server.url}/api/conversations/b")
             assert broken.status_code == 500 and "'b'" in broken.json()["detail"]
             assert httpx.get(f"{server.url}/api/conversations/a").status_code == 200
-            assert httpx.delete(f"{server.url}/api/conversations/b").status_code == 204
+            assert httpx.delete(f"{server.url}/api/conversations/b").status_code == 200
             assert httpx.get(f"{server.url}/api/conversations/b").status_code == 404
             assert httpx.get(f"{server.url}/api/conversations").json()["unreadable"] == []
