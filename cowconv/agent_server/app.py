@@ -308,11 +308,19 @@ def _add_error_handlers(app: FastAPI) -> None:
 def _allowed_methods(request: Request) -> str:
     """The methods the OpenAPI schema documents for the request's path (the 405 ``Allow``)."""
     path = request.url.path
-    methods: set[str] = set()
+    matches: list[tuple[int, dict[str, Any]]] = []
     for template, operations in request.app.openapi().get("paths", {}).items():
         pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
         if re.fullmatch(pattern, path):
-            methods.update(method.upper() for method in operations)
+            matches.append((template.count("{"), operations))
+    # A literal path (/search) is its own resource, not an id of the templated one.
+    fewest = min((parameters for parameters, _ in matches), default=0)
+    methods = {
+        method.upper()
+        for parameters, operations in matches
+        if parameters == fewest
+        for method in operations
+    }
     return ", ".join(sorted(methods))
 
 
