@@ -148,6 +148,7 @@ class ForkLatency(Scenario):
                         f"≥ {factor:,}×",
                         f"{fmt_ratio(value)} (baseline extrapolated)",
                         None,
+                        unjudged="baseline extrapolated",
                     )
                 )
             else:

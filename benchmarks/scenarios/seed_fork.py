@@ -299,7 +299,10 @@ class SeedFork(Scenario):
             return [Target(promise, threshold, "10k not in --sizes", None)]
         value = ratio(seed, fork)
         if seed["extrapolated"] or value is None:
-            return [Target(promise, threshold, f"{fmt_ratio(value)} (seed extrapolated)", None)]
+            if value is None:
+                return [Target(promise, threshold, "not measured", None)]
+            measured = f"{fmt_ratio(value)} (seed extrapolated)"
+            return [Target(promise, threshold, measured, None, unjudged="seed extrapolated")]
         return [Target(promise, threshold, fmt_ratio(value), value >= FACTOR_10K)]
 
     def summary(self, data: dict[str, Any]) -> list[tuple[str, str]]:
