@@ -57,6 +57,7 @@ _LAZY = {
     "EventCallback": "cowconv.ports",
     "BranchRow": "cowconv.branches.report",
     "SuiteReport": "cowconv.branches.report",
+    "GroupTotals": "cowconv.branches.report",
     "BranchExecutor": "cowconv.ports",
     "BranchJob": "cowconv.branches.wire",
     "BranchOutcome": "cowconv.branches.wire",
@@ -129,7 +130,7 @@ if TYPE_CHECKING:
         registered_tools,
         resolve_tool,
     )
-    from cowconv.branches.report import BranchRow, SuiteReport
+    from cowconv.branches.report import BranchRow, GroupTotals, SuiteReport
     from cowconv.branches.suite import Branch, BranchRuns, run_branches
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
@@ -218,6 +219,7 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "FrozenInstanceError",
+    "GroupTotals",
     "ImageContent",
     "InvalidTypeError",
     "InvalidValueError",
