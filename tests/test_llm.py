@@ -304,7 +304,8 @@ class _Terminal(io.StringIO):
 
 class TestLoadingNotice:
     def test_on_a_terminal_the_line_ends_with_the_time_taken(self, monkeypatch):
-        """On a terminal the notice is one line that ends with how long the wait was."""
+        """On a terminal the notice is one line (a spinner turns at its end, rewriting it)
+        that ends with how long the wait was."""
         from cowconv.core.llm import _loading_notice
 
         terminal = _Terminal()
@@ -312,7 +313,9 @@ class TestLoadingNotice:
         monkeypatch.delenv("COWCONV_QUIET", raising=False)
         with _loading_notice(True):
             pass
-        (line,) = terminal.getvalue().splitlines()
+        written = terminal.getvalue()
+        assert written.count("\n") == 1 and written.endswith("\n")
+        line = written.rsplit("\r", 1)[-1].rstrip("\n")  # what the terminal shows at the end
         assert line.startswith("cowconv: loading litellm for the first LLM call")
         assert re.search(r"\.\.\. done in \d+\.\d s$", line)
 
