@@ -18,8 +18,13 @@ from typing import TYPE_CHECKING
 
 import cowconv._lazy as _lazy
 from cowconv._exceptions import (
+    BranchCancelledError,
     BranchError,
     BranchesError,
+    BranchLostError,
+    BranchRunError,
+    BranchTimeoutError,
+    BranchWorkspaceError,
     ConversationConflictError,
     ConversationExistsError,
     ConversationNotFoundError,
@@ -64,6 +69,8 @@ _LAZY = {
     "SharedPrefix": "cowconv.branches.wire",
     "Branch": "cowconv.branches.suite",
     "BranchRuns": "cowconv.branches.suite",
+    "BranchResult": "cowconv.branches.suite",
+    "iter_branches": "cowconv.branches.suite",
     "run_branches": "cowconv.branches.suite",
     "LLMSummarizingCondenser": "cowconv.core.agent",
     "Comparison": "cowconv.core.compare",
@@ -96,6 +103,8 @@ _LAZY = {
     "freeze": "cowconv.core.frozen",
     "thaw": "cowconv.core.frozen",
     "EventLog": "cowconv.core.history",
+    "CondensationSummaryEvent": "cowconv.core.view",
+    "View": "cowconv.core.view",
     "LLM": "cowconv.core.llm",
     "LLMMetrics": "cowconv.core.llm",
     "LLMResponse": "cowconv.core.llm",
@@ -131,7 +140,13 @@ if TYPE_CHECKING:
         resolve_tool,
     )
     from cowconv.branches.report import BranchRow, GroupTotals, SuiteReport
-    from cowconv.branches.suite import Branch, BranchRuns, run_branches
+    from cowconv.branches.suite import (
+        Branch,
+        BranchResult,
+        BranchRuns,
+        iter_branches,
+        run_branches,
+    )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
@@ -170,6 +185,7 @@ if TYPE_CHECKING:
         TokenUsage,
         Usage,
     )
+    from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import RemoteWorkspace, Workspace
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
@@ -186,17 +202,24 @@ __all__ = [
     "AnyEvent",
     "Backend",
     "Branch",
+    "BranchCancelledError",
     "BranchError",
     "BranchExecutor",
     "BranchJob",
+    "BranchLostError",
     "BranchOutcome",
+    "BranchResult",
     "BranchRow",
+    "BranchRunError",
     "BranchRuns",
+    "BranchTimeoutError",
+    "BranchWorkspaceError",
     "BranchesError",
     "Comparison",
     "ComparisonSide",
     "Condensation",
     "CondensationEvent",
+    "CondensationSummaryEvent",
     "Content",
     "Conversation",
     "ConversationConflictError",
@@ -263,11 +286,13 @@ __all__ = [
     "ToolResult",
     "UnsafeExposureError",
     "Usage",
+    "View",
     "Workspace",
     "WorkspaceMissingError",
     "__version__",
     "compare",
     "freeze",
+    "iter_branches",
     "register_tool",
     "registered_tools",
     "resolve_tool",

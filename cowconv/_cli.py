@@ -128,6 +128,14 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve this store instead of --data-dir's: a postgresql://user:pw@host/db URL"
+            " (several servers may share it) or a SQLite file (else $COWCONV_STORE).",
+            show_default=False,
+        ),
+    ] = None,
     session_api_key: Annotated[
         str | None,
         typer.Option(
@@ -185,6 +193,7 @@ def serve(
         "host": host,
         "port": port,
         "data_dir": data_dir,
+        "store": store,
         "session_api_key": session_api_key,
         "log_level": None if log_level is None else log_level.value,
         "allowed_hosts": allowed_host,
@@ -192,6 +201,8 @@ def serve(
         "allow_unauthenticated": allow_unauthenticated or None,
         "max_body_size": max_body_size,
     }
+    if store is not None and data_dir is not None:
+        raise fail("give --data-dir or --store, not both")
     try:
         settings = ServerSettings.from_options(**given)
         run_server(settings)

@@ -7,10 +7,12 @@ import json
 import math
 import subprocess
 import sys
+import threading
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from rich.cells import cell_len
 from rich.console import Console
 
@@ -18,14 +20,22 @@ from cowconv import (
     LLM,
     Agent,
     Branch,
+    BranchesError,
     BranchRow,
+    BranchRunError,
     Conversation,
     ExecutionStatus,
     MessageEvent,
+    SQLiteStore,
     SuiteReport,
+    Tool,
+    ToolDefinition,
+    ToolResult,
+    iter_branches,
+    register_tool,
     run_branches,
 )
-from cowconv.testing import StubReply
+from cowconv.testing import StubLLMServer, StubReply, default_brain
 
 
 @pytest.fixture
@@ -103,6 +113,140 @@ class TestRunBranches:
         with pytest.raises(ExceptionGroup) as raised:
             run_branches(source, ["a", "b"])
         assert [str(e) for e in raised.value.exceptions] == ["disk full", "disk full"]
+
+
+class CrashParams(BaseModel):
+    text: str
+
+
+@register_tool
+class CrashTool(ToolDefinition[CrashParams]):
+    """A tool that crashes (a bug in a user's tool)."""
+
+    name = "test_branches_crash"
+    Params = CrashParams
+
+    def execute(self, params: CrashParams) -> ToolResult:
+        raise RuntimeError(f"the crash tool broke on {params.text!r}")
+
+
+class TestFailuresRaised:
+    def test_recorded_failures_are_raised_on_request(self, source, stub, stub_llm):
+        """raise_on_error=True raises what runs recorded (an LLM 5xx after its retries, a
+        crashed tool) as BranchRunErrors; without it they are only recorded."""
+        crashing = Agent(llm=stub_llm, tools=[Tool(name=CrashTool.name)])
+        stub.script(
+            *[StubReply.error(503, "provider down")] * 4,
+            StubReply.tool_call(CrashTool.name, text="x"),
+        )
+        with pytest.raises(BranchesError) as raised:
+            run_branches(
+                source,
+                ["Say hi.", Branch("Crash it.", agent=crashing)],
+                max_workers=1,
+                raise_on_error=True,
+            )
+        errors = sorted(raised.value.exceptions, key=lambda e: e.index)
+        assert [type(e) for e in errors] == [BranchRunError, BranchRunError]
+        assert "provider down" in errors[0].reason and errors[0].tool_name is None
+        assert "after 4 attempt(s)" in errors[0].reason
+        assert errors[1].tool_name == CrashTool.name
+        stub.script(StubReply.tool_call(CrashTool.name, text="x"))
+        forks = run_branches(source, [Branch("Crash it.", agent=crashing)])
+        assert forks[0].state.execution_status is ExecutionStatus.ERROR  # recorded, not raised
+        assert forks.results[0].ok is False and forks.results[0].error is None
+
+    def test_a_crashed_tool_is_named(self, source, stub, stub_llm):
+        """The BranchRunError of a crashed tool names the tool."""
+        crashing = Agent(llm=stub_llm, tools=[Tool(name=CrashTool.name)])
+        stub.script(StubReply.tool_call(CrashTool.name, text="x"))
+        with pytest.raises(BranchRunError) as raised:
+            list(iter_branches(source, [Branch("Crash it.", agent=crashing)], raise_on_error=True))
+        assert raised.value.tool_name == CrashTool.name and "broke on 'x'" in raised.value.reason
+
+    def test_missing_credentials_fail_at_once(self, source, stub, monkeypatch):
+        """No API key anywhere: one attempt, nothing sent, a clear BranchRunError."""
+        for name in ("OPENAI_API_KEY", "OPENAI_ADMIN_KEY"):
+            monkeypatch.delenv(name, raising=False)
+        keyless = Agent(llm=LLM(model="openai/stub-model", base_url=stub.base_url))
+        sent = len(stub.requests)
+        with pytest.raises(BranchRunError) as raised:
+            next(iter_branches(source, [Branch("Hi.", agent=keyless)], raise_on_error=True))
+        assert "Missing credentials" in raised.value.reason
+        assert "after 1 attempt(s)" in raised.value.reason
+        assert len(stub.requests) == sent
+
+
+class TestResultsAsTheyCome:
+    def test_the_first_result_comes_while_another_branch_still_runs(self, tmp_path):
+        """iter_branches yields a finished branch while another is still held by the LLM."""
+        release = threading.Event()
+
+        def brain(request):
+            said = request["messages"][-1]["content"]
+            if "HOLD" in str(said):
+                release.wait(120)
+            return default_brain(request)
+
+        with StubLLMServer(brain=brain) as stub:
+            try:
+                llm = LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+                source = Conversation(agent=Agent(llm=llm), workspace=tmp_path)
+                source.send_message("Hello.")
+                suite = iter_branches(source, ["HOLD on.", "Say hi."])
+                first = next(suite)
+                assert (first.index, first.status) == (1, "finished")
+                release.set()
+                (second,) = list(suite)
+                assert (second.index, second.status) == (0, "finished")
+            finally:
+                release.set()
+
+    def test_on_result_hears_every_branch_once(self, source):
+        """on_result gets each branch's result once, as it ends."""
+        heard = []
+        runs = run_branches(source, ["a", "b", "c"], on_result=heard.append)
+        assert sorted(r.index for r in heard) == [0, 1, 2]
+        assert [r.fork for r in sorted(heard, key=lambda r: r.index)] == list(runs)
+
+    def test_ctrl_c_in_the_thread_pool_cancels_what_has_not_started(self, tmp_path):
+        """KeyboardInterrupt while branches run in threads: it propagates; a branch not yet
+        started is recorded cancelled and never calls the LLM."""
+        release = threading.Event()
+
+        def brain(request):
+            if "HOLD" in str(request["messages"][-1]["content"]):
+                release.wait(120)
+            return default_brain(request)
+
+        with StubLLMServer(brain=brain) as stub:
+            try:
+                llm = LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+                store = SQLiteStore(tmp_path / "s.db")
+                source = Conversation(agent=Agent(llm=llm), workspace=tmp_path, store=store)
+                source.send_message("Hello.")
+
+                def interrupt(result):
+                    raise KeyboardInterrupt
+
+                with pytest.raises(KeyboardInterrupt):
+                    run_branches(
+                        source,
+                        [
+                            Branch("Say hi.", title="first"),
+                            Branch("HOLD.", title="held"),
+                            Branch("Never.", title="queued"),
+                        ],
+                        max_workers=1,
+                        on_result=interrupt,
+                    )
+                (queued,) = store.list(tags={"title": "queued"})
+                state = store.load(queued.id)
+                assert state.execution_status is ExecutionStatus.ERROR
+                assert "cancelled" in state.events[-1].error
+                assert all("Never." not in str(r.messages) for r in stub.requests)
+            finally:
+                release.set()
 
 
 class TestSuiteReport:

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -46,6 +46,7 @@ from pydantic import (
 )
 
 from cowconv._exceptions import InvalidValueError, LLMError
+from cowconv.core.framing import representable
 from cowconv.core.frozen import CheckedModel
 from cowconv.core.usage import Usage
 
@@ -474,8 +475,9 @@ class LLM(CheckedModel):
         ``messages`` and ``tools`` are in OpenAI chat format. Rate limits,
         timeouts, connection errors and 5xx answers are retried up to
         ``num_retries`` times, waiting ``retry_min_wait`` seconds and doubling
-        up to ``retry_max_wait``. Anything else (a bad key, a bad request) and
-        the last failed retry raise :class:`~cowconv.LLMError` at once.
+        up to ``retry_max_wait``. Anything else (a bad or missing key, a bad
+        request) and the last failed retry raise :class:`~cowconv.LLMError` at
+        once.
 
         With ``caching_prompt`` (the default), providers that cache only
         marked prefixes (Anthropic's models, direct or through Bedrock and
@@ -587,6 +589,41 @@ def needs_cache_marks(model: str) -> bool:
     return provider in _MARKED_PROVIDERS and "claude" in name
 
 
+def _error_chain(error: BaseException | None) -> Iterator[BaseException]:
+    """``error``, then each error it was raised from or during, once each, nearest first.
+
+    >>> try:
+    ...     try:
+    ...         raise KeyError("inner")
+    ...     except KeyError as inner:
+    ...         raise ValueError("outer") from inner
+    ... except ValueError as outer:
+    ...     [type(e).__name__ for e in _error_chain(outer)]
+    ['ValueError', 'KeyError']
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+# What the OpenAI client (and litellm, passing its message on as an HTTP 500) says when no key
+# was given or found in the environment: nothing was sent, and trying again cannot help.
+_MISSING_CREDENTIALS = ("Missing credentials", "api_key client option must be set")
+
+
+def _is_missing_credentials(error: BaseException) -> bool:
+    """Whether ``error`` (or one it was raised from) says that no API key was configured.
+
+    >>> _is_missing_credentials(RuntimeError("Missing credentials. Please pass an `api_key`"))
+    True
+    >>> _is_missing_credentials(RuntimeError("Internal server error"))
+    False
+    """
+    return any(text in str(cause) for cause in _error_chain(error) for text in _MISSING_CREDENTIALS)
+
+
 _CONNECTION_ERRORS = frozenset({"APIConnectionError", "ConnectError", "ConnectTimeout"})
 
 
@@ -598,20 +635,19 @@ def _connection_failure(error: BaseException | None) -> str | None:
     >>> _connection_failure(ValueError("bad request")) is None
     True
     """
-    seen: set[int] = set()
     found: str | None = None
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        name = type(error).__name__
-        if isinstance(error, ConnectionError | socket.gaierror):
-            return f"{name}: {error}"  # the root cause: refused, reset, unknown host
+    for cause in _error_chain(error):
+        name = type(cause).__name__
+        if isinstance(cause, ConnectionError | socket.gaierror):
+            return f"{name}: {cause}"  # the root cause: refused, reset, unknown host
         if name in _CONNECTION_ERRORS and found is None:
-            found = f"{name}: {error}"
-        error = error.__cause__ or error.__context__
+            found = f"{name}: {cause}"
     return found
 
 
 def _is_transient(error: BaseException) -> bool:
+    if _is_missing_credentials(error):
+        return False  # litellm reports it as a 500, but it was never sent: no retry
     status = getattr(error, "status_code", None)
     if isinstance(status, int):
         return status in _TRANSIENT_STATUSES or status >= 500
@@ -623,9 +659,10 @@ def _response(litellm: ModuleType, raw: Any, latency: float) -> LLMResponse:
     message = raw.choices[0].message
     calls = tuple(
         LLMToolCall(
-            id=call.id or f"call_{uuid.uuid4().hex}",
-            name=call.function.name or "",
-            arguments=_arguments_text(call.function.arguments),
+            # A model's answer is data: lone surrogates in it are recorded as U+FFFD.
+            id=representable(call.id or f"call_{uuid.uuid4().hex}"),
+            name=representable(call.function.name or ""),
+            arguments=representable(_arguments_text(call.function.arguments)),
         )
         for call in (message.tool_calls or ())
     )
@@ -641,8 +678,8 @@ def _response(litellm: ModuleType, raw: Any, latency: float) -> LLMResponse:
         # Models litellm has no price for (ModelNotMappedError, local and stub models) cost 0.
         cost = 0.0
     return LLMResponse(
-        id=raw.id or f"response_{uuid.uuid4().hex}",
-        content=message.content or "",
+        id=representable(raw.id or f"response_{uuid.uuid4().hex}"),
+        content=representable(message.content or ""),
         tool_calls=calls,
         cost=cost,
         prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),
