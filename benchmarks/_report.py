@@ -34,7 +34,7 @@ METHODOLOGY = """\
     — the naive fork. It copies only the events, not the agent or agent state, so it
     underestimates a real deep-copy fork.
   - *JSON round trip*: `[Event.model_validate_json(e.model_dump_json()) for e in events]`,
-    what the seed SDK's `fork()` does to every event (it also copies the agent and agent
+    what OpenHands' SDK's `fork()` does to every event (it also copies the agent and agent
     state; we do not).
   - Ratios ("× slower") divide medians measured side by side in this run.
 - **Extrapolation.** A baseline point is measured only while warm-up plus three calls fit in
@@ -76,18 +76,19 @@ def busy_note(results: Mapping[str, Any]) -> str | None:
     )
 
 
-def _seed_paragraph(results: Mapping[str, Any], scenarios: Sequence[Scenario]) -> list[str]:
-    seed = next((s for s in scenarios if s.name == "seed"), None)
-    entry = results["scenarios"].get("seed")
-    if seed is None or entry is None:
+def _openhands_paragraph(results: Mapping[str, Any], scenarios: Sequence[Scenario]) -> list[str]:
+    openhands = next((s for s in scenarios if s.name == "openhands"), None)
+    entry = results["scenarios"].get("openhands")
+    if openhands is None or entry is None:
         return [
-            "The seed SDK's `fork()` was not part of this run; `--scenario seed` measures it "
+            "OpenHands' SDK's `fork()` was not part of this run; `--scenario openhands` "
+            "measures it "
             "side by side with cowconv's when `openhands-sdk` is installed (Python ≥ 3.12).",
             "",
         ]
     if entry["status"] == "ok":
         return [
-            f"Measured in this run, side by side with cowconv: see section {seed.number}.",
+            f"Measured in this run, side by side with cowconv: see section {openhands.number}.",
             "",
         ]
     return [f"**Not measured in this run:** {entry['message']}", ""]
@@ -150,12 +151,12 @@ def markdown(
             budget=f"{settings['baseline_budget_s']:g} s",
             busy_load=BUSY_LOAD_PER_CPU,
         ),
-        "## The seed SDK",
+        "## OpenHands' SDK",
         "",
-        "The seed SDK is OpenHands' software-agent-sdk (`openhands-sdk` on PyPI), whose "
+        "OpenHands' software-agent-sdk (`openhands-sdk` on PyPI) is the SDK whose "
         "`Conversation.fork()` cowconv replaces.",
         "",
-        *_seed_paragraph(results, scenarios),
+        *_openhands_paragraph(results, scenarios),
     ]
     for scenario in scenarios:
         entry = results["scenarios"].get(scenario.name)

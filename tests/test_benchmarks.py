@@ -98,10 +98,10 @@ class TestSuite:
         try:
             import openhands.sdk  # noqa: F401
         except ImportError:
-            assert statuses["seed"] == "skipped"
-            assert "pip install openhands-sdk" in results["scenarios"]["seed"]["message"]
+            assert statuses["openhands"] == "skipped"
+            assert "pip install openhands-sdk" in results["scenarios"]["openhands"]["message"]
         else:
-            assert statuses["seed"] == "ok"
+            assert statuses["openhands"] == "ok"
         fork = results["scenarios"]["fork"]["data"]["series"]
         assert [p["size"] for p in fork["cowconv"]] == [10, 100]
         assert all(p["median"] > 0 and p["min"] <= p["median"] <= p["max"] for p in fork["cowconv"])
@@ -113,7 +113,7 @@ class TestSuite:
             "NOT JUDGED (busy machine)",
             "NOT JUDGED (quick run)",
             "NOT JUDGED (baseline extrapolated)",
-            "NOT JUDGED (seed extrapolated)",
+            "NOT JUDGED (OpenHands extrapolated)",
         }
         # A row that shows a figure is judged, or says why not: never "NOT MEASURED".
         for target in results["targets"]:

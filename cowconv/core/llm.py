@@ -423,7 +423,7 @@ class LLM(CheckedModel):
         ...); unset or empty variables leave the field's default. Only this
         constructor reads the environment: ``LLM(...)`` never does, so
         explicit arguments are never overridden behind your back.
-        ``LLM.load_from_env`` is the seed SDK's name for it.
+        ``LLM.load_from_env`` is OpenHands' SDK's name for it.
 
         >>> import os
         >>> os.environ.update(LLM_MODEL="openai/gpt-4o", LLM_API_KEY="sk-env")
@@ -458,7 +458,7 @@ class LLM(CheckedModel):
 
     @classmethod
     def load_from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:
-        """The seed SDK's name for :meth:`from_env` (the same call).
+        """OpenHands' SDK's name for :meth:`from_env` (the same call).
 
         >>> LLM.load_from_env(model="openai/gpt-4o").model
         'openai/gpt-4o'
