@@ -230,8 +230,5 @@ class MemoryStore(TreeStore):
     def __init__(self, rows: MemoryRows | None = None) -> None:
         super().__init__(MemoryRows() if rows is None else rows, name="memory")
 
-    def __enter__(self) -> MemoryStore:
-        return self
-
     def __repr__(self) -> str:
         return "MemoryStore()"
