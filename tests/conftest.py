@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import settings
 
 from cowconv import (
     LLM,
@@ -30,6 +31,11 @@ from cowconv.agent_server import BackgroundServer, InProcessTransport, create_ap
 from cowconv.stores import TreeStore, open_store
 from cowconv.stores.memory import MemoryRows, MemoryStore
 from cowconv.testing import PostgresServer, StubLLMServer
+
+# No hypothesis example may fail for taking long: the suite runs on loaded 2-core machines, where
+# one example can take 100x its quiet time (a 200 ms deadline failed a correct test that way).
+settings.register_profile("cowconv", deadline=None)
+settings.load_profile("cowconv")
 
 
 def message_texts(events: Iterable[Any]) -> list[str]:

@@ -9,8 +9,9 @@ SQLiteStore(':memory:')
 """
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+import cowconv._lazy as _lazy
 from cowconv._exceptions import StoreError
 from cowconv.stores.base import Store
 
@@ -51,7 +52,7 @@ def is_store_url(location: object) -> bool:
     return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
-def open_store(location: "str | os.PathLike[str]") -> "Store":
+def open_store(location: "str | os.PathLike[str]") -> Store:
     """The store at ``location``: a ``postgresql://`` URL, else a SQLite file or directory.
 
     A PostgreSQL URL needs the ``postgres`` extra (``pip install "cowconv[postgres]"``).
@@ -69,12 +70,4 @@ def open_store(location: "str | os.PathLike[str]") -> "Store":
     return sqlite
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'cowconv.stores' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
