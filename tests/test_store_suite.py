@@ -14,10 +14,12 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,11 @@ from cowconv import (
     ExecutionStatus,
     MessageEvent,
     PauseEvent,
+    RemoteConversation,
     Store,
     StoreError,
     StoreLockedError,
+    Workspace,
 )
 from cowconv.stores import TreeStore, open_store
 from tests.conftest import StoreDatabase, message_texts
@@ -302,9 +306,7 @@ class TestListing:
 
 
 class TestUnreadableRows:
-    def test_one_bad_row_hides_nothing_else_and_can_be_deleted(
-        self, store_database: StoreDatabase
-    ):
+    def test_one_bad_row_hides_nothing_else_and_can_be_deleted(self, store_database: StoreDatabase):
         """list() shows the readable ones, unreadable() names the bad one, delete() removes it."""
         store = store_database.open()
         for name in "abc":
@@ -470,7 +472,7 @@ class TestOtherProcesses:
             "print(store.load(sys.argv[2]).model_dump_json(context={'expose_secrets': True}))\n"
         )
         result = subprocess.run(
-            [sys.executable, "-c", script, shared_database.location, conversation.id],
+            [sys.executable, "-c", script, shared_database.location, str(conversation.id)],
             capture_output=True, text=True, check=True, cwd=REPO, env=ENV, timeout=120,
         )  # fmt: skip
         loaded = ConversationState.model_validate_json(result.stdout)
@@ -508,3 +510,52 @@ class TestPostgresOnly:
         assert message_texts(again.state.events) == ["hello"]
         assert type(open_store(postgres_dsn)).__name__ == "PostgresStore"
         assert "password" not in repr(created.backend.sink)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def serve(store: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``cowconv serve --store store`` on a free port; returns it and its URL once it answers."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cowconv", "serve", "--port", str(port), "--store", store],
+        cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as answer:
+                assert answer.status == 200
+                return server, url
+        except OSError:
+            assert server.poll() is None, "the server exited"
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+
+
+class TestServeReplicas:
+    def test_two_servers_on_one_postgres_database(self, postgres_dsn: str, tmp_path: Path):
+        """cowconv serve --store URL twice: created on one, forked and listed on the other."""
+        (one, one_url), (two, two_url) = serve(postgres_dsn), serve(postgres_dsn)
+        try:
+            workspace = Workspace(host=one_url, working_dir=str(tmp_path))
+            created = Conversation(agent=AGENT, workspace=workspace, visualizer=None)
+            created.send_message("hello")
+            with RemoteConversation.attach(two_url, str(created.id)) as attached:
+                fork = attached.fork(title="on two")
+                fork.send_message("from two")
+            for url in (one_url, two_url):
+                with urllib.request.urlopen(f"{url}/api/conversations", timeout=30) as answer:
+                    listed = json.load(answer)["items"]
+                assert [item["title"] for item in listed] == [None, "on two"]
+            with open_store(postgres_dsn) as store:
+                assert message_texts(store.load(fork.id).events) == ["hello", "from two"]
+        finally:
+            for server in (one, two):
+                server.terminate()
+                server.wait(timeout=60)
