@@ -4,9 +4,7 @@
 >>> from cowconv import LLM, Agent, Conversation
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "cowconv.db"
 >>> store = SQLiteStore(path)
->>> source = Conversation(
-...     agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".", store=store
-... )
+>>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".", store=store)
 >>> _ = source.send_message("Analyse the sales report.")
 >>> fork = source.fork(title="Follow-up")  # one row written, no event copied
 >>> [info.title for info in store.list()], len(store.load(fork.id).events)
@@ -91,6 +89,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE conversations ADD COLUMN version INTEGER NOT NULL DEFAULT 0",
     ),
 }
+
+# Any store gets this index when opened (not a new version: a cowconv that does not know it
+# reads the file as before; SQLite keeps it up to date). A listing page is read off it.
+_LISTING_INDEX = (
+    "CREATE INDEX IF NOT EXISTS conversations_listing ON conversations "
+    "(json_extract(state, '$.created_at'), key) WHERE id IS NOT NULL"
+)
 
 Synchronous = Literal["full", "normal"]
 
@@ -229,9 +234,8 @@ class _Transaction(SQLTransaction):
 class SQLiteRows:
     """The rows of a cowconv store in one SQLite file (a :class:`~cowconv.ports.RowStore`).
 
-    One connection, shared by the threads of the process under a lock;
-    writers take SQLite's write lock (``BEGIN IMMEDIATE``), so each write
-    transaction sees every commit before it.
+    One connection shared by the process's threads under a lock; a writer
+    takes SQLite's write lock (``BEGIN IMMEDIATE``), so it sees every commit.
 
     >>> with SQLiteStore(":memory:") as store:
     ...     isinstance(store.rows, SQLiteRows)
@@ -257,14 +261,14 @@ class SQLiteRows:
         except OSError as error:
             raise StoreError(f"cannot open the store {path}: {error}") from error
         with _translated(path):
-            connection = sqlite3.connect(
-                path, timeout=lock_timeout, isolation_level=None, check_same_thread=False
-            )
+            connection = sqlite3.connect(path, timeout=lock_timeout, isolation_level=None,
+                                         check_same_thread=False)  # fmt: skip
         try:
             with _translated(path):
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
-                if version != SCHEMA_VERSION:
+                listed = "SELECT 1 FROM sqlite_master WHERE name = 'conversations_listing'"
+                if version != SCHEMA_VERSION or not connection.execute(listed).fetchone():
                     self._set_up(connection)
         except BaseException:
             connection.close()
@@ -284,10 +288,9 @@ class SQLiteRows:
             elif application_id != _APPLICATION_ID:
                 raise CorruptStoreError(f"{self.path} is not a cowconv store")
             else:
-                statements = [
-                    s for step in range(version, SCHEMA_VERSION) for s in _MIGRATIONS[step]
-                ]
-            for statement in statements:
+                steps = range(version, SCHEMA_VERSION)
+                statements = [s for step in steps for s in _MIGRATIONS[step]]
+            for statement in (*statements, _LISTING_INDEX):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             connection.execute("COMMIT")
@@ -318,9 +321,8 @@ class SQLiteRows:
     def close(self) -> None:
         """Close the connection. Idempotent."""
         with self._lock:
-            if self._connection is not None:
-                self._finalizer()
-                self._connection = None
+            self._finalizer()
+            self._connection = None
 
     def __repr__(self) -> str:
         return str(self.path)
