@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -559,3 +560,25 @@ class TestServeReplicas:
             for server in (one, two):
                 server.terminate()
                 server.wait(timeout=60)
+
+
+class TestLegacyFile:
+    def test_a_store_written_by_cowconv_0_1_opens_and_takes_writes(self, tmp_path: Path):
+        """tests/data/store-0.1.sqlite (make_legacy_0_1.py) migrates, loads, forks and appends."""
+        path = tmp_path / "cowconv.db"
+        shutil.copy(REPO / "tests" / "data" / "store-0.1.sqlite", path)
+        with open_store(path) as store:
+            assert [(str(i.id), i.title, i.event_count) for i in store.list()] == [
+                ("legacy-source", None, 12),
+                ("legacy-fork", "Fork", 13),
+            ]
+            assert store.unreadable() == []
+            source, fork = store.load("legacy-source"), store.load("legacy-fork")
+            assert list(fork.events)[:12] == list(source.events)
+            resumed = Conversation.resume(store, "legacy-fork")
+            resumed.send_message("written by this cowconv")
+        with open_store(path) as store:
+            assert message_texts(store.load("legacy-fork").events)[-2:] == [
+                "In the fork.",
+                "written by this cowconv",
+            ]
