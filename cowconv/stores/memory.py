@@ -178,6 +178,13 @@ class _Transaction:
         page = chosen[offset:] if limit is None else chosen[offset : offset + limit]
         return [self.tables.rows[key] for _, key in page]
 
+    def named_versions(self) -> list[tuple[int, str, int, int, int]]:
+        rows = self.tables.rows
+        return [
+            (key, name, rows[key].generation, rows[key].version, len(rows[key].state or ""))
+            for name, key in self.tables.by_id.items()
+        ]
+
     def epoch(self) -> object:
         return 0  # keys are never reused
 

@@ -88,8 +88,8 @@ class TreeStore:
         # id(snapshot) -> the stored write it is, for every snapshot this store loaded or
         # saved and that is still alive: the base a writer's next save must match.
         self._bases: dict[int, _Token] = {}
-        # Row key -> hash of the state text found readable there (see unreadable()).
-        self._readable: dict[int, int] = {}
+        # Row key -> (generation, version, state length) of a state found readable there.
+        self._readable: dict[int, tuple[int, ...]] = {}
 
     @property
     def rows(self) -> RowStore:
@@ -315,23 +315,22 @@ class TreeStore:
         >>> MemoryStore().unreadable()
         []
         """
-        with self._transaction(write=False) as rows:
-            named = sorted(rows.named_rows({}, None, 0), key=lambda row: row.key)
         unreadable = []
-        for row in named:
-            # A state this store found readable is not validated again while its text is
-            # the same (by hash: ~100x cheaper than validating), so a server that asks on
-            # every listing validates each stored state once.
-            fingerprint = hash(row.state)
-            if self._readable.get(row.key) == fingerprint:
-                continue
-            try:
-                self._state(row.state, EventLog(), str(row.id))
-            except CorruptStoreError:
-                unreadable.append(str(row.id))
-                continue
-            with self._cache_lock:
-                self._readable[row.key] = fingerprint
+        with self._transaction(write=False) as rows:
+            for key, name, *version in sorted(rows.named_versions()):
+                # A state this store found readable is not read again while its row keeps
+                # its generation, version and length: a server that asks on every listing
+                # reads and validates each stored state once.
+                if self._readable.get(key) == tuple(version):
+                    continue
+                row = rows.row_at(key)
+                try:
+                    self._state(None if row is None else row.state, EventLog(), name)
+                except CorruptStoreError:
+                    unreadable.append(name)
+                    continue
+                with self._cache_lock:
+                    self._readable[key] = tuple(version)
         return unreadable
 
     # -- writing -------------------------------------------------------------------
