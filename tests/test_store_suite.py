@@ -395,17 +395,6 @@ print("done", flush=True)
 """
 
 
-@pytest.fixture(params=OTHER_PROCESS)
-def shared_database(request: pytest.FixtureRequest, tmp_path: Path):
-    """A store database that other processes open too: a SQLite file, a PostgreSQL database."""
-    if request.param == "sqlite":
-        database = StoreDatabase("sqlite", str(tmp_path / "cowconv.db"))
-    else:
-        database = StoreDatabase("postgres", request.getfixturevalue("postgres_dsn"))
-    yield database
-    database.close()
-
-
 def start_writer(location: str, conversation_id: str, limit: int = 10**9) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", WRITER, location, conversation_id, str(limit)],
@@ -424,14 +413,17 @@ def check_numbered(store: TreeStore, conversation_id: str) -> int:
     return len(texts)
 
 
+@pytest.mark.parametrize("store_database", OTHER_PROCESS, indirect=True)
 class TestOtherProcesses:
-    def test_sigkill_of_a_writer_mid_write(self, shared_database: StoreDatabase):
+    """Other processes open the database: a SQLite file, a PostgreSQL database."""
+
+    def test_sigkill_of_a_writer_mid_write(self, store_database: StoreDatabase):
         """After SIGKILL mid-write, a new store shows every acknowledged event, none torn."""
-        assert shared_database.location is not None
+        assert store_database.location is not None
         rng = random.Random(4)
         stored = 0
         for _ in range(8):
-            writer = start_writer(shared_database.location, "c")
+            writer = start_writer(store_database.location, "c")
             assert writer.stdout is not None
             assert writer.stdout.readline().split() == ["start", str(stored)]
             time.sleep(rng.uniform(0.05, 0.3))
@@ -439,7 +431,7 @@ class TestOtherProcesses:
             output, _ = writer.communicate(timeout=60)
             whole_lines = output.split("\n")[:-1]  # the kill may cut the last line
             acked = [int(line.split()[1]) for line in whole_lines if line.startswith("acked ")]
-            store = shared_database.open()
+            store = store_database.open()
             now = check_numbered(store, "c")
             for info in store.list():
                 assert len(list(store.load(info.id).events)) == info.event_count
@@ -448,22 +440,22 @@ class TestOtherProcesses:
             stored = now
         assert stored > 0
 
-    def test_two_writer_processes_are_serialised(self, shared_database: StoreDatabase):
+    def test_two_writer_processes_are_serialised(self, store_database: StoreDatabase):
         """Two processes appending to one database both keep every event, in order."""
-        assert shared_database.location is not None
-        shared_database.open().close()  # the schema, before both race to make it
-        writers = [start_writer(shared_database.location, name, 60) for name in ("l", "r")]
+        assert store_database.location is not None
+        store_database.open().close()  # the schema, before both race to make it
+        writers = [start_writer(store_database.location, name, 60) for name in ("l", "r")]
         for writer in writers:
             output, errors = writer.communicate(timeout=300)
             assert writer.returncode == 0, errors
             assert output.splitlines()[-1] == "done"
-        store = shared_database.open()
+        store = store_database.open()
         assert check_numbered(store, "l") >= 60 and check_numbered(store, "r") >= 60
 
-    def test_a_reader_in_another_process_sees_each_write(self, shared_database: StoreDatabase):
+    def test_a_reader_in_another_process_sees_each_write(self, store_database: StoreDatabase):
         """A conversation written here is read back whole by another process."""
-        assert shared_database.location is not None
-        conversation = persisted(shared_database.open(), tags={"team": "x"})
+        assert store_database.location is not None
+        conversation = persisted(store_database.open(), tags={"team": "x"})
         fill(conversation, 5)
         conversation.navigate_to(conversation.state.events[2].id)
         conversation.send_message("branch")
@@ -473,7 +465,7 @@ class TestOtherProcesses:
             "print(store.load(sys.argv[2]).model_dump_json(context={'expose_secrets': True}))\n"
         )
         result = subprocess.run(
-            [sys.executable, "-c", script, shared_database.location, str(conversation.id)],
+            [sys.executable, "-c", script, store_database.location, str(conversation.id)],
             capture_output=True, text=True, check=True, cwd=REPO, env=ENV, timeout=120,
         )  # fmt: skip
         loaded = ConversationState.model_validate_json(result.stdout)
