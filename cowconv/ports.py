@@ -213,8 +213,8 @@ class RowTransaction(Protocol):
         """
         ...
 
-    def named_versions(self) -> Sequence[tuple[int, str, int, int, int]]:
-        """``(key, id, generation, version, length of the state)`` of every conversation row.
+    def named_versions(self) -> Sequence[tuple[int, str, int, int]]:
+        """``(key, id, generation, version)`` of every conversation row.
 
         What tells a changed state from one already checked, without reading states.
         """

@@ -178,10 +178,10 @@ class _Transaction:
         page = chosen[offset:] if limit is None else chosen[offset : offset + limit]
         return [self.tables.rows[key] for _, key in page]
 
-    def named_versions(self) -> list[tuple[int, str, int, int, int]]:
+    def named_versions(self) -> list[tuple[int, str, int, int]]:
         rows = self.tables.rows
         return [
-            (key, name, rows[key].generation, rows[key].version, len(rows[key].state or ""))
+            (key, name, rows[key].generation, rows[key].version)
             for name, key in self.tables.by_id.items()
         ]
 

@@ -135,8 +135,8 @@ class SQLTransaction:
     def trim_events(self, key: int, keep: int) -> None:
         self.execute("DELETE FROM {e} WHERE conversation = ? AND position >= ?", (key, keep))
 
-    def named_versions(self) -> list[tuple[int, str, int, int, int]]:
-        query = "SELECT key, id, generation, version, length(state) FROM {c} WHERE id IS NOT NULL"
+    def named_versions(self) -> list[tuple[int, str, int, int]]:
+        query = "SELECT key, id, generation, version FROM {c} WHERE id IS NOT NULL"
         return [tuple(found) for found in self.execute(query).fetchall()]
 
     def branch_rows(self, conversation_id: str) -> list[Row]:

@@ -88,7 +88,7 @@ class TreeStore:
         # id(snapshot) -> the stored write it is, for every snapshot this store loaded or
         # saved and that is still alive: the base a writer's next save must match.
         self._bases: dict[int, _Token] = {}
-        # Row key -> (generation, version, state length) of a state found readable there.
+        # Row key -> (generation, version) of a state found readable there.
         self._readable: dict[int, tuple[int, ...]] = {}
 
     @property
@@ -319,8 +319,8 @@ class TreeStore:
         with self._transaction(write=False) as rows:
             for key, name, *version in sorted(rows.named_versions()):
                 # A state this store found readable is not read again while its row keeps
-                # its generation, version and length: a server that asks on every listing
-                # reads and validates each stored state once.
+                # its generation and version (every cowconv write changes them): a server
+                # that asks on every listing reads and validates each stored state once.
                 if self._readable.get(key) == tuple(version):
                     continue
                 row = rows.row_at(key)
