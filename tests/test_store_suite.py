@@ -322,6 +322,20 @@ class TestUnreadableRows:
         assert store.unreadable() == []
         assert [info.id for info in store.list()] == ["a", "c"]
 
+    def test_many_rows_are_read_in_one_query_and_checked_once(self, store_database: StoreDatabase):
+        """unreadable() on a store of many: the bad one found, again on the next call, and a
+        row rewritten by cowconv is checked again (its version changed)."""
+        store = store_database.open()
+        for number in range(70):
+            persisted(store, conversation_id=f"c{number:02}")
+        store_database.damage("c33")
+        store = store_database.open()
+        assert store.unreadable() == ["c33"]
+        assert store.unreadable() == ["c33"]
+        Conversation.resume(store, "c05").set_tag("k", "v")
+        store_database.damage("c05")
+        assert store.unreadable() == ["c05", "c33"]
+
 
 class TestExportImport:
     def test_fork_tree_round_trip_keeps_sharing(

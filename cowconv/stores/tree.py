@@ -317,20 +317,27 @@ class TreeStore:
         """
         unreadable = []
         with self._transaction(write=False) as rows:
-            for key, name, *version in sorted(rows.named_versions()):
-                # A state this store found readable is not read again while its row keeps
-                # its generation and version (every cowconv write changes them): a server
-                # that asks on every listing reads and validates each stored state once.
-                if self._readable.get(key) == tuple(version):
-                    continue
-                row = rows.row_at(key)
+            # A state this store found readable is not read again while its row keeps its
+            # generation and version (every cowconv write changes them): a server that asks
+            # on every listing reads and validates each stored state once.
+            unknown = [
+                (key, name, (generation, version))
+                for key, name, generation, version in sorted(rows.named_versions())
+                if self._readable.get(key) != (generation, version)
+            ]
+            # Many unknown (a store just opened): one query for every state, not one each.
+            held = (
+                {row.key: row for row in rows.named_rows({}, None, 0)} if len(unknown) > 64 else {}
+            )
+            for key, name, version in unknown:
+                row = held.get(key) or rows.row_at(key)
                 try:
                     self._state(None if row is None else row.state, EventLog(), name)
                 except CorruptStoreError:
                     unreadable.append(name)
                     continue
                 with self._cache_lock:
-                    self._readable[key] = tuple(version)
+                    self._readable[key] = version
         return unreadable
 
     # -- writing -------------------------------------------------------------------
