@@ -12,9 +12,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, field_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    field_validator,
+    model_validator,
+)
 
 from cowconv._exceptions import InvalidValueError
+from cowconv.backends.wire import (
+    LLM_FIELDS,
+    TOOL_NAMES,
+    agent_from_openhands,
+    mask_secrets,
+    unsupported,
+)
 from cowconv.core.agent import Agent
 from cowconv.core.events import AnyEvent
 from cowconv.core.frozen import CheckedModel
@@ -27,15 +43,22 @@ __all__ = [
     "BranchInfo",
     "BranchList",
     "ConversationPage",
+    "ConversationResponse",
+    "ConversationSearchPage",
     "CreateConversationRequest",
     "ErrorResponse",
     "EventPage",
     "ForkRequest",
     "HealthResponse",
     "NavigateRequest",
+    "OpenHandsEventPage",
+    "RunStarted",
     "SendMessageRequest",
+    "SentMessage",
     "StateResponse",
     "StreamStatus",
+    "Success",
+    "UpdateConversationRequest",
 ]
 
 
@@ -58,23 +81,107 @@ class _Request(CheckedModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=False)
 
 
-class CreateConversationRequest(_Request):
-    """Create a conversation: the agent (LLM settings and credentials), its workspace.
+_NEVER_CONFIRM = "NeverConfirm"
 
-    The API key in ``agent.llm.api_key`` stays on the server; responses never
-    show it. ``workspace.working_dir`` is a directory on the server's machine.
 
-    >>> body = {"agent": {"llm": {"model": "openai/gpt-4o", "api_key": "sk-1"}},
-    ...         "workspace": {"working_dir": "/tmp"}, "tags": {"team": "a"}}
-    >>> CreateConversationRequest.model_validate(body).agent.llm.api_key
-    SecretStr('**********')
+def _refuse_unsafe(data: dict[str, Any]) -> None:
+    """Refuse (422, naming the field) what cowconv cannot honour where ignoring it is unsafe."""
+    policy = data.get("confirmation_policy")
+    if policy is not None and (
+        not isinstance(policy, dict) or policy.get("kind") != _NEVER_CONFIRM
+    ):
+        raise unsupported(
+            "confirmation_policy",
+            "cowconv has no confirmation mode: actions would run unconfirmed (send "
+            "NeverConfirm or leave it out)",
+        )
+    checks = {
+        "security_analyzer": "cowconv has no security analyzer: actions would run unchecked",
+        "hook_config": "cowconv runs no hooks: a hook meant to block an action would not",
+        "plugins": "cowconv loads no plugins (they may carry hooks that guard actions)",
+        "secrets": "cowconv does not inject or mask conversation secrets",
+        "container": "cowconv runs tools on the server's machine, not in a container",
+        "worktree_options": "cowconv does not isolate a conversation in a git worktree",
+    }
+    for field, reason in checks.items():
+        if data.get(field):
+            raise unsupported(field, reason)
+    if data.get("worktree"):
+        raise unsupported("worktree", checks["worktree_options"])
+    if data.get("conversation_runtime") not in (None, "local"):
+        raise unsupported("conversation_runtime", checks["container"])
+
+
+class CreateConversationRequest(BaseModel):
+    """Create a conversation: OpenHands' ``StartConversationRequest`` (or cowconv's older body).
+
+    ``agent`` is OpenHands' ``Agent`` JSON as its ``RemoteConversation``
+    sends it, or cowconv's :class:`~cowconv.Agent` JSON; the fields cowconv
+    implements are honoured (:func:`~cowconv.backends.wire.agent_from_openhands`),
+    the others are kept (``openhands_agent``, secrets masked) and shown
+    again by ``GET``. ``workspace.working_dir`` is a directory on the
+    server's machine. Request fields cowconv does not implement are kept
+    too (:attr:`kept`), except those whose silent omission would be unsafe
+    (a confirmation policy, a security analyzer, hooks, plugins, secrets,
+    containers, worktrees): those are refused with a 422 naming the field.
+
+    The API key in ``agent.llm.api_key`` stays on the server; responses
+    never show it.
+
+    >>> body = {"agent": {"kind": "Agent", "llm": {"model": "openai/gpt-4o", "api_key": "sk-1",
+    ...                   "stream": False}, "tools": [{"name": "TerminalTool", "params": {}}]},
+    ...         "workspace": {"kind": "LocalWorkspace", "working_dir": "/tmp"},
+    ...         "max_iterations": 50, "stuck_detection": True}
+    >>> request = CreateConversationRequest.model_validate(body)
+    >>> request.agent.tools[0].name, request.max_iteration_per_run, request.kept
+    ('terminal', 50, {'stuck_detection': True})
+    >>> request.openhands_agent["llm"]["api_key"]
+    '**********'
     """
+
+    # Built at once (see _Request); unknown fields are kept (model_extra), not refused.
+    model_config = ConfigDict(frozen=True, extra="allow", defer_build=False)
 
     agent: Agent
     workspace: Workspace
-    id: ConversationId | None = _ID
+    id: ConversationId | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\s/]+$",
+        validation_alias=AliasChoices("conversation_id", "id"),
+    )
     tags: dict[str, str] | None = None
-    max_iteration_per_run: int | None = Field(default=None, gt=0)
+    max_iteration_per_run: int | None = Field(
+        default=None, gt=0, validation_alias=AliasChoices("max_iterations", "max_iteration_per_run")
+    )
+    initial_message: SendMessageRequest | None = None
+    openhands_agent: dict[str, Any] | None = None
+    """The agent as OpenHands' SDK sent it, secrets masked (``None``: cowconv's JSON was sent)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_openhands(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        _refuse_unsafe(data)
+        data = dict(data)
+        data.pop("openhands_agent", None)  # computed here, never taken from the client
+        agent = data.get("agent")
+        if isinstance(agent, dict) and _openhands_shaped(agent):
+            data["agent"] = agent_from_openhands(agent)
+            data["openhands_agent"] = mask_secrets(agent)
+        workspace = data.get("workspace")
+        if isinstance(workspace, dict) and "kind" in workspace:
+            if workspace["kind"] != "LocalWorkspace":
+                raise unsupported(
+                    "workspace.kind", "a server-side conversation runs in a LocalWorkspace"
+                )
+            data["workspace"] = {k: v for k, v in workspace.items() if k != "kind"}
+        for key in ("agent_settings", "agent_profile_id"):
+            if data.get(key) is not None and agent is None:
+                raise unsupported(key, "cowconv needs the agent itself in 'agent'")
+        return data
 
     @field_validator("workspace")
     @classmethod
@@ -87,6 +194,27 @@ class CreateConversationRequest(_Request):
         if not workspace.working_dir.strip():
             raise InvalidValueError("workspace.working_dir must not be empty")
         return workspace
+
+    @property
+    def kept(self) -> dict[str, Any]:
+        """The request's fields cowconv does not implement, as sent (shown again by ``GET``)."""
+        return dict(self.model_extra or {})
+
+
+def _openhands_shaped(agent: dict[str, Any]) -> bool:
+    """Whether an agent's JSON is OpenHands' (a ``kind``, or a field cowconv's Agent lacks)."""
+    return (
+        "kind" in agent
+        or any(key not in Agent.model_fields for key in agent)
+        or any(
+            isinstance(llm, dict) and any(key not in LLM_FIELDS for key in llm)
+            for llm in (agent.get("llm"),)
+        )
+        or any(
+            isinstance(tool, dict) and tool.get("name") not in (None, *TOOL_NAMES)
+            for tool in agent.get("tools") or ()
+        )
+    )
 
 
 class ForkRequest(_Request):
@@ -145,14 +273,86 @@ class BranchList(BaseModel):
     items: list[BranchInfo]
 
 
-class SendMessageRequest(_Request):
-    """A user message to add to a conversation.
+class SendMessageRequest(BaseModel):
+    """A user message: OpenHands' body (``role``, ``content`` parts, ``run``) or cowconv's ``text``.
 
-    >>> SendMessageRequest(text="Run `ls`.").text
+    ``run`` starts a run after recording it (as OpenHands' server does);
+    ``sender`` is accepted and not recorded.
+
+    >>> SendMessageRequest.model_validate({"role": "user", "content": [{"type": "text",
+    ...     "text": "Run `ls`."}], "run": False}).message_text()
     'Run `ls`.'
+    >>> SendMessageRequest(text="hi").message_text()
+    'hi'
     """
 
-    text: str
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=False)
+
+    role: str = "user"
+    content: list[dict[str, Any]] | str | None = None
+    text: str | None = None
+    run: bool = False
+    sender: str | None = None
+
+    @model_validator(mode="after")
+    def _one_text(self) -> SendMessageRequest:
+        if self.role != "user":
+            raise unsupported("role", "only user messages can be sent to a conversation")
+        if (self.text is None) == (self.content is None):
+            raise InvalidValueError("give the message as content parts or as text, not both")
+        for part in self.content if isinstance(self.content, list) else ():
+            if part.get("type", "text") != "text" or not isinstance(part.get("text"), str):
+                raise unsupported("content", "cowconv sends text parts only")
+        return self
+
+    def message_text(self) -> str:
+        """The message's text (its text parts joined)."""
+        if self.text is not None:
+            return self.text
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(part["text"]) for part in self.content or ())
+
+
+class Success(BaseModel):
+    """OpenHands' answer to an action route (``/run``, ``/pause``, ``DELETE``, a message...).
+
+    >>> Success().model_dump()
+    {'success': True}
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    success: bool = True
+
+
+class ConversationResponse(ConversationInfo):
+    """A conversation as shown: cowconv's summary plus OpenHands' ``ConversationInfo``.
+
+    The fields OpenHands' ``RemoteConversation`` reads are all here; ``agent``
+    is OpenHands' ``Agent`` JSON (api keys shown as ``"**********"``);
+    fields of the creating request cowconv does not implement come back as
+    sent (``stuck_detection``, ``client_tools``...). ``stats`` keeps cowconv's
+    shape (OpenHands' client reads it as empty stats).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow", defer_build=True)
+
+    agent: dict[str, Any]
+    workspace: dict[str, Any]
+    persistence_dir: str | None = None
+    max_iterations: int
+    stuck_detection: bool = True
+    confirmation_policy: dict[str, Any] = Field(default_factory=lambda: {"kind": _NEVER_CONFIRM})
+    security_analyzer: None = None
+    activated_knowledge_skills: list[str] = []
+    invoked_skills: list[str] = []
+    blocked_actions: dict[str, str] = {}
+    blocked_messages: dict[str, str] = {}
+    head_is_empty: bool = False
+    agent_state: dict[str, Any] = {}
+    client_tools: list[Any] = []
+    tool_module_qualnames: dict[str, str] = {}
 
 
 class AppendEventRequest(RootModel[AnyEvent]):
@@ -264,3 +464,60 @@ class HealthResponse(BaseModel):
     """
 
     status: str = "ok"
+
+
+class SentMessage(Success):
+    """The answer to ``POST /events``: OpenHands' ``{"success": true}`` and the recorded message.
+
+    >>> SentMessage(event={"kind": "PauseEvent"}).success
+    True
+    """
+
+    event: AnyEvent
+
+
+class RunStarted(Success):
+    """The answer to ``POST /run``: OpenHands' ``{"success": true}`` and where the run starts.
+
+    >>> RunStarted(event_count=3).model_dump()
+    {'success': True, 'event_count': 3}
+    """
+
+    event_count: int = Field(ge=0)
+
+
+class OpenHandsEventPage(BaseModel):
+    """A page of ``GET /events/search``: events in OpenHands' JSON shapes, ``next_page_id``.
+
+    >>> OpenHandsEventPage(items=[]).next_page_id is None
+    True
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: list[dict[str, Any]]
+    next_page_id: str | None = None
+
+
+class ConversationSearchPage(BaseModel):
+    """A page of ``GET /api/conversations/search`` (OpenHands' shape).
+
+    >>> ConversationSearchPage(items=[]).next_page_id is None
+    True
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    items: list[ConversationResponse]
+    next_page_id: str | None = None
+
+
+class UpdateConversationRequest(_Request):
+    """OpenHands' ``PATCH /api/conversations/{id}``: a new title, tags to set.
+
+    >>> UpdateConversationRequest(title="Report").title
+    'Report'
+    """
+
+    title: str | None = None
+    tags: dict[str, str | None] | None = None

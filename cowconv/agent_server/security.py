@@ -3,15 +3,17 @@
 The threat model is in ``docs/server.md``. Three ASGI layers wrap the app,
 outermost first:
 
-1. :class:`~starlette.middleware.trustedhost.TrustedHostMiddleware` refuses a
+1. :class:`HostGuard` (Starlette's ``TrustedHostMiddleware``) refuses a
    ``Host`` that is not the bound address, a loopback name, or a name the
    operator allowed (DNS rebinding: a page whose name now resolves to
-   127.0.0.1 still sends its own name).
+   127.0.0.1 still sends its own name); an in-process ``TestClient``
+   (:func:`is_in_process_test`) passes.
 2. :class:`BodySizeLimit` answers 413 to a body larger than the limit,
    before the app reads any of it into a model.
 3. :class:`OriginGuard` refuses a browser's cross-origin request on every
-   state-changing method (a plain cross-site ``POST`` needs no CORS
-   preflight; browsers always send ``Origin`` with one).
+   state-changing method and every WebSocket handshake (a plain cross-site
+   ``POST`` needs no CORS preflight, a WebSocket none at all; browsers
+   always send ``Origin`` with both).
 
 >>> is_loopback("127.0.0.1"), is_loopback("::1"), is_loopback("localhost"), is_loopback("0.0.0.0")
 (True, True, True, False)
@@ -35,10 +37,13 @@ from cowconv._exceptions import InvalidValueError, UnsafeExposureError
 
 __all__ = [
     "DEFAULT_MAX_BODY_SIZE",
+    "TEST_HOST",
     "BodySizeLimit",
+    "HostGuard",
     "OriginGuard",
     "add_security",
     "check_exposure",
+    "is_in_process_test",
     "is_loopback",
     "trusted_hosts",
 ]
@@ -216,15 +221,59 @@ class OriginGuard:
         return parts.scheme == scheme and parts.netloc.lower() == headers.get("host", "").lower()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] not in _SAFE_METHODS:
+        # Every WebSocket handshake is checked: a browser opens one from any page without
+        # CORS, and the events socket accepts messages that start runs.
+        websocket = scope["type"] == "websocket"
+        if websocket or (scope["type"] == "http" and scope["method"] not in _SAFE_METHODS):
             headers = Headers(scope=scope)
             origin = headers.get("origin")
             if origin is not None and not self._allowed(origin, headers, scope):
+                if websocket:  # closing before accepting: the server answers 403
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
                 await _send_error(
                     send, 403, f"cross-origin request from {origin!r} refused (see docs/server.md)"
                 )
                 return
         await self.app(scope, receive, send)
+
+
+TEST_HOST = "testserver"
+"""The ``Host`` of Starlette's ``TestClient`` (and its ASGI ``server``), allowed in process only."""
+
+
+def is_in_process_test(scope: Scope) -> bool:
+    """Whether a request comes from an in-process test client, not from a network.
+
+    Starlette's ``TestClient`` names ``testserver`` as both the ``Host``
+    header and the ASGI ``server``; a network server (uvicorn) sets
+    ``server`` to the address of the socket it accepted on, which a client
+    cannot choose, so no request over the network passes this test.
+
+    >>> is_in_process_test({"server": ("testserver", 80), "headers": [(b"host", b"testserver")]})
+    True
+    >>> is_in_process_test({"server": ("127.0.0.1", 8000), "headers": [(b"host", b"testserver")]})
+    False
+    """
+    server = scope.get("server")
+    if not server or server[0] != TEST_HOST:
+        return False
+    host = Headers(scope=scope).get("host", "")
+    return host.split(":")[0].lower() == TEST_HOST
+
+
+class HostGuard(TrustedHostMiddleware):
+    """Starlette's ``Host`` check, letting an in-process ``TestClient`` through.
+
+    See :func:`is_in_process_test`: requests over a network are checked
+    exactly as by :class:`~starlette.middleware.trustedhost.TrustedHostMiddleware`.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and is_in_process_test(scope):
+            await self.app(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def add_security(
@@ -240,7 +289,7 @@ def add_security(
     app.add_middleware(OriginGuard, allowed_origins=allowed_origins)
     app.add_middleware(BodySizeLimit, max_body_size=_checked_size(max_body_size))
     app.add_middleware(
-        TrustedHostMiddleware,
+        HostGuard,
         allowed_hosts=trusted_hosts(bound_host, allowed_hosts),
         www_redirect=False,
     )

@@ -25,31 +25,54 @@ RemoteBackend 2 Follow-up
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
+from urllib.parse import urlsplit
 
 import httpx
 import httpx_sse
 from pydantic import ValidationError
+from websockets.sync.client import connect as ws_connect
 
 from cowconv._exceptions import (
     ConversationConflictError,
     EventIndexError,
+    InvalidValueError,
     RemoteError,
     remote_error_class,
 )
-from cowconv.backends.wire import CHANGE_ROUTES, SESSION_API_KEY_HEADER, SYSTEM_PROMPT_AT_HEADER
+from cowconv.backends.wire import (
+    CHANGE_ROUTES,
+    SERVER_HEADER,
+    SESSION_API_KEY_HEADER,
+    SYSTEM_PROMPT_AT_HEADER,
+    agent_from_openhands,
+    agent_to_openhands,
+    event_from_openhands,
+)
 from cowconv.core.agent import Agent
-from cowconv.core.changes import AppendEvent, Change
+from cowconv.core.changes import AppendEvent, Change, NavigateTo, SetTag
 from cowconv.core.events import Event, MessageEvent
 from cowconv.core.history import EventLog
 from cowconv.core.ids import id_text
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationInfo, ConversationState
+from cowconv.core.storable import check_storable_event
 from cowconv.core.workspace import Workspace
 from cowconv.ports import EventCallback, ForkSpec, notify
 
 __all__ = ["RemoteBackend", "RemoteEvents", "raise_for_status", "read_info"]
+
+_SEARCH_PAGE = 100  # OpenHands' largest page of /events/search
+# A quiet socket is checked over REST this often (seconds): a run that ended while the socket
+# was being reconnected elsewhere still ends the wait.
+_SOCKET_TIMEOUT = 30.0
+
+
+def _is_state_update(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("kind") == "ConversationStateUpdateEvent"
+
 
 _PAGE = 100
 _RECONNECTS = 5
@@ -169,6 +192,15 @@ class _Connection:
         )
         self._users = 1  # the creator's share, released when it is done with it
         self._lock = threading.Lock()
+        self.cowconv = True
+        """Whether the server is cowconv's (its answers carry ``X-Cowconv-Server``): then the
+        client also uses cowconv's additions (``/state``, the event stream); against another
+        OpenHands agent server it uses OpenHands' routes only."""
+
+    def learn(self, response: httpx.Response) -> httpx.Response:
+        """Note from an answer which server this is (see :attr:`cowconv`)."""
+        self.cowconv = SERVER_HEADER in response.headers
+        return response
 
     def acquire(self) -> _Connection:
         with self._lock:
@@ -266,6 +298,7 @@ class RemoteBackend:
         self._events = EventLog()
         self._events_lock = threading.Lock()
         self._closed = False
+        self._cowconv = connection.cowconv
 
     @classmethod
     def create(
@@ -285,20 +318,25 @@ class RemoteBackend:
         HTTP, e.g. :class:`~cowconv.agent_server.InProcessTransport` to an app in
         this process or an ``httpx.MockTransport``; it stays the caller's to close.
         """
+        # OpenHands' StartConversationRequest; the server keeps the credentials so the
+        # conversation and its forks can run.
         body: dict[str, Any] = {
-            # The server keeps the credentials so the conversation and its forks can run.
-            "agent": agent.model_dump(mode="json", context={"expose_secrets": True}),
-            "workspace": {"working_dir": workspace.working_dir},
+            "agent": agent_to_openhands(
+                agent.model_dump(mode="json", context={"expose_secrets": True})
+            ),
+            "workspace": {"kind": "LocalWorkspace", "working_dir": workspace.working_dir},
+            "max_iterations": max_iteration_per_run,
             "tags": dict(tags or {}),
         }
         if conversation_id is not None:
-            body["id"] = conversation_id
-        body["max_iteration_per_run"] = max_iteration_per_run
+            body["conversation_id"] = conversation_id
         limit = {"max_iteration_per_run": max_iteration_per_run}
         connection = _Connection(workspace, transport)
         try:
-            created = connection.client.post("/api/conversations", json=body)
-            if created.status_code == 409 and conversation_id is not None:
+            created = connection.learn(connection.client.post("/api/conversations", json=body))
+            # 200: a conversation with that id exists (OpenHands' idempotent start); 409: an
+            # older cowconv server says the same.
+            if created.status_code in (200, 409) and conversation_id is not None:
                 backend = cls._attach(
                     connection, conversation_id, agent=agent, callbacks=callbacks, **limit
                 )
@@ -321,6 +359,9 @@ class RemoteBackend:
         """The conversation ``conversation_id`` the server has (``RemoteError`` 404 if none)."""
         connection = _Connection(workspace, transport)
         try:
+            connection.learn(
+                raise_for_status(connection.client.get(f"/api/conversations/{conversation_id}"))
+            )
             return cls._attach(connection, conversation_id, agent=None, callbacks=callbacks)
         finally:
             connection.release()
@@ -373,7 +414,9 @@ class RemoteBackend:
         return f"/api/conversations/{self._id}{suffix}"
 
     def events(self, *, offset: int, limit: int) -> list[Event]:
-        """Events ``offset`` to ``offset + limit`` of the history (one request)."""
+        """Events ``offset`` to ``offset + limit`` of the history (one request to cowconv)."""
+        if not self._cowconv:
+            return list(self._openhands_events()[offset : offset + limit])
         response = self._client.get(
             self._path("/events"), params={"offset": offset, "limit": limit}
         )
@@ -386,6 +429,8 @@ class RemoteBackend:
         The agent is the one this client gave (with its API key, which the
         server shows redacted), unless ``as_served``.
         """
+        if not self._cowconv:
+            return self._openhands_snapshot(as_served=as_served)
         with self._events_lock:
             known = self._events
         params: dict[str, Any] = {"known": len(known)}
@@ -409,32 +454,115 @@ class RemoteBackend:
             changes["agent"] = self._agent  # the server shows the api key redacted
         return state._replace(**changes)
 
+    def _openhands_events(self) -> EventLog:
+        """Every event, through OpenHands' ``/events/search`` (kinds cowconv lacks left out)."""
+        events: list[Event] = []
+        page_id: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": _SEARCH_PAGE}
+            if page_id is not None:
+                params["page_id"] = page_id
+            response = self._client.get(self._path("/events/search"), params=params)
+            page = raise_for_status(response).json()
+            for item in page["items"]:
+                data = event_from_openhands(item)
+                if data is not None:
+                    events.append(Event.model_validate(data))
+            page_id = page.get("next_page_id")
+            if not page_id:
+                return EventLog(events)
+
+    def _openhands_snapshot(self, *, as_served: bool) -> ConversationState:
+        info = raise_for_status(self._client.get(self._path())).json()
+        agent = self._agent
+        if agent is None or as_served:
+            agent = Agent.model_validate(agent_from_openhands(info["agent"]))
+        tags = dict(info.get("tags") or {})
+        if info.get("title") is not None:
+            tags["title"] = info["title"]
+        events = self._openhands_events()
+        with self._events_lock:
+            self._events = events
+        fields = {
+            key: info[key]
+            for key in (
+                "execution_status",
+                "created_at",
+                "updated_at",
+                "forked_from_conversation_id",
+                "forked_from_event_id",
+            )
+            if info.get(key) is not None
+        }
+        return ConversationState(
+            id=info["id"],
+            agent=agent,
+            workspace=self.workspace,
+            events=events,
+            tags=tags,
+            activated_knowledge_skills=tuple(info.get("activated_knowledge_skills") or ()),
+            **fields,
+        )
+
     # -- changing ---------------------------------------------------------------
 
     def commit(self, change: Change) -> None:
         """Send a named change to the server (other changes are not supported remotely)."""
+        if not self._cowconv and isinstance(change, SetTag):
+            self._set_openhands_tag(change)
+            return
         route = CHANGE_ROUTES.get(type(change))
-        if route is None:
+        if route is None or (not self._cowconv and not isinstance(change, NavigateTo)):
             raise NotImplementedError(
                 f"{change!r} is not supported on an agent server: a remote conversation "
                 "changes through its methods (append_event, set_tag, update_agent_state, "
-                "activate_skill, navigate_to, run)"
+                "activate_skill, navigate_to, run; on an OpenHands agent server: set_tag, "
+                "navigate_to, run)"
             )
-        request = self._client.build_request(
-            route.method, self._path(route.path), json=route.body(change)
-        )
+        if isinstance(change, AppendEvent):
+            # The server must store what was given, not what its JSON turned NaN into.
+            check_storable_event(change.event)
+        try:
+            request = self._client.build_request(
+                route.method, self._path(route.path), json=route.body(change)
+            )
+        except (ValueError, UnicodeError) as error:  # NaN, a lone surrogate: no JSON for it
+            raise InvalidValueError(f"{change!r} cannot be sent as JSON: {error}") from None
         raise_for_status(self._client.send(request))
         if isinstance(change, AppendEvent):
             notify(self._callbacks, change.event)
 
-    def send_message(self, text: str) -> MessageEvent:
-        """Send a user message; the server records the system prompt before it if needed.
+    def _set_openhands_tag(self, change: SetTag) -> None:
+        # OpenHands' PATCH sets the title, and replaces the tags with those given.
+        if change.key == "title" and change.value is not None:
+            body: dict[str, Any] = {"title": change.value}
+        else:
+            info = raise_for_status(self._client.get(self._path())).json()
+            tags = {k: v for k, v in (info.get("tags") or {}).items() if k != change.key}
+            if change.value is not None:
+                tags[change.key] = change.value
+            body = {"tags": tags}
+        raise_for_status(self._client.patch(self._path(), json=body))
 
-        The callbacks get the prompt (if the server recorded one, the
-        ``X-Cowconv-System-Prompt-At`` header says where) and then the message.
+    def send_message(self, text: str) -> MessageEvent:
+        """Send a user message (OpenHands' ``POST /events``); the server records the system
+        prompt before it if needed.
+
+        The callbacks get the prompt (if the server recorded one) and then the message.
         """
-        response = self._client.post(self._path("/messages"), json={"text": text})
-        event = Event.model_validate(raise_for_status(response).json())
+        before = None if self._cowconv else len(self._openhands_events())
+        body = {"role": "user", "content": [{"type": "text", "text": text}], "run": False}
+        response = raise_for_status(self._client.post(self._path("/events"), json=body))
+        if not self._cowconv:  # OpenHands answers {"success": true}: read what it recorded
+            assert before is not None
+            new = list(self._openhands_events()[before:])
+            sent = [e for e in new if isinstance(e, MessageEvent) and e.source == "user"]
+            if not sent:
+                raise RemoteError(0, "the server recorded no user message")
+            for event in new[: new.index(sent[-1]) + 1]:
+                notify(self._callbacks, event)
+            return sent[-1]
+        event = Event.model_validate(response.json()["event"])
         assert isinstance(event, MessageEvent)
         if self._callbacks:
             prompt_at = response.headers.get(SYSTEM_PROMPT_AT_HEADER)
@@ -452,12 +580,18 @@ class RemoteBackend:
                 "agent the server manages; to fork with another agent, fork a local "
                 "Conversation"
             )
-        body: dict[str, Any] = {
-            "id": None if spec.conversation_id is None else id_text(spec.conversation_id),
-            "tags": dict(spec.tags),
-            "reset_metrics": spec.reset_metrics,
-            "from_event_id": spec.from_event_id,
-        }
+        # OpenHands' ForkConversationRequest: title its own key, nothing sent that is unset.
+        body: dict[str, Any] = {"reset_metrics": spec.reset_metrics}
+        if spec.conversation_id is not None:
+            body["id"] = id_text(spec.conversation_id)
+        title = spec.title if spec.title is not None else spec.tags.get("title")
+        if title is not None:
+            body["title"] = title
+        tags = {key: value for key, value in spec.tags.items() if key != "title"}
+        if tags:
+            body["tags"] = tags
+        if spec.from_event_id is not None:
+            body["from_event_id"] = spec.from_event_id
         info = raise_for_status(self._client.post(self._path("/fork"), json=body)).json()
         return RemoteBackend(
             self._connection,
@@ -476,12 +610,15 @@ class RemoteBackend:
         new event to the callbacks. If a run is already going (started
         elsewhere), it waits for that one.
         """
+        if not self._cowconv:
+            self._run_on_openhands()
+            return
         response = self._client.post(self._path("/run"))
         if response.status_code == 409:
             start = len(self.snapshot().events)
         else:
-            counted = read_info(raise_for_status(response).json()).event_count
-            start = len(self.snapshot().events) if counted is None else counted
+            counted = raise_for_status(response).json().get("event_count")
+            start = counted if isinstance(counted, int) else len(self.snapshot().events)
         for _attempt in range(_RECONNECTS):
             try:
                 start, finished = self._follow(start)
@@ -514,6 +651,50 @@ class RemoteBackend:
                     running = bool(message.json().get("running", True))
         # The server ends an until_idle stream only after a status with running=false.
         return cursor, not running
+
+    def _socket_url(self) -> str:
+        host = self.workspace.host
+        assert host is not None
+        parts = urlsplit(host.rstrip("/"))
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        return f"{scheme}://{parts.netloc}{parts.path}/sockets/events/{self._id}"
+
+    def _run_on_openhands(self) -> None:
+        """Run on an OpenHands agent server: follow its events WebSocket until the run ends.
+
+        The socket is open (and subscribed: the server's first full-state
+        update) before the run starts, so no event is missed; the run has
+        ended at the first full-state update after it that is not
+        ``running``, or at a per-field ``error``/``stuck`` status.
+        """
+        with ws_connect(self._socket_url(), open_timeout=_TIMEOUT.connect, max_size=None) as socket:
+            if self.workspace.api_key is not None:
+                key = self.workspace.api_key.get_secret_value()
+                socket.send(json.dumps({"type": "auth", "session_api_key": key}))
+            while not _is_state_update(json.loads(socket.recv(timeout=_SOCKET_TIMEOUT))):
+                pass
+            response = self._client.post(self._path("/run"))
+            if response.status_code != 409:
+                raise_for_status(response)
+            while True:
+                try:
+                    message = json.loads(socket.recv(timeout=_SOCKET_TIMEOUT))
+                except TimeoutError:
+                    status = raise_for_status(self._client.get(self._path())).json()
+                    if status.get("execution_status") != "running":
+                        return  # ended while the socket was quiet
+                    continue
+                if _is_state_update(message):
+                    value = message.get("value")
+                    if message.get("key") == "full_state" and isinstance(value, dict):
+                        if value.get("execution_status") != "running":
+                            return
+                    elif message.get("key") == "execution_status" and value in ("error", "stuck"):
+                        return
+                    continue
+                data = event_from_openhands(message)
+                if data is not None:
+                    notify(self._callbacks, Event.model_validate(data))
 
     def pause(self) -> None:
         """Ask the server to pause the run after its current step (returns at once)."""

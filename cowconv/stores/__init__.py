@@ -43,6 +43,9 @@ _LAZY = {
 }
 
 
+__getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
+
+
 def is_store_url(location: object) -> bool:
     """Whether ``location`` is a database URL (``postgresql://...``), not a path.
 
@@ -68,6 +71,3 @@ def open_store(location: "str | os.PathLike[str]") -> Store:
         return store
     sqlite: Store = __getattr__("SQLiteStore")(location)
     return sqlite
-
-
-__getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())

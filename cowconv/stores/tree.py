@@ -44,6 +44,7 @@ from cowconv._exceptions import (
 from cowconv.core.history import EventLog, shared_prefix_length
 from cowconv.core.ids import ConversationID, id_text, public_id
 from cowconv.core.state import ConversationInfo, ConversationState, check_tags, dump_state_json
+from cowconv.core.storable import check_storable
 from cowconv.ports import Row, RowStore, RowTransaction
 from cowconv.stores.base import ExportRecord, export_document, loaded_status, parse_export
 
@@ -353,8 +354,11 @@ class TreeStore:
         version (counted up by every write). A writer whose ``previous`` is
         not the stored generation and version (another writer, another
         process, or a delete came in between) gets
-        :class:`~cowconv.StoreError` and nothing is written.
+        :class:`~cowconv.StoreError` and nothing is written. A snapshot that would
+        not load again (see :func:`~cowconv.core.storable.check_storable`) is
+        refused before anything is written.
         """
+        check_storable(current, previous)  # whatever is stored loads again (core/storable.py)
         with self._lock:  # until remembered: a delete that frees the key comes after
             with self._transaction(write=True) as rows:
                 if previous is None:
