@@ -76,6 +76,10 @@ def test_no_server_errors(case: schemathesis.Case) -> None:
     """Every generated request, valid or not, gets a documented non-5xx answer."""
     _ensure_known(case)
     _within_condenser_rule(case.body)
+    if case.path.endswith("/events/append") and isinstance(case.body, dict):
+        # Where an event may go depends on the conversation's state (its parent must be the
+        # active branch's leaf), which no schema can say: let the server stamp it.
+        case.body.pop("parent_id", None)
     # Every check schemathesis has but negative_data_rejection: the library's models
     # (Agent, LLM, events) validate in pydantic's lax mode, so a body the schema calls
     # invalid (false for an int, "3" for a number) can be accepted; request models of the

@@ -123,6 +123,8 @@ def _open_store(data_dir: str | os.PathLike[str]) -> Store:
 
 # The schema says what the server takes: a non-empty key, "=", any value.
 _TagFilter = Annotated[str, StringConstraints(pattern=r"^[^=]+=")]
+# An id: not blank (the server refuses a blank one).
+_IdText = Annotated[str, StringConstraints(pattern=f"[^{ID_WHITESPACE}]")]
 
 
 def _tag_filter(tag: list[str]) -> dict[str, str]:
@@ -454,7 +456,7 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
         limit: Annotated[int, Query(ge=1, le=_MAX_PAGE)] = 100,
         offset: Annotated[int, Query(ge=0, le=_MAX_OFFSET)] = 0,
         ids: Annotated[
-            list[str] | None,
+            list[_IdText] | None,
             Query(max_length=99, description="OpenHands' batch get: these conversations"),
         ] = None,
     ) -> ConversationPage | list[ConversationResponse | None]:
@@ -792,9 +794,19 @@ def _matching(
         if (kind is None or event.kind == kind)
         and (source is None or event.source == source)
         and (needle is None or (isinstance(event, MessageEvent) and needle in event.text.lower()))
-        and (since is None or _aware(event.timestamp) >= _aware(since))
-        and (before is None or _aware(event.timestamp) < _aware(before))
+        and (since is None or _in_time(event.timestamp, lambda moment: moment >= _aware(since)))
+        and (before is None or _in_time(event.timestamp, lambda moment: moment < _aware(before)))
     ]
+
+
+def _in_time(timestamp: str, test: Callable[[datetime], bool]) -> bool:
+    # An event's timestamp is any text the schema allows: one that is not ISO 8601 has no
+    # time, so no time filter matches it (it used to be a 500).
+    try:
+        moment = _aware(timestamp)
+    except ValueError:
+        return False
+    return test(moment)
 
 
 def _aware(moment: datetime | str) -> datetime:

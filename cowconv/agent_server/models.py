@@ -307,6 +307,34 @@ class BranchList(BaseModel):
     items: list[BranchInfo]
 
 
+def _send_message_schema(schema: dict[str, Any]) -> None:
+    """The schema of what the server takes: a user message as text or as text parts, not both."""
+    part = {
+        "type": "object",
+        "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+        "required": ["text"],
+    }
+    schema.clear()
+    schema.update(
+        {
+            "title": "SendMessageRequest",
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "role": {"const": "user", "default": "user"},
+                "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part}]},
+                "text": {"type": "string"},
+                "run": {"type": "boolean", "default": False},
+                "sender": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            },
+            "oneOf": [
+                {"required": ["text"], "not": {"required": ["content"]}},
+                {"required": ["content"], "not": {"required": ["text"]}},
+            ],
+        }
+    )
+
+
 class SendMessageRequest(BaseModel):
     """A user message: OpenHands' body (``role``, ``content`` parts, ``run``) or cowconv's ``text``.
 
@@ -320,7 +348,9 @@ class SendMessageRequest(BaseModel):
     'hi'
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=False)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", defer_build=False, json_schema_extra=_send_message_schema
+    )
 
     role: str = "user"
     content: list[dict[str, Any]] | str | None = None
