@@ -228,6 +228,8 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     for tool in data.get("tools") or ():
         if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
             raise unsupported("agent.tools", "each tool is an object with a name")
+        if not isinstance(tool.get("params") or {}, Mapping):
+            raise unsupported("agent.tools", "a tool's params are an object")
         ours = tool_from_openhands(tool["name"])
         if ours is not None and _matches(pattern, tool_to_openhands(ours)):
             tools.append({"name": ours, "params": dict(tool.get("params") or {})})
