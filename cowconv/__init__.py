@@ -14,8 +14,9 @@ copy: nothing either side can reach will ever change.
 True
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+import cowconv._lazy as _lazy
 from cowconv._exceptions import (
     BranchError,
     BranchesError,
@@ -170,19 +171,7 @@ if TYPE_CHECKING:
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'cowconv' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # found directly next time
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [

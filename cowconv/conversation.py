@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Self, overload
 
 from cowconv import backends, stores
 from cowconv._exceptions import ConversationExistsError, InvalidTypeError, InvalidValueError
@@ -166,7 +166,7 @@ class Conversation:
             cls = RemoteConversation
         return object.__new__(cls)
 
-    def __init__(
+    def _initialise(
         self,
         agent: Agent,
         workspace: Workspace | str | os.PathLike[str],
@@ -231,10 +231,15 @@ class Conversation:
         if visualizer is not None:
             visualizer.initialize(self)
 
+    if not TYPE_CHECKING:
+        # Bound for Python only: mypy types a call from __init__ when a class defines both
+        # __new__ and __init__, and the __new__ overloads above say which class a call makes.
+        __init__ = _initialise
+
     @classmethod
     def _holding(
         cls, backend: Backend, visualizer: ConversationVisualizerBase | None = None
-    ) -> Conversation:
+    ) -> Self:
         # A conversation over a backend made by fork() or resume() (never a public path).
         conversation = _new_conversation(cls)
         conversation._backend = backend
@@ -440,7 +445,7 @@ class Conversation:
         reset_metrics: bool = True,
         from_event_id: str | None = None,
         callbacks: Iterable[EventCallback] = (),
-    ) -> Conversation:
+    ) -> Self:
         """A new, independent conversation with this one's history, in O(1).
 
         The fork shares the source's events, agent state and skills (all
@@ -581,7 +586,7 @@ class RemoteConversation(Conversation):
             raise InvalidValueError(
                 "a RemoteConversation needs a Workspace with host= (the server URL)"
             )
-        super().__init__(agent, workspace, **options)
+        self._initialise(agent, workspace, **options)
 
     @classmethod
     def attach(
@@ -611,6 +616,4 @@ class RemoteConversation(Conversation):
         backend = backends.RemoteBackend.attach(
             workspace, conversation_id, callbacks=callbacks, transport=transport
         )
-        conversation = cls._holding(backend)
-        assert isinstance(conversation, RemoteConversation)
-        return conversation
+        return cls._holding(backend)

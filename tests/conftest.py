@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from cowconv import (
     LLM,
@@ -25,6 +26,11 @@ from cowconv import (
 )
 from cowconv.agent_server import BackgroundServer, InProcessTransport, create_app
 from cowconv.testing import PostgresServer, StubLLMServer
+
+# No hypothesis example may fail for taking long: the suite runs on loaded 2-core machines, where
+# one example can take 100x its quiet time (a 200 ms deadline failed a correct test that way).
+settings.register_profile("cowconv", deadline=None)
+settings.load_profile("cowconv")
 
 
 def message_texts(events: Iterable[Any]) -> list[str]:

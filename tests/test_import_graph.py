@@ -2,7 +2,7 @@
 
 ::
 
-    _exceptions                 every error class (imports nothing of cowconv)
+    _exceptions, _lazy          error classes; lazy package attributes (import nothing)
     core/                       imports nothing of cowconv but _exceptions
     agent/, ports, tools/       import only core (and _exceptions)
     backends/, stores/          import ports, core and agent; not each other
@@ -105,12 +105,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 # (``cowconv`` itself, whose lazy attributes can load anything) is in no list.
 RULES: dict[str, tuple[str, ...]] = {
     "_exceptions": (),
-    "core": ("_exceptions", "core"),
-    "agent": ("_exceptions", "core", "agent"),
-    "ports": ("_exceptions", "core"),
-    "tools": ("_exceptions", "core", "agent", "tools"),
-    "backends": ("_exceptions", "core", "agent", "ports", "backends"),
-    "stores": ("_exceptions", "core", "agent", "ports", "stores"),
+    "_lazy": (),
+    "core": ("_exceptions", "_lazy", "core"),
+    "agent": ("_exceptions", "_lazy", "core", "agent"),
+    "ports": ("_exceptions", "_lazy", "core"),
+    "tools": ("_exceptions", "_lazy", "core", "agent", "tools"),
+    "backends": ("_exceptions", "_lazy", "core", "agent", "ports", "backends"),
+    "stores": ("_exceptions", "_lazy", "core", "agent", "ports", "stores"),
 }
 
 # (importer, imported prefix) allowed inside a function: optional extras only.

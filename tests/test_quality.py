@@ -37,6 +37,31 @@ class TestTypes:
         result = run(sys.executable, "-m", "mypy", "cowconv")
         assert result.returncode == 0, result.stdout + result.stderr
 
+    def test_conversation_overloads_type_the_backend(self):
+        """``Conversation(...)`` is typed a ``RemoteConversation`` exactly when the workspace is
+        a ``RemoteWorkspace``, and a fork has its source's type."""
+        program = (
+            "from cowconv import LLM, Agent, Conversation, RemoteWorkspace, Workspace\n"
+            "agent = Agent(llm=LLM(model='openai/gpt-4o'))\n"
+            "remote = Conversation(agent, RemoteWorkspace(host='http://h', working_dir='/w'))\n"
+            "local = Conversation(agent, '/w')\n"
+            "plain = Conversation(agent, Workspace(working_dir='/w'))\n"
+            "reveal_type(remote)\n"
+            "reveal_type(local)\n"
+            "reveal_type(plain)\n"
+            "reveal_type(remote.fork())\n"
+        )
+        result = run(sys.executable, "-m", "mypy", "--strict", "-c", program)
+        notes = [line for line in result.stdout.splitlines() if "Revealed type" in line]
+        revealed = [line.split("Revealed type is ", 1)[1].strip('"') for line in notes]
+        assert revealed == [
+            "cowconv.conversation.RemoteConversation",
+            "cowconv.conversation.Conversation",
+            "cowconv.conversation.Conversation",
+            "cowconv.conversation.RemoteConversation",
+        ], result.stdout
+        assert result.returncode == 0, result.stdout
+
 
 class TestDocs:
     def test_mkdocs_build_strict(self, tmp_path):

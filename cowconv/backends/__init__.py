@@ -5,7 +5,9 @@ core and the agent runtime; a :class:`~cowconv.Conversation` picks one. The
 remote backend (and httpx under it) loads on first use.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import cowconv._lazy as _lazy
 
 if TYPE_CHECKING:
     from cowconv.backends.local import LocalBackend
@@ -16,12 +18,4 @@ __all__ = ["LocalBackend", "RemoteBackend"]
 _LAZY = {"LocalBackend": "cowconv.backends.local", "RemoteBackend": "cowconv.backends.remote"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'cowconv.backends' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())

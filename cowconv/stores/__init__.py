@@ -4,8 +4,9 @@ The implementations load on first use: a conversation that never persists
 never imports ``sqlite3``.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+import cowconv._lazy as _lazy
 from cowconv.stores.base import Store
 
 if TYPE_CHECKING:
@@ -22,12 +23,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'cowconv.stores' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
