@@ -269,8 +269,11 @@ class LocalBackend:
 
     def send_message(self, text: str) -> MessageEvent:
         """Record a user message, after the agent's system prompt if it is not current."""
+        # The prompt first, so that its timestamp is not later than the message it precedes
+        # (OpenHands' client orders the events a WebSocket delivers by timestamp).
+        prompt = system_prompt_event(self.snapshot().agent)
         event = MessageEvent(source="user", llm_message=Message(role="user", content=text))
-        self.commit(SendMessage(event, system_prompt_event(self.snapshot().agent)))
+        self.commit(SendMessage(event, prompt))
         return event
 
     def _settle(self, status: ExecutionStatus) -> None:
