@@ -34,6 +34,7 @@ from cowconv.backends.wire import (
 from cowconv.core.agent import Agent
 from cowconv.core.events import AnyEvent
 from cowconv.core.frozen import CheckedModel
+from cowconv.core.message import ImageContent, Message, TextContent
 from cowconv.core.state import ConversationInfo, ExecutionStatus
 from cowconv.core.workspace import Workspace
 
@@ -277,19 +278,19 @@ class SendMessageRequest(BaseModel):
     """A user message: OpenHands' body (``role``, ``content`` parts, ``run``) or cowconv's ``text``.
 
     ``run`` starts a run after recording it (as OpenHands' server does);
-    ``sender`` is accepted and not recorded.
+    ``sender`` is accepted and not recorded. Only text parts can be sent.
 
     >>> SendMessageRequest.model_validate({"role": "user", "content": [{"type": "text",
     ...     "text": "Run `ls`."}], "run": False}).message_text()
     'Run `ls`.'
-    >>> SendMessageRequest(text="hi").message_text()
+    >>> SendMessageRequest(text="hi").create_message().text
     'hi'
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=False)
 
     role: str = "user"
-    content: list[dict[str, Any]] | str | None = None
+    content: list[TextContent | ImageContent] | str | None = None
     text: str | None = None
     run: bool = False
     sender: str | None = None
@@ -301,7 +302,7 @@ class SendMessageRequest(BaseModel):
         if (self.text is None) == (self.content is None):
             raise InvalidValueError("give the message as content parts or as text, not both")
         for part in self.content if isinstance(self.content, list) else ():
-            if part.get("type", "text") != "text" or not isinstance(part.get("text"), str):
+            if not isinstance(part, TextContent):
                 raise unsupported("content", "cowconv sends text parts only")
         return self
 
@@ -311,7 +312,12 @@ class SendMessageRequest(BaseModel):
             return self.text
         if isinstance(self.content, str):
             return self.content
-        return "".join(str(part["text"]) for part in self.content or ())
+        return "".join(part.text for part in self.content or () if isinstance(part, TextContent))
+
+    def create_message(self) -> Message:
+        """The message as an LLM message (OpenHands' method of the same name)."""
+        content = self.content if self.content is not None else self.text or ""
+        return Message(role="user", content=content)
 
 
 class Success(BaseModel):
