@@ -492,8 +492,13 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
         start = known if known <= len(events) else 0
         if start and (last is None or events[start - 1].id != last):
             start = 0
+        dumped = dump_state(state, secrets="masked", branches=True)
+        if isinstance(dumped.get("agent_state"), dict):  # what OpenHands sent stays server-side
+            dumped["agent_state"] = {
+                k: v for k, v in dumped["agent_state"].items() if k != OPENHANDS_KEY
+            }
         return StateResponse(
-            state=dump_state(state, secrets="masked", branches=True),
+            state=dumped,
             ids_from=start,
             event_ids=[events[position].id for position in range(start, len(events))],
         )

@@ -28,6 +28,7 @@ from cowconv.backends.wire import (
     LLM_FIELDS,
     TOOL_NAMES,
     agent_from_openhands,
+    agent_to_openhands,
     mask_secrets,
     unsupported,
 )
@@ -136,8 +137,8 @@ class CreateConversationRequest(BaseModel):
     >>> request = CreateConversationRequest.model_validate(body)
     >>> request.agent.tools[0].name, request.max_iteration_per_run, request.kept
     ('terminal', 50, {'stuck_detection': True})
-    >>> request.openhands_agent["llm"]["api_key"]
-    '**********'
+    >>> request.openhands_agent  # kept: what cowconv's JSON of the agent does not say
+    {'llm': {'stream': False}}
     """
 
     # Built at once (see _Request); unknown fields are kept (model_extra), not refused.
@@ -158,7 +159,8 @@ class CreateConversationRequest(BaseModel):
     )
     initial_message: SendMessageRequest | None = None
     openhands_agent: dict[str, Any] | None = None
-    """The agent as OpenHands' SDK sent it, secrets masked (``None``: cowconv's JSON was sent)."""
+    """What the agent's JSON as sent says beyond cowconv's JSON of it, secrets masked (``None``:
+    nothing more)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -171,7 +173,9 @@ class CreateConversationRequest(BaseModel):
         agent = data.get("agent")
         if isinstance(agent, dict) and _openhands_shaped(agent):
             data["agent"] = agent_from_openhands(agent)
-            data["openhands_agent"] = mask_secrets(agent)
+            # Kept: only what cowconv's own JSON of the agent would not say again.
+            residue = _residue(mask_secrets(agent), agent_to_openhands(data["agent"]))
+            data["openhands_agent"] = residue or None
         workspace = data.get("workspace")
         if isinstance(workspace, dict) and "kind" in workspace:
             if workspace["kind"] != "LocalWorkspace":
@@ -200,6 +204,24 @@ class CreateConversationRequest(BaseModel):
     def kept(self) -> dict[str, Any]:
         """The request's fields cowconv does not implement, as sent (shown again by ``GET``)."""
         return dict(self.model_extra or {})
+
+
+def _residue(sent: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """The part of an agent's JSON as sent that ``ours`` (cowconv's JSON of it) does not repeat.
+
+    >>> _residue({"kind": "Agent", "llm": {"model": "m", "stream": True}, "critic": None},
+    ...          {"kind": "Agent", "llm": {"model": "m"}})
+    {'llm': {'stream': True}, 'critic': None}
+    """
+    residue: dict[str, Any] = {}
+    for key, value in sent.items():
+        if key == "llm" and isinstance(value, dict) and isinstance(ours.get("llm"), dict):
+            llm = {k: v for k, v in value.items() if k not in ours["llm"]}
+            if llm:
+                residue["llm"] = llm
+        elif key not in ours or ours[key] != value:
+            residue[key] = value
+    return residue
 
 
 def _openhands_shaped(agent: dict[str, Any]) -> bool:
