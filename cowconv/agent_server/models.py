@@ -131,7 +131,7 @@ class CreateConversationRequest(BaseModel):
     never show it.
 
     >>> body = {"agent": {"kind": "Agent", "llm": {"model": "openai/gpt-4o", "api_key": "sk-1",
-    ...                   "stream": False}, "tools": [{"name": "TerminalTool", "params": {}}]},
+    ...                   "stream": False}, "tools": [{"name": "terminal", "params": {}}]},
     ...         "workspace": {"kind": "LocalWorkspace", "working_dir": "/tmp"},
     ...         "max_iterations": 50, "stuck_detection": True}
     >>> request = CreateConversationRequest.model_validate(body)

@@ -88,9 +88,12 @@ cowconv's additions to the protocol (``/state``, the SSE stream, ``/branches``).
 MASK = "**********"
 """How a secret is shown in an answer (OpenHands' SDK writes the same)."""
 
-#: cowconv tool name -> OpenHands' tool name, for the tools both have.
-TOOL_NAMES: Mapping[str, str] = {"terminal": "TerminalTool"}
-_TOOLS_BACK = {theirs: ours for ours, theirs in TOOL_NAMES.items()}
+#: cowconv tool name -> OpenHands' tool name, for the tools both have (OpenHands' SDK 1.58
+#: registers its ``TerminalTool`` as ``"terminal"``, cowconv's name).
+TOOL_NAMES: Mapping[str, str] = {"terminal": "terminal"}
+#: Other names OpenHands' agents have used for those tools (its class names, older releases).
+_TOOL_ALIASES = {"TerminalTool": "terminal", "BashTool": "terminal"}
+_TOOLS_BACK = {**_TOOL_ALIASES, **{theirs: ours for ours, theirs in TOOL_NAMES.items()}}
 
 #: Fields of OpenHands' ``LLM`` that cowconv's :class:`~cowconv.LLM` honours (same names).
 LLM_FIELDS = (
@@ -131,8 +134,8 @@ def mask_secrets(data: Any) -> Any:
 def tool_to_openhands(name: str) -> str:
     """OpenHands' name of a cowconv tool (unchanged when OpenHands has no such tool).
 
-    >>> tool_to_openhands("terminal"), tool_to_openhands("TerminalTool")
-    ('TerminalTool', 'TerminalTool')
+    >>> tool_to_openhands("terminal"), tool_to_openhands("FileEditorTool")
+    ('terminal', 'FileEditorTool')
     """
     return TOOL_NAMES.get(name, name)
 
@@ -143,8 +146,6 @@ def tool_from_openhands(name: str) -> str | None:
     >>> [tool_from_openhands(name) for name in ("TerminalTool", "terminal", "X")]
     ['terminal', 'terminal', None]
     """
-    if name in TOOL_NAMES:
-        return name
     return _TOOLS_BACK.get(name)
 
 
@@ -161,7 +162,7 @@ def agent_to_openhands(agent_json: Mapping[str, Any]) -> dict[str, Any]:
     >>> agent_to_openhands({"llm": {"model": "openai/gpt-4o", "api_key": "sk-1"},
     ...                     "tools": [{"name": "terminal", "params": {}}], "system_prompt": "Hi",
     ...                     "condenser": None})["tools"]
-    [{'name': 'TerminalTool', 'params': {}}]
+    [{'name': 'terminal', 'params': {}}]
     """
     data: dict[str, Any] = {
         "kind": "Agent",
