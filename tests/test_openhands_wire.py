@@ -3,9 +3,10 @@
 * OpenHands' own ``RemoteConversation`` (openhands-sdk 1.58.2, in the Python
   >= 3.12 environment ``tests/openhands/venv.py`` builds from the registry,
   cached) drives a cowconv agent server (real uvicorn on 127.0.0.1, with a
-  session key, so the WebSocket's first-message auth is exercised): create,
-  send a message, run against the stub LLM, list events, fork with a title,
-  tags and an event, navigate, pause.
+  session key, so the WebSocket's first-message auth is exercised): create
+  with OpenHands' terminal tool, send a message, run against the stub LLM
+  (which has the command run), list events, fork with a title, tags and an
+  event, navigate, pause.
 * cowconv's ``RemoteConversation`` does the same against ``python -m
   openhands.agent_server`` (a subprocess of that environment).
 * ``TestClient(create_app())`` (``Host: testserver``) works on ``/api``
@@ -47,23 +48,27 @@ import json, os, sys
 from pydantic import SecretStr
 from openhands.sdk import LLM, Agent, Conversation
 from openhands.sdk.workspace import RemoteWorkspace
+from openhands.sdk import Tool
+from openhands.tools.terminal import TerminalTool
 
 url, base_url, working_dir = sys.argv[1:4]
 agent = Agent(
     llm=LLM(model="openai/stub", base_url=base_url, api_key=SecretStr("sk-stub"),
             usage_id="agent", num_retries=0),
-    tools=[],
+    tools=[Tool(name=TerminalTool.name)],
 )
 workspace = RemoteWorkspace(host=url, working_dir=working_dir, api_key=os.environ["SESSION_KEY"])
 conversation = Conversation(
     agent=agent, workspace=workspace, visualizer=None, delete_on_close=False
 )
 out = {"class": type(conversation).__name__, "id": str(conversation.id)}
-conversation.send_message("Hello there")
+conversation.send_message("Run `echo hi-from-openhands` please")
 conversation.run()
 events = [e for e in conversation.state.events if e.kind != "ConversationStateUpdateEvent"]
 out["kinds"] = [e.kind for e in events]
 out["texts"] = [e.llm_message.content[0].text for e in events if e.kind == "MessageEvent"]
+out["commands"] = [e.tool_call.arguments for e in events if e.kind == "ActionEvent"]
+out["outputs"] = [e.observation.content[0].text for e in events if e.kind == "ObservationEvent"]
 out["status"] = conversation.state.execution_status.value
 first = next(e for e in events if e.kind == "MessageEvent" and e.source == "user")
 out["first_message_id"] = first.id
@@ -129,14 +134,23 @@ class TestOpenHandsClientOnCowconvServer:
                 fork = client.get(f"/api/conversations/{result['fork_id']}").json()
 
         assert result["class"] == "RemoteConversation"
-        # the message was sent, the run answered it through the stub LLM
-        assert result["kinds"] == ["SystemPromptEvent", "MessageEvent", "MessageEvent"]
-        assert result["texts"] == ["Hello there", "You said: Hello there"]
+        # the message was sent; the run, through the stub LLM, ran the command with the
+        # terminal tool OpenHands' agent asked for, and OpenHands' client read every event
+        assert result["kinds"] == [
+            "SystemPromptEvent",
+            "MessageEvent",
+            "ActionEvent",
+            "ObservationEvent",
+            "MessageEvent",
+        ]
+        assert result["commands"] == ['{"command": "echo hi-from-openhands"}']
+        assert result["outputs"] == ["hi-from-openhands\n"]
+        assert result["texts"] == [
+            "Run `echo hi-from-openhands` please",
+            "The terminal printed:\nhi-from-openhands\n\n[exit code: 0]",
+        ]
         assert result["status"] == "finished"
-        assert [request.messages[-1]["content"] for request in stub.requests][-1:] in (
-            ["Hello there"],
-            [[{"type": "text", "text": "Hello there"}]],
-        )
+        assert len(stub.requests) == 2
         # the fork: its title and tags, the history up to the event, linked to its source
         assert result["fork_kinds"] == ["MessageEvent", "SystemPromptEvent"]
         assert fork.get("title") == "Branch B", fork
@@ -153,6 +167,7 @@ class TestOpenHandsClientOnCowconvServer:
         assert source["agent"]["kind"] == "Agent"
         assert source["agent"]["llm"]["api_key"] == "**********"
         assert source["agent"]["llm"]["usage_id"] == "agent"
+        assert source["agent"]["tools"] == [{"name": "terminal", "params": {}}]
 
 
 @pytest.fixture
