@@ -8,7 +8,8 @@
   (which has the command run), list events, fork with a title, tags and an
   event, navigate, pause.
 * cowconv's ``RemoteConversation`` does the same against ``python -m
-  openhands.agent_server`` (a subprocess of that environment).
+  openhands.agent_server`` (a subprocess of that environment), whose own
+  terminal tool runs the command.
 * ``TestClient(create_app())`` (``Host: testserver``) works on ``/api``
   routes; the same ``Host`` over a network is still refused.
 
@@ -32,7 +33,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from cowconv import LLM, Agent, Conversation, Workspace
+from cowconv import LLM, Agent, Conversation, Tool, Workspace
 from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.testing import StubLLMServer
 from tests.openhands.venv import openhands_python
@@ -237,7 +238,8 @@ class TestCowconvClientOnOpenHandsServer:
     ):
         seen: list[str] = []
         agent = Agent(
-            llm=LLM(model="openai/stub", base_url=stub.base_url, api_key="sk-stub", num_retries=0)
+            llm=LLM(model="openai/stub", base_url=stub.base_url, api_key="sk-stub", num_retries=0),
+            tools=[Tool(name="terminal")],
         )
         conversation = Conversation(
             agent=agent,
@@ -245,16 +247,21 @@ class TestCowconvClientOnOpenHandsServer:
             callbacks=[lambda event: seen.append(event.kind)],
         )
         try:
-            message = conversation.send_message("Hello there")
-            assert message.text == "Hello there"
+            message = conversation.send_message("Run `echo hi-from-cowconv` now")
+            assert message.text == "Run `echo hi-from-cowconv` now"
             assert seen == ["SystemPromptEvent", "MessageEvent"]
 
+            # OpenHands' server runs the command with its terminal tool
             conversation.run()
             state = conversation.state
             assert state.execution_status == "finished"
-            texts = [e.text for e in state.events if e.kind == "MessageEvent"]
-            assert texts == ["Hello there", "You said: Hello there"]
-            assert seen == ["SystemPromptEvent", "MessageEvent", "MessageEvent"]
+            kinds = ["SystemPromptEvent", "MessageEvent", "ActionEvent", "ObservationEvent"]
+            assert [e.kind for e in state.events] == [*kinds, "MessageEvent"]
+            assert seen == [e.kind for e in state.events]
+            action, observation = state.events[2], state.events[3]
+            assert action.arguments["command"] == "echo hi-from-cowconv"
+            assert observation.output.strip() == "hi-from-cowconv"
+            assert "hi-from-cowconv" in state.events[-1].text
 
             fork = conversation.fork(
                 title="Branch B", tags={"variant": "b"}, from_event_id=message.id
