@@ -18,8 +18,13 @@ from typing import TYPE_CHECKING
 
 import cowconv._lazy as _lazy
 from cowconv._exceptions import (
+    BranchCancelledError,
     BranchError,
     BranchesError,
+    BranchLostError,
+    BranchRunError,
+    BranchTimeoutError,
+    BranchWorkspaceError,
     ConversationConflictError,
     ConversationExistsError,
     ConversationNotFoundError,
@@ -43,7 +48,7 @@ from cowconv._exceptions import (
     WorkspaceMissingError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # `import cowconv` loads only the exception tree; every other name loads its module (and what
 # that module builds on) on first use (PEP 562), so a CLI, a worker process or a test run
@@ -63,8 +68,13 @@ _LAZY = {
     "SharedPrefix": "cowconv.branches.wire",
     "Branch": "cowconv.branches.suite",
     "BranchRuns": "cowconv.branches.suite",
+    "BranchResult": "cowconv.branches.suite",
+    "iter_branches": "cowconv.branches.suite",
     "run_branches": "cowconv.branches.suite",
     "LLMSummarizingCondenser": "cowconv.core.agent",
+    "Comparison": "cowconv.core.compare",
+    "ComparisonSide": "cowconv.core.compare",
+    "compare": "cowconv.core.compare",
     "Conversation": "cowconv.conversation",
     "LocalConversation": "cowconv.conversation",
     "RemoteConversation": "cowconv.conversation",
@@ -92,6 +102,8 @@ _LAZY = {
     "freeze": "cowconv.core.frozen",
     "thaw": "cowconv.core.frozen",
     "EventLog": "cowconv.core.history",
+    "CondensationSummaryEvent": "cowconv.core.view",
+    "View": "cowconv.core.view",
     "LLM": "cowconv.core.llm",
     "LLMMetrics": "cowconv.core.llm",
     "LLMResponse": "cowconv.core.llm",
@@ -127,10 +139,17 @@ if TYPE_CHECKING:
         resolve_tool,
     )
     from cowconv.branches.report import BranchRow, SuiteReport
-    from cowconv.branches.suite import Branch, BranchRuns, run_branches
+    from cowconv.branches.suite import (
+        Branch,
+        BranchResult,
+        BranchRuns,
+        iter_branches,
+        run_branches,
+    )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
+    from cowconv.core.compare import Comparison, ComparisonSide, compare
     from cowconv.core.events import (
         ROOT_PARENT_ID,
         ActionEvent,
@@ -165,6 +184,7 @@ if TYPE_CHECKING:
         TokenUsage,
         Usage,
     )
+    from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import RemoteWorkspace, Workspace
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
@@ -181,15 +201,24 @@ __all__ = [
     "AnyEvent",
     "Backend",
     "Branch",
+    "BranchCancelledError",
     "BranchError",
     "BranchExecutor",
     "BranchJob",
+    "BranchLostError",
     "BranchOutcome",
+    "BranchResult",
     "BranchRow",
+    "BranchRunError",
     "BranchRuns",
+    "BranchTimeoutError",
+    "BranchWorkspaceError",
     "BranchesError",
+    "Comparison",
+    "ComparisonSide",
     "Condensation",
     "CondensationEvent",
+    "CondensationSummaryEvent",
     "Content",
     "Conversation",
     "ConversationConflictError",
@@ -255,10 +284,13 @@ __all__ = [
     "ToolResult",
     "UnsafeExposureError",
     "Usage",
+    "View",
     "Workspace",
     "WorkspaceMissingError",
     "__version__",
+    "compare",
     "freeze",
+    "iter_branches",
     "register_tool",
     "registered_tools",
     "resolve_tool",

@@ -1,4 +1,4 @@
-"""The ``cowconv`` command line: ``serve``, ``bench`` and ``tree`` (built on Typer).
+"""The ``cowconv`` command line: ``serve``, ``bench``, ``tree`` and ``diff`` (built on Typer).
 
 >>> main(["--version"])
 cowconv ...
@@ -6,7 +6,8 @@ cowconv ...
 
 ``cowconv serve`` starts the agent server (needs the ``server`` extra),
 ``cowconv bench`` runs the benchmark suite of a cowconv checkout,
-``cowconv tree STORE [ID]`` prints the fork tree of a store's conversations.
+``cowconv tree STORE [ID]`` prints the fork tree of a store's conversations,
+``cowconv diff STORE A B`` what two of them did past their common prefix.
 ``python -m cowconv.agent_server`` is ``cowconv serve`` under another name.
 """
 
@@ -16,12 +17,14 @@ import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.core
 
 from cowconv import __version__, stores
-from cowconv._exceptions import CowconvError, StartError
+from cowconv._exceptions import ConversationNotFoundError, CowconvError, StartError
+from cowconv.core.compare import compare
 from cowconv.core.history import VECTOR_IMPLEMENTATION
 from cowconv.core.ids import ConversationID, public_id
 from cowconv.core.state import ConversationInfo
@@ -125,6 +128,14 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve this store instead of --data-dir's: a postgresql://user:pw@host/db URL"
+            " (several servers may share it) or a SQLite file (else $COWCONV_STORE).",
+            show_default=False,
+        ),
+    ] = None,
     session_api_key: Annotated[
         str | None,
         typer.Option(
@@ -182,6 +193,7 @@ def serve(
         "host": host,
         "port": port,
         "data_dir": data_dir,
+        "store": store,
         "session_api_key": session_api_key,
         "log_level": None if log_level is None else log_level.value,
         "allowed_hosts": allowed_host,
@@ -189,6 +201,8 @@ def serve(
         "allow_unauthenticated": allow_unauthenticated or None,
         "max_body_size": max_body_size,
     }
+    if store is not None and data_dir is not None:
+        raise fail("give --data-dir or --store, not both")
     try:
         settings = ServerSettings.from_options(**given)
         run_server(settings)
@@ -196,13 +210,22 @@ def serve(
         raise fail(str(error)) from None
 
 
-app.command(context_settings=_CONTEXT)(serve)
+class _PlainHelp(typer.core.TyperCommand):
+    """Click's own help layout: it wraps between words, where rich's narrow columns cut
+    ``$COWCONV_...`` variable names short."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        self.rich_markup_mode = None
+        super().format_help(ctx, formatter)
+
+
+app.command(context_settings=_CONTEXT, cls=_PlainHelp)(serve)
 _serve_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings=_CONTEXT,
 )
-_serve_app.command()(serve)
+_serve_app.command(cls=_PlainHelp)(serve)
 
 
 def serve_main(argv: Sequence[str] | None = None) -> int:
@@ -370,6 +393,74 @@ def _tree(path: Path, conversation_id: str | None) -> int:
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 1 << 16)
     console.print(forest)
     return 0
+
+
+# -- diff --------------------------------------------------------------------------------------
+
+
+@app.command(context_settings=_CONTEXT)
+def diff(
+    store: Annotated[
+        Path,
+        typer.Argument(
+            metavar="STORE", help="A cowconv SQLite store: the file, or the directory holding it."
+        ),
+    ],
+    a: Annotated[str, typer.Argument(metavar="A", help="A conversation id.")],
+    b: Annotated[str, typer.Argument(metavar="B", help="Another conversation id.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the comparison as JSON (events in full).")
+    ] = False,
+    width: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Cut lines to this many columns, 0 for whole lines (default: the terminal's"
+            " width, whole lines when piped).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Show what two conversations did past their common prefix, and how their status, cost
+    and tokens differ (lines with - are A's events, + are B's)."""
+    raise typer.Exit(_diff(store, a, b, as_json, width))
+
+
+def _diff(path: Path, a: str, b: str, as_json: bool, width: int | None) -> int:
+    try:
+        database = stores.store_file(path)
+    except CowconvError as error:
+        raise fail(f"cannot read {path}: {error}") from None
+    if not database.exists():
+        raise fail(f"no cowconv store at {path}")
+    try:
+        store = stores.SQLiteStore(database)
+        try:
+            states = []
+            for given in (a, b):
+                try:
+                    states.append(store.load(public_id(given)))
+                except ConversationNotFoundError:
+                    raise fail(f"no conversation {given!r} in {path}") from None
+            comparison = compare(*states)
+            if as_json:
+                typer.echo(comparison.to_json(indent=2))
+            else:
+                if width is None:
+                    width = _terminal_width()
+                typer.echo(comparison.text(width or None))
+        finally:
+            store.close()
+    except (CowconvError, OSError) as error:
+        raise fail(f"cannot read {path}: {error}") from None
+    return 0
+
+
+def _terminal_width() -> int:
+    """The terminal's columns, or 0 (whole lines) when the output is not a terminal."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
 
 
 def _text(*parts: "str | tuple[str, str]") -> "Text":

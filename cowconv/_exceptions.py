@@ -27,6 +27,11 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── UnsafeExposureError (also ValueError): a server open to other machines, no key
     ├── WorkspaceMissingError (also FileNotFoundError)
     ├── BranchError (index, conversation_id): one branch of a suite could not run
+    │   ├── BranchCancelledError: the suite was cancelled (Ctrl-C) before the branch ended
+    │   ├── BranchLostError: its worker died while running it (it was not run again)
+    │   ├── BranchRunError: its run ended in error (LLM call, tool); with raise_on_error
+    │   ├── BranchTimeoutError: it ran past its time limit (or the suite's)
+    │   └── BranchWorkspaceError: its workspace is missing on its worker (no LLM call made)
     └── BranchesError (also ExceptionGroup): the branch runs that raised, and every fork
 
 An error the agent server answers is raised by the client as a
@@ -47,7 +52,12 @@ if TYPE_CHECKING:
     from cowconv.conversation import Conversation
 
 __all__ = [
+    "BranchCancelledError",
     "BranchError",
+    "BranchLostError",
+    "BranchRunError",
+    "BranchTimeoutError",
+    "BranchWorkspaceError",
     "BranchesError",
     "ConversationConflictError",
     "ConversationExistsError",
@@ -358,6 +368,64 @@ class BranchError(CowconvError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.index, self.conversation_id, self.reason))
+
+
+class BranchTimeoutError(BranchError):
+    """A branch ran past its time limit (``branch_timeout=``) or the suite's (``timeout=``).
+
+    Its worker slot was freed for the rest of the suite; its fork ends
+    ``error`` with an :class:`~cowconv.AgentErrorEvent` saying so.
+
+    >>> str(BranchTimeoutError(1, "c-7", "it ran past its time limit of 30 s"))
+    "branch 1 (conversation 'c-7') failed: it ran past its time limit of 30 s"
+    """
+
+
+class BranchCancelledError(BranchError):
+    """The suite was cancelled (Ctrl-C, or the iterator closed) before this branch ended.
+
+    >>> issubclass(BranchCancelledError, BranchError)
+    True
+    """
+
+
+class BranchLostError(BranchError):
+    """The worker running this branch died; it was not run again (that would repeat its
+    LLM calls).
+
+    >>> issubclass(BranchLostError, BranchError)
+    True
+    """
+
+
+class BranchRunError(BranchError):
+    """A branch's run ended in error: an LLM call failed (after its retries), a tool crashed,
+    credentials were missing. Raised only with ``raise_on_error=True``: otherwise the fork
+    records it (status ``error``, an :class:`~cowconv.AgentErrorEvent`).
+
+    ``tool_name`` names the tool that crashed, if it was one.
+
+    >>> error = BranchRunError(0, "c-1", "LLM call failed: HTTP 503", tool_name=None)
+    >>> error.reason, error.tool_name
+    ('LLM call failed: HTTP 503', None)
+    """
+
+    def __init__(
+        self, index: int, conversation_id: str, reason: str, tool_name: str | None = None
+    ) -> None:
+        super().__init__(index, conversation_id, reason)
+        self.tool_name = tool_name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.index, self.conversation_id, self.reason, self.tool_name))
+
+
+class BranchWorkspaceError(BranchError):
+    """A branch's workspace directory does not exist where it runs; no LLM call was made.
+
+    >>> issubclass(BranchWorkspaceError, BranchError)
+    True
+    """
 
 
 class BranchesError(ExceptionGroup[Exception], CowconvError):

@@ -18,7 +18,9 @@ differences an agent server brings are listed in ``docs/remote.md``.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -37,11 +39,12 @@ from cowconv.core.changes import (
     SetTag,
     UpdateAgentState,
 )
-from cowconv.core.events import Event, MessageEvent
+from cowconv.core.events import Event, Message, MessageEvent
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.ids import ConversationID, id_text, new_uuid, public_id
 from cowconv.core.llm import LLMMetrics
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
+from cowconv.core.tree import recorded
 from cowconv.core.usage import Usage
 from cowconv.core.workspace import RemoteWorkspace, Workspace
 from cowconv.guards import guarded
@@ -70,11 +73,15 @@ def check_conversation_id(conversation_id: ConversationID | None) -> Conversatio
     return public_id(id_text(conversation_id))
 
 
+logger = logging.getLogger("cowconv.conversation")
+
 _NO_TAGS: Mapping[str, str] = MappingProxyType({})
 _new_conversation = object.__new__
 
 
 def _open_store(directory_or_store: str | os.PathLike[str] | StateSink) -> StateSink:
+    if stores.is_store_url(directory_or_store):  # postgresql://...: psycopg loads now
+        return stores.open_store(str(directory_or_store))
     if isinstance(directory_or_store, str | os.PathLike):
         directory = Path(directory_or_store).expanduser()
         directory.mkdir(parents=True, exist_ok=True)
@@ -83,11 +90,13 @@ def _open_store(directory_or_store: str | os.PathLike[str] | StateSink) -> State
 
 
 def _store_for(
-    persistence_dir: str | os.PathLike[str] | None, store: StateSink | None
+    persistence_dir: str | os.PathLike[str] | None, store: StateSink | str | None
 ) -> StateSink | None:
     if persistence_dir is not None and store is not None:
         raise InvalidValueError("pass persistence_dir or store, not both")
-    return _open_store(persistence_dir) if persistence_dir is not None else store
+    if persistence_dir is not None:
+        return _open_store(persistence_dir)
+    return _open_store(store) if isinstance(store, str) else store
 
 
 class Conversation:
@@ -107,10 +116,12 @@ class Conversation:
     current immutable snapshot.
 
     With ``persistence_dir`` (a directory; the store is its ``cowconv.db``)
-    or a ``store``, every change is durable before it is seen, and forks go
-    to the same store. If that store holds ``conversation_id``, the
-    conversation resumes from it with the ``agent`` and ``workspace`` given
-    here; ``tags`` only apply to a new conversation.
+    or a ``store`` (a :class:`~cowconv.Store`, or a ``postgresql://`` URL
+    opened as a :class:`~cowconv.stores.postgres.PostgresStore`), every
+    change is durable before it is seen, and forks go to the same store.
+    If that store holds ``conversation_id``, the conversation resumes from
+    it with the ``agent`` and ``workspace`` given here; ``tags`` only apply
+    to a new conversation.
 
     With a :class:`~cowconv.RemoteWorkspace` (or any ``Workspace(host=url,
     ...)``) the conversation lives on the agent server at ``url`` (which
@@ -121,11 +132,42 @@ class Conversation:
     :class:`~cowconv.agent_server.InProcessTransport` reaches an app in this
     process.
 
+    ``delete_on_close`` is OpenHands' setting, accepted and kept on the
+    conversation (and its forks); as in OpenHands' SDK for a conversation in
+    this process, closing deletes nothing. ``True`` for a conversation on an
+    agent server is refused for now.
+
     This constructor is the one way to make a conversation:
     :meth:`resume` reopens a stored one through the same path
     (:meth:`LocalBackend.open <cowconv.backends.local.LocalBackend.open>`),
     and :meth:`fork` makes one from another.
     """
+
+    _delete_on_close: bool = True  # OpenHands' default in this process
+    _background: _BackgroundRun | None = None  # a run(blocking=False) in progress or ended
+    # What fork() passes on besides the backend: (the visualiser, delete_on_close if it was
+    # set). None, the class default, when there is neither: then fork() reads one attribute.
+    _fork_extras: tuple[ConversationVisualizerBase | None, bool | None] | None = None
+
+    @property
+    def delete_on_close(self) -> bool:
+        """OpenHands' setting, accepted and kept (forks inherit it); see :meth:`close`.
+
+        OpenHands' defaults: ``True`` in this process, ``False`` on an agent server.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> Conversation(agent=agent, workspace=".", delete_on_close=False).fork().delete_on_close
+        False
+        """
+        return self._delete_on_close
+
+    @delete_on_close.setter
+    def delete_on_close(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise InvalidTypeError(f"delete_on_close must be a bool, got {value!r}")
+        self._delete_on_close = value
+        self._fork_extras = (self._visualizer, value)
 
     @overload
     def __new__(
@@ -139,6 +181,7 @@ class Conversation:
         max_iteration_per_run: int = ...,
         visualizer: VisualizerSetting = ...,
         stuck_detection: bool = ...,
+        delete_on_close: bool | None = ...,
         transport: httpx.BaseTransport | None = ...,
     ) -> RemoteConversation: ...
 
@@ -153,9 +196,10 @@ class Conversation:
         callbacks: Iterable[EventCallback] = ...,
         max_iteration_per_run: int = ...,
         persistence_dir: str | os.PathLike[str] | None = ...,
-        store: StateSink | None = ...,
+        store: StateSink | str | None = ...,
         visualizer: VisualizerSetting = ...,
         stuck_detection: bool = ...,
+        delete_on_close: bool | None = ...,
     ) -> Conversation: ...
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
@@ -176,13 +220,16 @@ class Conversation:
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
         persistence_dir: str | os.PathLike[str] | None = None,
-        store: StateSink | None = None,
+        store: StateSink | str | None = None,
         visualizer: VisualizerSetting = DEFAULT_VISUALIZER,
         stuck_detection: bool = True,
+        delete_on_close: bool | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         if not isinstance(stuck_detection, bool):
             raise InvalidTypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
+        if delete_on_close is not None and not isinstance(delete_on_close, bool):
+            raise InvalidTypeError(f"delete_on_close must be a bool, got {delete_on_close!r}")
         if not isinstance(agent, Agent):
             raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
         workspace = Workspace.coerce(workspace)
@@ -192,6 +239,12 @@ class Conversation:
             callbacks = (shown, *callbacks)
         backend: Backend
         if workspace.is_remote:
+            if delete_on_close:
+                raise InvalidValueError(
+                    "delete_on_close=True is not supported for a conversation on an agent "
+                    "server yet: the server keeps it after close() (delete it through the "
+                    "server's API)"
+                )
             if persistence_dir is not None or store is not None:
                 raise InvalidValueError(
                     "a conversation on an agent server is stored by the server: leave out "
@@ -222,6 +275,8 @@ class Conversation:
                 max_iteration_per_run=max_iteration_per_run,
             )
         self._hold(backend, shown)
+        if delete_on_close is not None:
+            self.delete_on_close = delete_on_close
 
     def _hold(self, backend: Backend, visualizer: ConversationVisualizerBase | None) -> None:
         self._backend: Backend = backend
@@ -229,6 +284,7 @@ class Conversation:
         self._agent_view: tuple[ConversationState, Agent] | None = None
         self._visualizer: ConversationVisualizerBase | None = visualizer
         if visualizer is not None:
+            self._fork_extras = (visualizer, None)
             visualizer.initialize(self)
 
     if not TYPE_CHECKING:
@@ -247,6 +303,7 @@ class Conversation:
         conversation._agent_view = None
         conversation._visualizer = visualizer
         if visualizer is not None:
+            conversation._fork_extras = (visualizer, None)
             visualizer.initialize(conversation)
         return conversation
 
@@ -260,10 +317,10 @@ class Conversation:
     ) -> Conversation:
         """Reopen a stored conversation with the agent and workspace it was stored with.
 
-        ``store`` is a :class:`~cowconv.Store` or the directory given as
-        ``persistence_dir``. ``ConversationNotFoundError`` if it has no such
-        conversation. A conversation stored while ``running`` comes back
-        ``paused``.
+        ``store`` is a :class:`~cowconv.Store`, the directory given as
+        ``persistence_dir``, or a ``postgresql://`` URL.
+        ``ConversationNotFoundError`` if it has no such conversation. A
+        conversation stored while ``running`` comes back ``paused``.
 
         >>> from cowconv import LLM, Agent, SQLiteStore
         >>> store = SQLiteStore(":memory:")
@@ -358,37 +415,74 @@ class Conversation:
         return self._backend.snapshot()
 
     def append_event(self, event: Event) -> Event:
-        """Record ``event`` at the end of the history and return it.
+        """Record ``event`` at the end of the active branch and return it as recorded.
+
+        The recorded event is ``event`` with its ``parent_id`` set to the
+        event before it on the branch (OpenHands' SDK stamps it so too): a
+        copy with the same id, unless ``event`` already named that parent.
+        An event naming another parent is refused
+        (:class:`~cowconv.InvalidValueError`; ``navigate_to`` it first).
 
         >>> from cowconv import LLM, Agent, PauseEvent
         >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
-        >>> conversation.append_event(PauseEvent()) == conversation.state.events[-1]
-        True
+        >>> first = conversation.append_event(PauseEvent())
+        >>> second = conversation.append_event(PauseEvent())
+        >>> second == conversation.state.events[-1], second.parent_id == first.id
+        (True, True)
         """
         if not isinstance(event, Event):
             raise InvalidTypeError(f"expected an Event, got {type(event).__name__}")
         self._backend.commit(AppendEvent(event))
-        return event
+        return recorded(self._backend.snapshot(), event)
 
-    def send_message(self, text: str) -> MessageEvent:
-        """Record a user message and return its event.
+    def send_message(self, message: str | Message, sender: str | None = None) -> MessageEvent:
+        """Record a user message and return its event (as recorded, with its ``parent_id``).
+
+        ``message`` is the text, or an LLM :class:`~cowconv.Message` of role
+        ``user`` (OpenHands' ``send_message(Message(...))``: text and image
+        parts); ``sender`` names who sent it (kept on the event, as in
+        OpenHands' SDK).
 
         The first time, the agent's system prompt is recorded just before it
-        (a :class:`~cowconv.SystemPromptEvent`, as the seed SDK does; a new
+        (a :class:`~cowconv.SystemPromptEvent`, as OpenHands' SDK does; a new
         conversation stays empty until then), and again before the next
         message whenever the agent's prompt or tools changed, e.g. in a
         ``fork(agent=...)``.
 
-        >>> from cowconv import LLM, Agent, Conversation
+        >>> from cowconv import LLM, Agent, Conversation, Message, TextContent
         >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
         >>> _ = conversation.send_message("hi")
-        >>> [event.kind for event in conversation.state.events]
-        ['SystemPromptEvent', 'MessageEvent']
+        >>> message = Message(role="user", content=[TextContent(text="ok")])
+        >>> event = conversation.send_message(message)
+        >>> [e.kind for e in conversation.state.events], event.text
+        (['SystemPromptEvent', 'MessageEvent', 'MessageEvent'], 'ok')
         """
-        if not isinstance(text, str):
-            raise InvalidTypeError(f"send_message() takes a str, got {type(text).__name__}")
-        check_text(text, "the message")
-        return self._backend.send_message(text)
+        if sender is not None and not isinstance(sender, str):
+            raise InvalidTypeError(f"sender must be a str or None, got {type(sender).__name__}")
+        if isinstance(message, Message):
+            if message.role != "user":
+                raise InvalidValueError(
+                    f"send_message() sends user messages, got a message of role {message.role!r}"
+                )
+            check_text(message.text, "the message")
+            if isinstance(self._backend, LocalBackend):
+                return self._backend.send_message(message, sender)
+            if sender is not None or any(part.type != "text" for part in message.content):
+                raise InvalidValueError(
+                    "a conversation on an agent server sends text messages only (no images, "
+                    "no sender) for now"
+                )
+            return self._backend.send_message(message.text)
+        if not isinstance(message, str):
+            raise InvalidTypeError(
+                f"send_message() takes a str or a Message, got {type(message).__name__}"
+            )
+        check_text(message, "the message")
+        if sender is not None:
+            if not isinstance(self._backend, LocalBackend):
+                raise InvalidValueError("a conversation on an agent server sends no sender for now")
+            return self._backend.send_message(message, sender)
+        return self._backend.send_message(message)
 
     def set_tag(self, key: str, value: str | None) -> None:
         """Set tag ``key`` to ``value``; ``None`` removes it."""
@@ -486,33 +580,65 @@ class Conversation:
             if title is not None:
                 fork_tags["title"] = title
             spec = ForkSpec(fork_id, agent, fork_tags, None, bool(reset_metrics), from_event_id)
-        # As OpenHands' SDK: the fork shows its events with a new visualiser of the source's kind.
-        if self._visualizer is None:
+        extras = self._fork_extras
+        if extras is None:
             return type(self)._holding(self._backend.fork(spec, callbacks))
-        shown = type(self._visualizer)()
-        return type(self)._holding(self._backend.fork(spec, (shown, *callbacks)), shown)
+        # As OpenHands' SDK: the fork shows its events with a new visualiser of the source's
+        # kind, and keeps its delete_on_close.
+        visualizer, delete_on_close = extras
+        if visualizer is None:
+            fork = type(self)._holding(self._backend.fork(spec, callbacks))
+        else:
+            shown = type(visualizer)()
+            fork = type(self)._holding(self._backend.fork(spec, (shown, *callbacks)), shown)
+        if delete_on_close is not None:
+            fork.delete_on_close = delete_on_close
+        return fork
 
     # -- running -------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self, blocking: bool = True) -> None:
         """Run the agent until it answers, is paused, fails, or hits ``max_iteration_per_run``.
 
-        Blocks; ``execution_status`` is ``running`` meanwhile and ends as
+        ``execution_status`` is ``running`` meanwhile and ends as
         ``finished`` (the model answered without tool calls), ``paused``,
         ``error`` (an LLM call failed after its retries, or a tool crashed:
         an :class:`~cowconv.AgentErrorEvent` says why) or ``stuck`` (the
         iteration limit; ``run()`` again grants as many more steps). Errors
         are recorded, not raised; ``run()`` again continues from the history.
-        A run with nothing to answer just finishes. Only one ``run()`` at a
-        time per conversation (another one is a ``RuntimeError``).
+        A run with nothing to answer just finishes.
+
+        ``blocking=False`` returns at once and runs in a background thread,
+        as OpenHands' ``RemoteConversation.run(blocking=False)``; a later
+        ``run()`` then waits for that run to end instead of starting another
+        (and raises what stopped it, if it crashed), and ``run(blocking=False)``
+        while it goes does nothing. Otherwise only one ``run()`` at a time per
+        conversation (another one is a :class:`~cowconv.ConversationRunningError`).
 
         >>> from cowconv import LLM, Agent, Conversation
         >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
         >>> conversation.run()  # nothing to answer yet: no LLM call
         >>> conversation.state.execution_status.value
         'finished'
+        >>> conversation.run(blocking=False)  # returns at once
+        >>> conversation.run()  # waits for the background run
+        >>> conversation.state.execution_status.value
+        'finished'
         """
-        self._backend.run()
+        if not isinstance(blocking, bool):
+            raise InvalidTypeError(f"blocking must be a bool, got {blocking!r}")
+        background = self._background
+        if background is not None and background.alive():
+            if blocking:
+                background.wait()
+            return
+        if background is not None:
+            self._background = None
+            background.wait()  # already ended: raises what stopped it, once
+        if blocking:
+            self._backend.run()
+            return
+        self._background = _BackgroundRun(self._backend, str(self.id))
 
     def pause(self) -> None:
         """Stop a run after its current step, from any thread; ``run()`` resumes.
@@ -541,14 +667,56 @@ class Conversation:
         self._backend.interrupt()
 
     def close(self) -> None:
-        """Release what this conversation holds (processes, connections)."""
+        """Release what this conversation holds (processes, connections).
+
+        A run in the background is asked to stop after its step and waited
+        for. Nothing stored is deleted, whatever ``delete_on_close`` says
+        (as in OpenHands' SDK for a conversation in this process):
+        ``Conversation.resume`` reopens a stored conversation after ``close()``.
+        """
         self._backend.close()
+        background = self._background
+        if background is not None:
+            background.join()
 
     def __enter__(self) -> Conversation:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class _BackgroundRun:
+    """A ``run()`` in a daemon thread (``run(blocking=False)``), and what stopped it."""
+
+    __slots__ = ("_thread", "_error")
+
+    def __init__(self, backend: Backend, name: str) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(backend,), name=f"cowconv-run-{name}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, backend: Backend) -> None:
+        try:
+            backend.run()
+        except BaseException as error:  # handed to the run() that waits for this one
+            logger.warning("the background run of %r stopped: %r", backend, error)
+            self._error = error
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def wait(self) -> None:
+        """Wait for the run to end; raise what stopped it, if anything did (once)."""
+        self._thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
 
 LocalConversation = Conversation
@@ -575,6 +743,8 @@ class RemoteConversation(Conversation):
     ...     source.close(); fork.close()
     RemoteConversation 2 Follow-up fork
     """
+
+    _delete_on_close = False  # OpenHands' default on an agent server
 
     def __init__(
         self,

@@ -44,11 +44,33 @@ __all__ = ["guarded"]
 
 
 class ConversationEvents(EventLog):
-    """The history of ``conversation.state``: ``append``/``extend`` record on the conversation."""
+    """The history of ``conversation.state``: ``append``/``extend`` record on the conversation.
 
-    __slots__ = ("_owner",)
+    ``path_to_root(event_id)`` finds the event on any branch of the
+    snapshot's tree, as OpenHands' ``state.events.path_to_root`` does.
+    """
+
+    __slots__ = ("_owner", "_others")
 
     _owner: weakref.ReferenceType[Conversation]
+    _others: tuple[EventLog, ...]
+
+    def path_to_root(self, event_id: str | None, limit: int | None = None) -> list[Event]:
+        """The path from the root to ``event_id``, on whichever branch holds it.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = conversation.send_message("one")
+        >>> second = conversation.send_message("two")
+        >>> conversation.navigate_to(first.id)
+        >>> [e.text for e in conversation.state.events.path_to_root(second.id)[1:]]
+        ['one', 'two']
+        """
+        if event_id is not None and self.position_of(event_id) is None:
+            for branch in self._others:
+                if branch.position_of(event_id) is not None:
+                    return branch.path_to_root(event_id, limit)
+        return super().path_to_root(event_id, limit)
 
     def _conversation(self) -> Conversation:
         conversation = self._owner()
@@ -144,6 +166,7 @@ def guarded(state: ConversationState, conversation: Conversation) -> Conversatio
     """``state`` with its events, tags and agent state guarded for ``conversation``, in O(1)."""
     history = state.events.retyped(ConversationEvents)
     history._owner = weakref.ref(conversation)
+    history._others = state.other_branches
     return state._replace(
         events=history,
         tags=SnapshotMap(state.tags, "tags"),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
@@ -37,6 +38,9 @@ __all__ = [
     "Backend",
     "EventCallback",
     "ForkSpec",
+    "Row",
+    "RowStore",
+    "RowTransaction",
     "StateSink",
     "StateStore",
     "notify",
@@ -107,8 +111,133 @@ class StateStore(StateSink, Protocol):
         ...
 
 
-# The row-level store interface (what a generic tree store needs from a database: rows of
-# conversations and of events) goes here, next to StateSink and StateStore.
+class Row(NamedTuple):
+    """One conversation row of a :class:`RowStore`: a conversation, a branch, or a tombstone.
+
+    A row holds the events ``fork_len .. event_count - 1`` of its history
+    itself and inherits the first ``fork_len`` from row ``parent``. A
+    conversation's row has its ``id`` and ``state`` (the JSON of
+    :func:`~cowconv.core.state.dump_state_json`); each other branch of its
+    tree is a row with ``branch_of`` (the conversation id) and
+    ``branch_order``; a row with none of these is a tombstone, kept while
+    forks reach its events. ``generation`` (random, set at creation) and
+    ``version`` (counted up by every write) tell which write a snapshot is.
+
+    >>> Row(key=1, id="c1", parent=None, fork_len=0, event_count=2, state="{}").is_tombstone
+    False
+    """
+
+    key: int
+    id: str | None
+    parent: int | None
+    fork_len: int
+    event_count: int
+    state: str | None
+    generation: int = 0
+    version: int = 0
+    branch_of: str | None = None
+    branch_order: int = 0
+
+    @property
+    def is_tombstone(self) -> bool:
+        """Whether no conversation or branch uses the row any more."""
+        return self.id is None and self.branch_of is None
+
+
+class RowTransaction(Protocol):
+    """The row operations of one transaction of a :class:`RowStore`.
+
+    Keys are handed out by :meth:`insert`; events are written once at
+    ``(key, position)`` and only ever trimmed from the end.
+    """
+
+    def row(self, conversation_id: str) -> Row | None:
+        """The row of the conversation ``conversation_id``, if it is stored."""
+        ...
+
+    def row_at(self, key: int) -> Row | None:
+        """The row ``key``, whatever it holds."""
+        ...
+
+    def branch_rows(self, conversation_id: str) -> Sequence[Row]:
+        """The rows of the other branches of a conversation, by ``branch_order``."""
+        ...
+
+    def children(self, key: int) -> Sequence[Row]:
+        """The rows whose parent is ``key``, in key order."""
+        ...
+
+    def insert(self, row: Row) -> int:
+        """Store ``row`` under a new key (``row.key`` is ignored) and return the key.
+
+        A taken ``row.id`` raises :class:`~cowconv.ConversationExistsError`.
+        """
+        ...
+
+    def update(self, row: Row, *, expected: Row | None = None) -> bool:
+        """Write every field of ``row`` at ``row.key``.
+
+        With ``expected``, only if the stored generation and version are
+        still ``expected``'s (the check that refuses a stale writer);
+        returns whether the row was written.
+        """
+        ...
+
+    def delete(self, key: int) -> None:
+        """Remove the row ``key`` (its events must be gone)."""
+        ...
+
+    def write_events(self, key: int, start: int, events: Iterable[Event]) -> None:
+        """Store ``events`` at positions ``start, start + 1, ...`` of row ``key``."""
+        ...
+
+    def read_events(self, key: int, start: int, stop: int) -> tuple[Sequence[str], Sequence[Event]]:
+        """The ids and events at positions ``start .. stop - 1`` of row ``key`` (only its own).
+
+        The events may be validated lazily (:class:`~cowconv.stores.lazy.LazyEvents`).
+        """
+        ...
+
+    def event_id(self, key: int, position: int) -> str | None:
+        """The id of the event row ``key`` itself holds at ``position``, if any."""
+        ...
+
+    def trim_events(self, key: int, keep: int) -> None:
+        """Delete the events of row ``key`` from position ``keep`` on."""
+        ...
+
+    def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> Sequence[Row]:
+        """Conversation rows carrying all ``tags``, by the ``created_at`` of their state, then key.
+
+        ``limit`` and ``offset`` (both checked, ``offset < 2**63``) page through them.
+        """
+        ...
+
+    def epoch(self) -> object:
+        """A token that changes when another connection may have reused a freed key."""
+        ...
+
+
+@runtime_checkable
+class RowStore(Protocol):
+    """What a database offers a :class:`~cowconv.stores.tree.TreeStore`: transactions on rows.
+
+    A read transaction sees one consistent snapshot; a write transaction is
+    atomic, durable when it ends, and serialised with every other writer of
+    the database. An exception inside rolls it back.
+
+    >>> from cowconv.stores.memory import MemoryRows
+    >>> isinstance(MemoryRows(), RowStore)
+    True
+    """
+
+    def transaction(self, *, write: bool) -> AbstractContextManager[RowTransaction]:
+        """One read snapshot or one atomic write."""
+        ...
+
+    def close(self) -> None:
+        """Release the connections; further transactions raise :class:`~cowconv.StoreError`."""
+        ...
 
 
 class ForkSpec(NamedTuple):

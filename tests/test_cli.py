@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import shutil
 import socket
@@ -198,6 +199,57 @@ class TestTree:
         assert bogus.read_bytes() == before
 
 
+class TestDiff:
+    def test_two_forks_of_one_source(self, tmp_path):
+        """diff prints each side, then only the events past the common prefix, - and +."""
+        deeper, variant, _ = make_store(tmp_path)
+        result = cowconv("diff", str(tmp_path), "deeper", "variant")
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0] == "a: deeper" and lines[2] == "b: variant"
+        assert lines[1].startswith("   'Deeper'  openai/stub-model  idle  $0.0000")
+        assert lines[4] == "2 events in common; a has 5 more, b has 0 more"
+        assert lines[5:10] == [
+            f"- [{n}] MessageEvent user: {text}"
+            for n, text in enumerate(["m1", "m2", "m3", "m4", "why?"], start=2)
+        ]
+        assert lines[10] == "cost: +$0.0000; tokens: +0"
+
+    def test_json(self, tmp_path):
+        """--json gives the whole comparison, events as their documents."""
+        make_store(tmp_path)
+        result = cowconv("diff", "--json", str(tmp_path / "cowconv.db"), "root", "debug")
+        assert result.returncode == 0, result.stderr
+        data = json.loads(result.stdout)
+        assert data["common"] == 6
+        assert data["a"]["events"] == []
+        assert [event["kind"] for event in data["b"]["events"]] == ["MessageEvent"]
+        assert data["b"]["tags"] == {} and data["b"]["title"] == "Debug"
+        assert data["status_changed"] is False
+
+    def test_width_cuts_long_lines(self, tmp_path):
+        """--width cuts event lines with an ellipsis; 0 keeps them whole."""
+        store = tmp_path / "store"
+        source = Conversation(
+            agent=AGENT, workspace=".", persistence_dir=store, conversation_id="s"
+        )
+        fork = source.fork(conversation_id="f")
+        fork.send_message("x" * 200)
+        cut = cowconv("diff", "--width", "40", str(store), "s", "f").stdout.splitlines()
+        assert all(len(line) <= 40 for line in cut) and cut[-2].endswith("…")
+        whole = cowconv("diff", "--width", "0", str(store), "s", "f").stdout
+        assert "x" * 200 in whole
+
+    def test_unknown_id_and_missing_store(self, tmp_path):
+        """An unknown id or a missing store is one line on stderr, status 2."""
+        make_store(tmp_path)
+        result = cowconv("diff", str(tmp_path), "root", "nope")
+        assert result.returncode == 2
+        assert result.stderr == f"error: no conversation 'nope' in {tmp_path}\n"
+        missing = cowconv("diff", str(tmp_path / "none"), "a", "b")
+        assert missing.returncode == 2 and missing.stderr.startswith("error: no cowconv store")
+
+
 class TestVersion:
     def test_version(self):
         """cowconv --version prints the installed version, the Python, and pyrsistent's vector."""
@@ -216,6 +268,24 @@ class TestServe:
         assert "Usage: cowconv serve" in cowconv("serve", "--help").stdout
         own = cowconv("--help", module="cowconv.agent_server")
         assert own.returncode == 0 and "Usage: python -m cowconv.agent_server" in own.stdout
+
+    def test_help_names_every_variable_whole(self):
+        """serve --help at 80 columns names each $COWCONV_ variable in full, never cut."""
+        text = cowconv("serve", "--help", env={"COLUMNS": "80"}).stdout
+        assert max(len(line) for line in text.splitlines()) <= 80
+        for name in (
+            "HOST",
+            "PORT",
+            "DATA_DIR",
+            "SESSION_API_KEY",
+            "LOG_LEVEL",
+            "ALLOWED_HOSTS",
+            "ALLOWED_ORIGINS",
+            "ALLOW_UNAUTHENTICATED",
+            "MAX_BODY_SIZE",
+        ):
+            assert f"$COWCONV_{name}" in text, name
+        assert "…" not in text
 
     @pytest.mark.parametrize(
         ("args", "env", "message"),

@@ -29,6 +29,7 @@ from hypothesis.stateful import (
 
 from cowconv import (
     LLM,
+    ROOT_PARENT_ID,
     Agent,
     Conversation,
     ConversationExistsError,
@@ -91,6 +92,39 @@ class Model:
     def leaves(self) -> set:
         return {h for h in self.seen if not any(o[: len(h)] == h and o != h for o in self.seen)}
 
+    def next_parent_id(self) -> str | None:
+        """OpenHands' rule: the last event of the branch; a new root after navigate_to(None)."""
+        if self.events:
+            return self.events[-1].id
+        return ROOT_PARENT_ID if any(self.seen) else None
+
+    def stamped(self, event):
+        """``event`` as the conversation records it next: with its parent_id."""
+        parent = self.next_parent_id()
+        return event if parent is None else event.model_copy(update={"parent_id": parent})
+
+
+def assert_parent_chains(state: ConversationState) -> None:
+    """On every branch, each event's parent is the event before it; a root has none."""
+    for branch in (*state.branches, state.events):
+        for position, event in enumerate(branch):
+            if position == 0:
+                assert event.parent_id in (None, ROOT_PARENT_ID)
+            else:
+                assert event.parent_id == branch[position - 1].id
+
+
+def path_to_root(state: ConversationState, event_id: str) -> list[str]:
+    """The ids from the root to ``event_id``, following parent_id over every branch."""
+    by_id = {event.id: event for branch in state.branches for event in branch}
+    path = []
+    current = by_id[event_id]
+    while True:
+        path.append(current.id)
+        if current.parent_id in (None, ROOT_PARENT_ID):
+            return path[::-1]
+        current = by_id[current.parent_id]
+
 
 def check(state: ConversationState, model: Model) -> None:
     """``state`` shows exactly what ``model`` holds."""
@@ -108,6 +142,8 @@ def check(state: ConversationState, model: Model) -> None:
     assert state.execution_status is model.status
     assert {tuple(e.id for e in branch) for branch in state.branches} == model.leaves()
     assert state.leaf_event_id == (model.events[-1].id if model.events else None)
+    assert state.head_is_empty == (not model.events and any(model.seen))
+    assert_parent_chains(state)
 
 
 class ForkIsolation(RuleBasedStateMachine):
@@ -148,14 +184,17 @@ class ForkIsolation(RuleBasedStateMachine):
         prompts = [e for e in model.events if isinstance(e, SystemPromptEvent)]
         current = (model.agent.system_prompt, ())
         stale = not prompts or (prompts[-1].system_prompt, prompts[-1].tools) != current
+        expected_parent = model.next_parent_id()
         event = conversation.send_message(text)
         assert event.text == text and event.source == "user"
         added = list(conversation.state.events)[len(model.events) :]
+        assert added[0].parent_id == expected_parent
         if stale:
             prompt = added[0]
             assert isinstance(prompt, SystemPromptEvent)
             assert (prompt.system_prompt, prompt.tools) == current
             assert added == [prompt, event]
+            assert event.parent_id == prompt.id
         else:
             assert added == [event]
         model.events.extend(added)
@@ -167,8 +206,9 @@ class ForkIsolation(RuleBasedStateMachine):
         conversation, model = pair
         if event.id in model.seen_ids:
             return
-        conversation.append_event(event)
-        model.events.append(event)
+        expected = model.stamped(event)
+        assert conversation.append_event(event) == expected
+        model.events.append(expected)
         model.seen_ids.add(event.id)
         model.record()
 
@@ -254,6 +294,9 @@ class ForkIsolation(RuleBasedStateMachine):
             swap_agent = False
         fork = conversation.fork(agent=self.agents[1] if swap_agent else None, **options)
         self.backend.opened.append(fork)
+        if at is not None:  # OpenHands' slice: the path from the root to that event
+            path = path_to_root(conversation.state, model.events[at].id)
+            assert [e.id for e in fork.state.events] == path
         copied = copy.deepcopy(model)
         copied.id = fork.id
         if at is not None:

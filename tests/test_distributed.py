@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +26,9 @@ from cowconv import (
     Branch,
     BranchError,
     BranchesError,
+    BranchLostError,
+    BranchTimeoutError,
+    BranchWorkspaceError,
     CondensationEvent,
     Conversation,
     ExecutionStatus,
@@ -32,6 +37,7 @@ from cowconv import (
     Tool,
     ToolDefinition,
     ToolResult,
+    iter_branches,
     register_tool,
     run_branches,
 )
@@ -76,11 +82,15 @@ def _own_events(fork: Conversation) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def dask_client() -> Iterator[object]:
-    """A real Dask LocalCluster: 2 worker processes, 1 thread each, on 127.0.0.1."""
+    """A real Dask LocalCluster: 2 worker processes, 1 thread each, on 127.0.0.1.
+
+    Dask's default configuration (``allowed-failures`` 3: the scheduler runs a task again when
+    its worker dies): the executor itself must keep a branch from running twice.
+    """
     dask = pytest.importorskip("dask")
     distributed = pytest.importorskip("distributed")
-    # A worker that dies fails its task at once instead of being run again elsewhere.
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    assert dask.config.get("distributed.scheduler.allowed-failures") == 3
+    if True:
         cluster = distributed.LocalCluster(
             n_workers=2,
             threads_per_worker=1,
@@ -376,24 +386,56 @@ class TestFailures:
         assert [str(e) for e in raised.value.exceptions] == ["disk full", "disk full"]
         assert len(raised.value.forks) == 2
 
-    def test_a_killed_dask_worker_fails_its_branch(self, source, dask_client):
-        """The branch whose worker dies fails (not run again); the suite goes on."""
+    def test_a_killed_dask_worker_fails_its_branch_exactly_once(self, source, stub, dask_client):
+        """Under Dask's default allowed-failures (3), the branch whose worker is SIGKILLed
+        mid-branch fails as lost (the scheduler's second attempt is refused) after exactly one
+        LLM call; branches queued on the dead worker, never started, run once elsewhere."""
         from cowconv.distributed import DaskExecutor
 
-        branches = ["Run `echo before`.", "Run `kill -9 $PPID`.", "Run `echo after`."]
-        # One at a time, so the dying worker runs nothing but the branch that kills it.
-        executor = DaskExecutor(dask_client, max_in_flight=1, progress=False)
+        branches = [
+            "Run `echo before`.",
+            "Run `kill -9 $PPID`.",
+            "Run `echo after`.",
+            "Run `echo later`.",
+        ]
+        sent = len(stub.requests)
+        executor = DaskExecutor(dask_client, max_in_flight=4, progress=False)
         with pytest.raises(BranchesError) as raised:
             run_branches(source, branches, executor=executor)
+        assert len(raised.value.exceptions) == 1, [repr(e) for e in raised.value.exceptions]
         (error,) = raised.value.exceptions
-        assert error.index == 1 and "died" in str(error)
+        assert isinstance(error, BranchLostError)
+        assert error.index == 1 and "died while running it" in str(error)
         statuses = [f.state.execution_status for f in raised.value.forks]
         assert statuses == [
             ExecutionStatus.FINISHED,
             ExecutionStatus.ERROR,
             ExecutionStatus.FINISHED,
+            ExecutionStatus.FINISHED,
         ]
+        # One LLM call per step actually taken: the killer's only call, two for each other.
+        calls = _calls_by_message(stub.requests[sent:])
+        assert calls == {branches[0]: 2, branches[1]: 1, branches[2]: 2, branches[3]: 2}
         dask_client.wait_for_workers(2, timeout=120)
+
+
+def _last_user_text(body: dict) -> str:
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return "".join(part.get("text", "") for part in content)
+            return str(content)
+    return ""
+
+
+def _calls_by_message(requests) -> dict[str, int]:
+    """How many LLM requests the stub got for each branch (by its latest user message)."""
+    counts: dict[str, int] = {}
+    for request in requests:
+        said = _last_user_text(request.body)
+        counts[said] = counts.get(said, 0) + 1
+    return counts
 
 
 class TestProcessExecutor:
@@ -443,8 +485,9 @@ class TestRayExecutor:
         assert set(more.prefix_loads) == {1}  # every worker that ran one loaded it once
         assert len(set(more.workers)) <= 2
 
-    def test_ray_failures_come_back_per_branch(self, source, ray_session):
-        """An unpicklable agent and a killed worker each fail their own branch, once."""
+    def test_ray_failures_come_back_per_branch(self, source, stub, ray_session):
+        """An unpicklable agent and a killed worker each fail their own branch, once: the
+        branch whose worker is SIGKILLed mid-branch made exactly one LLM call."""
         from cowconv.distributed import RayExecutor
 
         locked = Agent(llm=LockedLLM(model=source.agent.llm.model))
@@ -455,12 +498,15 @@ class TestRayExecutor:
             "Run `echo after`.",
         ]
         executor = RayExecutor(max_in_flight=1, progress=False)
+        sent = len(stub.requests)
         with pytest.raises(BranchesError) as raised:
             run_branches(source, branches, executor=executor)
         errors = sorted(raised.value.exceptions, key=lambda e: e.index)
         assert [e.index for e in errors] == [1, 2]
         assert "cannot be sent to a worker" in str(errors[0])
-        assert "died" in str(errors[1])
+        assert isinstance(errors[1], BranchLostError) and "died" in str(errors[1])
+        calls = _calls_by_message(stub.requests[sent:])
+        assert calls == {branches[0]: 2, branches[2]: 1, branches[3]: 2}
         statuses = [f.state.execution_status for f in raised.value.forks]
         assert statuses == [
             ExecutionStatus.FINISHED,
@@ -499,7 +545,7 @@ class TestDrive:
                 drive(
                     jobs,
                     submit=submit,
-                    wait_any=lambda handles: wait(handles, return_when=FIRST_COMPLETED).done,
+                    wait_any=lambda handles, timeout: wait(handles, timeout, FIRST_COMPLETED).done,
                     collect=collect,
                     max_in_flight=2,
                     progress=True,
@@ -512,3 +558,360 @@ class TestDrive:
         assert isinstance(by_index[3], ValueError)
         assert by_index[5] == b"ran 5"
         assert "suite under test" in capsys.readouterr().err
+
+
+# -- time limits, cancellation, workspaces, warm workers, engine options ----------------------
+
+
+class HangingBrain:
+    """The stub's brain, except that a request whose latest user message says HANG is held
+    until ``release`` (a provider that hangs); ``on_hang`` runs when one arrives."""
+
+    def __init__(self, on_hang=None) -> None:
+        self.release = threading.Event()
+        self.on_hang = on_hang
+
+    def __call__(self, request):
+        from cowconv.testing import default_brain
+
+        if "HANG" in _last_user_text(request):
+            if self.on_hang is not None:
+                self.on_hang()
+            self.release.wait(300)
+        return default_brain(request)
+
+
+@pytest.fixture
+def hanging():
+    """A stub LLM server whose HANG requests hang (released when the test ends)."""
+    brain = HangingBrain()
+    with StubLLMServer(brain=brain) as server:
+        try:
+            yield server, brain
+        finally:
+            brain.release.set()
+
+
+def _source_on(server: StubLLMServer, workspace, store=None) -> Conversation:
+    llm = LLM(**server.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+    agent = Agent(llm=llm, tools=[Tool(name="terminal")])
+    source = Conversation(agent=agent, workspace=workspace, store=store)
+    source.send_message("Hello.")
+    return source
+
+
+def _last_event_text(fork: Conversation) -> str:
+    event = fork.state.events[-1]
+    return getattr(event, "error", None) or getattr(event, "text", "")
+
+
+@pytest.fixture(scope="module")
+def processes() -> Iterator[ProcessExecutor]:
+    """Two warm worker processes, kept for every test of the module that uses them."""
+    with ProcessExecutor(max_workers=2, progress=False) as executor:
+        yield executor
+
+
+class TestTimeLimits:
+    @pytest.mark.parametrize("engine", ["processes", "dask", "ray", "threads"])
+    def test_a_hanging_branch_ends_at_its_limit_and_the_others_finish(
+        self, hanging, tmp_path, engine, request
+    ):
+        """The branch whose LLM hangs ends ``timeout`` at its limit (its fork says so), its
+        slot runs the next branch, the others finish; the hung call was made once."""
+        from cowconv.distributed import DaskExecutor, RayExecutor
+
+        server, _ = hanging
+        source = _source_on(server, tmp_path)
+        executor = {
+            "processes": lambda: request.getfixturevalue("processes"),
+            "dask": lambda: DaskExecutor(
+                request.getfixturevalue("dask_client"), max_in_flight=2, progress=False
+            ),
+            "ray": lambda: request.getfixturevalue("ray_session") and RayExecutor(progress=False),
+            "threads": lambda: None,
+        }[engine]()
+        branches = ["HANG now.", "Run `echo one`.", "Say two.", "Say three."]
+        seen = []
+        with pytest.raises(BranchesError) as raised:
+            run_branches(
+                source,
+                branches,
+                executor=executor,
+                max_workers=2,
+                branch_timeout=6,
+                on_result=lambda result: seen.append((result.index, result.status)),
+            )
+        assert len(raised.value.exceptions) == 1, [repr(e) for e in raised.value.exceptions]
+        (error,) = raised.value.exceptions
+        assert isinstance(error, BranchTimeoutError) and error.index == 0
+        forks = raised.value.forks
+        assert [r.status for r in forks.results] == ["timeout", "finished", "finished", "finished"]
+        assert forks[0].state.execution_status is ExecutionStatus.ERROR
+        assert "time limit" in _last_event_text(forks[0])
+        assert sorted(seen) == [(0, "timeout"), (1, "finished"), (2, "finished"), (3, "finished")]
+        assert _calls_by_message(server.requests)["HANG now."] == 1
+
+    def test_the_suite_limit_ends_every_branch_still_out(self, hanging, tmp_path):
+        """Past the suite's ``timeout`` the hung branch is cut off and the one still queued
+        never starts: both end ``timeout``."""
+        server, _ = hanging
+        source = _source_on(server, tmp_path)
+        with pytest.raises(BranchesError) as raised:
+            run_branches(
+                source,
+                ["HANG now.", "Say hi."],
+                executor=PicklingExecutor(max_workers=1),
+                timeout=3,
+            )
+        assert sorted(type(e).__name__ for e in raised.value.exceptions) == [
+            "BranchTimeoutError",
+            "BranchTimeoutError",
+        ]
+        assert [r.status for r in raised.value.forks.results] == ["timeout", "timeout"]
+        assert _calls_by_message(server.requests).get("Say hi.", 0) <= 1
+
+    def test_limits_are_checked(self, source):
+        """A limit that is not a positive number of seconds is refused before any fork."""
+        before = source.state
+        with pytest.raises(ValueError, match="branch_timeout"):
+            run_branches(source, ["x"], branch_timeout=0)
+        with pytest.raises(TypeError, match="timeout"):
+            run_branches(source, ["x"], timeout="10")
+        assert source.state is before
+
+
+class TestCancellation:
+    def test_ctrl_c_cancels_the_suite_and_the_executor_stays_usable(self, tmp_path, processes):
+        """SIGINT while a branch hangs on a worker process: KeyboardInterrupt propagates, the
+        hung branch's process is killed and its fork recorded cancelled; the next suite runs."""
+        interrupted = threading.Event()
+
+        def ctrl_c() -> None:  # once: the first hung request interrupts this process
+            if not interrupted.is_set():
+                interrupted.set()
+                os.kill(os.getpid(), signal.SIGINT)
+
+        brain = HangingBrain(on_hang=ctrl_c)
+        with StubLLMServer(brain=brain) as server:
+            try:
+                store = SQLiteStore(tmp_path / "suite.db")
+                source = _source_on(server, tmp_path, store=store)
+                forks = []
+                suite = iter_branches(source, ["HANG now.", "HANG too."], executor=processes)
+                with pytest.raises(KeyboardInterrupt):
+                    for result in suite:
+                        forks.append(result)
+                assert forks == []
+                assert len(store.list()) == 3  # the source and its two forks
+                for info in store.list():
+                    if info.id != source.id:
+                        assert "cancelled" in store.load(info.id).events[-1].error
+                assert len(processes.worker_pids) == 0  # both busy workers were killed
+                after = run_branches(source, ["Say hi."], executor=processes)
+                assert after[0].state.execution_status is ExecutionStatus.FINISHED
+            finally:
+                brain.release.set()
+
+    def test_ctrl_c_on_dask_ends_the_running_task_on_its_worker(self, tmp_path, dask_client):
+        """Dask cannot stop a running task: after Ctrl-C the hung branch sees on the scheduler
+        that its suite ended and ends itself, freeing its worker thread while the LLM still
+        holds the call; its fork is recorded cancelled."""
+        from cowconv.distributed import DaskExecutor
+
+        interrupted = threading.Event()
+
+        def ctrl_c() -> None:
+            if not interrupted.is_set():
+                interrupted.set()
+                os.kill(os.getpid(), signal.SIGINT)
+
+        def executing(dask_worker) -> int:
+            return len(dask_worker.state.executing)
+
+        brain = HangingBrain(on_hang=ctrl_c)
+        with StubLLMServer(brain=brain) as server:
+            try:
+                store = SQLiteStore(tmp_path / "suite.db")
+                source = _source_on(server, tmp_path, store=store)
+                executor = DaskExecutor(dask_client, progress=False)
+                with pytest.raises(KeyboardInterrupt):
+                    run_branches(source, [Branch("HANG now.", title="hung")], executor=executor)
+                (hung,) = store.list(tags={"title": "hung"})
+                assert "cancelled" in store.load(hung.id).events[-1].error
+                deadline = time.monotonic() + 120
+                while sum(dask_client.run(executing).values()) and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                assert sum(dask_client.run(executing).values()) == 0
+                assert not brain.release.is_set()  # the LLM call is still held
+            finally:
+                brain.release.set()
+
+    def test_closing_the_iterator_cancels_what_is_left(self, hanging, tmp_path):
+        """Leaving iter_branches after the first result records the rest as cancelled."""
+        server, brain = hanging
+        store = SQLiteStore(tmp_path / "suite.db")
+        source = _source_on(server, tmp_path, store=store)
+        suite = iter_branches(
+            source,
+            [Branch("Say hi.", title="quick"), Branch("HANG now.", title="hung")],
+            executor=PicklingExecutor(2),
+        )
+        first = next(suite)
+        suite.close()
+        brain.release.set()
+        assert first.index == 0 and first.status == "finished"
+        (hung,) = store.list(tags={"title": "hung"})
+        state = store.load(hung.id)
+        assert state.execution_status is ExecutionStatus.ERROR
+        assert "cancelled" in state.events[-1].error
+
+
+def scratch_workspace(index: int, conversation_id: str) -> str:
+    """A workspace factory, run on the worker: a fresh directory per branch."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), "cowconv-test-ws", f"{conversation_id}-{index}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+class TestWorkspaces:
+    def test_a_missing_workspace_fails_before_the_llm_call(self, stub, tmp_path, executor):
+        """A workspace missing on the worker fails its branch with no LLM call at all."""
+        source = _source_on(stub, tmp_path)
+        sent = len(stub.requests)
+        with pytest.raises(BranchesError) as raised:
+            run_branches(
+                source,
+                ["Run `echo a`.", "Run `echo b`."],
+                executor=executor,
+                workspace="/nonexistent/cowconv-{index}",
+            )
+        assert [type(e) for e in raised.value.exceptions] == [BranchWorkspaceError] * 2
+        assert "'/nonexistent/cowconv-1' does not exist" in str(raised.value.exceptions[1])
+        assert len(stub.requests) == sent  # the stub counted 0 calls
+
+    def test_a_factory_gives_each_branch_its_own_directory(self, stub, tmp_path, executor):
+        """The factory runs on the worker; each branch's terminal works in its directory."""
+        source = _source_on(stub, tmp_path)
+        forks = run_branches(
+            source, ["Run `pwd`.", "Run `pwd`."], executor=executor, workspace=scratch_workspace
+        )
+        for index, fork in enumerate(forks):
+            expected = scratch_workspace(index, str(fork.id))
+            assert fork.state.execution_status is ExecutionStatus.FINISHED
+            assert expected in fork.state.events[-1].text
+
+
+class TestWarmWorkers:
+    def test_a_repeat_suite_ships_no_prefix_bytes(self, source, processes):
+        """The same workers run the second suite, which sends the history to none of them and
+        makes none load it again."""
+        first = run_branches(source, ["Say A.", "Say B."], executor=processes)
+        assert processes.prefix_bytes_sent > 0 or set(first.prefix_loads) == {1}
+        pids = set(processes.worker_pids)
+        second = run_branches(source, ["Say C.", "Say D.", "Say E."], executor=processes)
+        assert processes.prefix_bytes_sent == 0 and processes.bytes_sent > 0
+        assert set(processes.worker_pids) == pids
+        assert {w.rsplit(":", 1)[1] for w in second.workers} <= {str(p) for p in pids}
+        assert set(second.prefix_loads) == {1}
+        assert all(f.state.execution_status is ExecutionStatus.FINISHED for f in second)
+
+    def test_the_block_stops_the_workers(self, source):
+        """Leaving the with block stops the worker processes it kept."""
+        with ProcessExecutor(max_workers=1, progress=False) as executor:
+            run_branches(source, ["Say A."], executor=executor)
+            (pid,) = executor.worker_pids
+        assert executor.worker_pids == ()
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+class TestEngineOptions:
+    def test_ray_refuses_at_construction_what_options_refuses(self):
+        """A misspelt option or address= fails when the executor is made, not per branch."""
+        from cowconv.distributed import RayExecutor
+
+        with pytest.raises(ValueError, match="task options"):
+            RayExecutor(num_cpu=1)
+        with pytest.raises(ValueError, match=r"ray.init\(address="):
+            RayExecutor(address="auto")
+
+    def test_dask_options_are_checked_and_passed(self, source, dask_client):
+        """resources/workers/priority are checked here; workers= pins every branch."""
+        from cowconv.distributed import DaskExecutor
+
+        with pytest.raises(ValueError, match="resources"):
+            DaskExecutor(dask_client, resources={"GPU": -1})
+        with pytest.raises(ValueError, match="workers"):
+            DaskExecutor(dask_client, workers=[1])
+        with pytest.raises(TypeError, match="priority"):
+            DaskExecutor(dask_client, priority="high")
+        address = sorted(dask_client.scheduler_info()["workers"])[0]
+        executor = DaskExecutor(dask_client, workers=[address], priority=5, progress=False)
+        runs = run_branches(source, ["Say A.", "Say B.", "Say C."], executor=executor)
+        assert len(set(runs.workers)) == 1
+
+
+class TestDriveLimits:
+    def test_a_job_whose_worker_never_answers_is_given_up_and_cancelled(self):
+        """Past its limit plus the grace, a job still out is cancelled and reported as timed
+        out; the jobs after it still run."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+        from dataclasses import dataclass
+
+        from cowconv.distributed.driver import drive
+
+        @dataclass(frozen=True)
+        class Job:
+            index: int
+            timeout: float | None = 0.2
+            conversation_id: str = "c"
+
+        never = threading.Event()
+        cancelled = []
+        with ThreadPoolExecutor(2) as pool:
+            try:
+                results = dict(
+                    drive(
+                        [Job(0), Job(1), Job(2)],
+                        submit=lambda job: pool.submit(
+                            lambda: never.wait(60) and b"" if job.index == 0 else b"ran"
+                        ),
+                        wait_any=lambda handles, timeout: (
+                            wait(handles, timeout, FIRST_COMPLETED).done
+                        ),
+                        collect=lambda future: future.result(),
+                        cancel=cancelled.append,
+                        max_in_flight=2,
+                        progress=False,
+                        grace=0.1,
+                    )
+                )
+            finally:
+                never.set()
+        assert isinstance(results[0], BranchTimeoutError) and "given up" in str(results[0])
+        assert results[1] == results[2] == b"ran"
+        assert len(cancelled) == 1
+
+    def test_the_suite_deadline_stops_submitting(self):
+        """Jobs not submitted before the suite's deadline are reported, never submitted."""
+        import time as _time
+
+        from cowconv.distributed.driver import drive
+
+        submitted = []
+        results = dict(
+            drive(
+                [type("Job", (), {"index": n, "conversation_id": "c"})() for n in range(3)],
+                submit=submitted.append,
+                wait_any=lambda handles, timeout: handles,
+                collect=lambda handle: b"",
+                max_in_flight=1,
+                progress=False,
+                deadline=_time.monotonic() - 1,
+            )
+        )
+        assert submitted == []
+        assert all(isinstance(r, BranchTimeoutError) for r in results.values())

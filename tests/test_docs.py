@@ -1,12 +1,29 @@
-"""The documentation site's structure: every page reachable from the nav, exactly once."""
+"""The documentation: every page reachable from the nav exactly once, and every code block in
+README.md and docs/ either run here as written or marked as a fragment.
+
+A block is marked by the line ``<!-- fragment: why -->`` just before its fence (Markdown
+does not show it). Every other block is Python and runs as a script of its own: in a new
+namespace, in an empty temporary directory (which is also ``$HOME``), with ``LLM_MODEL``,
+``LLM_BASE_URL`` and ``LLM_API_KEY`` pointing at a stub LLM from :mod:`cowconv.testing`, as
+``python -m cowconv.testing -- python block.py`` would run it.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+from cowconv import Conversation, ExecutionStatus
+from cowconv.testing import StubLLMServer
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -73,3 +90,100 @@ class TestPages:
         for path in DOCS.glob("*.md"):
             lines = _expanded(path)
             assert _headings(lines) == [0], path
+
+
+# -- code blocks ---------------------------------------------------------------------------------
+
+FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
+FRAGMENT = re.compile(r"^\s*<!-- fragment: .+ -->\s*$")
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a page."""
+
+    page: str
+    line: int  # of the opening fence, 1-based, in the page with its snippets inlined
+    lang: str
+    code: str
+    fragment: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def blocks(path: Path) -> Iterator[Block]:
+    """The fenced code blocks of ``path`` (snippets inlined), each with its marking."""
+    lines = _expanded(path)
+    position = 0
+    while position < len(lines):
+        opened = FENCE.match(lines[position])
+        if not opened:
+            position += 1
+            continue
+        indent = opened["indent"]
+        end = position + 1
+        while end < len(lines) and lines[end].strip() != "```":
+            end += 1
+        before = next((line for line in reversed(lines[:position]) if line.strip()), "")
+        code = "\n".join(line.removeprefix(indent) for line in lines[position + 1 : end])
+        page = str(path.relative_to(ROOT))
+        yield Block(page, position + 1, opened["lang"], code + "\n", bool(FRAGMENT.match(before)))
+        position = end + 1
+
+
+ALL_BLOCKS = [block for page in PAGES for block in blocks(page)]
+RUN = [block for block in ALL_BLOCKS if not block.fragment]
+
+
+@pytest.fixture(scope="module")
+def docs_stub() -> Iterator[StubLLMServer]:
+    """One stub LLM for every block (its default brain runs commands given in backticks)."""
+    with StubLLMServer() as server:
+        yield server
+
+
+class TestCodeBlocks:
+    def test_every_block_runs_or_is_a_fragment(self) -> None:
+        """A block that is not marked as a fragment is Python (so that it can run here)."""
+        unmarked = [block.name for block in RUN if block.lang != "python"]
+        assert unmarked == [], "mark these with <!-- fragment: why --> or make them Python"
+
+    def test_blocks_are_found(self) -> None:
+        """The pages hold runnable blocks (a parser that finds none would pass everything)."""
+        assert len(RUN) >= 15
+        assert any(block.page == "README.md" for block in RUN)
+
+    @pytest.mark.parametrize("block", RUN, ids=[block.name for block in RUN])
+    def test_block_runs(
+        self,
+        block: Block,
+        docs_stub: StubLLMServer,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """The block runs as a script: in an empty directory, against the stub LLM."""
+        home = tmp_path / "home"
+        home.mkdir()
+        work = tmp_path / "work"
+        work.mkdir()
+        monkeypatch.chdir(work)
+        monkeypatch.setenv("HOME", str(home))
+        for name, value in docs_stub.environment().items():
+            monkeypatch.setenv(name, value)
+        script = work / "block.py"
+        script.write_text(block.code)
+        namespace: dict[str, Any] = {"__name__": "__main__", "__file__": str(script)}
+        monkeypatch.setattr(sys, "argv", [str(script)])
+        exec(compile(block.code, f"{block.name}", "exec"), namespace)  # noqa: S102
+        # A run that failed records it rather than raising: no conversation ended in error.
+        for value in list(namespace.values()):
+            for conversation in value if isinstance(value, list) else [value]:
+                if isinstance(conversation, Conversation):
+                    status = conversation.state.execution_status
+                    assert status is not ExecutionStatus.ERROR, conversation.state.events[-1]
+        # Nothing written outside the temporary directory's home: no ~/.cowconv.
+        assert not (home / ".cowconv").exists()
+        assert os.getcwd() == str(work)

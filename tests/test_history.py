@@ -316,3 +316,29 @@ class TestVectorImplementation:
             assert _history.VECTOR_IMPLEMENTATION == "pure Python"
         else:
             assert _history.VECTOR_IMPLEMENTATION == "C extension"
+
+
+class TestOpenHandsTreeHelpers:
+    """OpenHands' EventLog names: ``id in log``, ``get_index``, ``get_id``, ``path_to_root``."""
+
+    @settings(max_examples=50, deadline=None)
+    @given(n=st.integers(1, 40), data=st.data())
+    def test_path_to_root_is_the_log_up_to_the_event(self, n, data):
+        log, events = log_of(n)
+        at = data.draw(st.integers(0, n - 1), label="at")
+        limit = data.draw(st.none() | st.integers(0, n + 2), label="limit")
+        expected = events[: at + 1] if limit is None else events[: at + 1][-limit:] if limit else []
+        assert log.path_to_root(events[at].id, limit=limit) == expected
+        assert log.get_index(events[at].id) == at and log.get_id(at) == events[at].id
+        assert events[at].id in log and events[at] in log
+
+    def test_edges(self):
+        log, events = log_of(3)
+        assert log.path_to_root(None) == [] and "nope" not in log and 3 not in log
+        with pytest.raises(ValueError, match="nope"):
+            log.path_to_root("nope")
+        with pytest.raises(ValueError):
+            log.path_to_root(events[0].id, limit=-1)
+        with pytest.raises(TypeError):
+            log.path_to_root(events[0].id, limit="2")
+        assert events[2].id not in log.take(2)  # a prefix view does not hold what follows it

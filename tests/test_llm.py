@@ -108,8 +108,11 @@ class TestRetries:
             base_url = gone.base_url
         llm = LLM(model="openai/stub-model", base_url=base_url, api_key="k", num_retries=1)
         llm = llm.model_copy(update={"retry_min_wait": 0.0})
-        with pytest.raises(LLMError, match=r"after 2 attempt\(s\).*Connection"):
+        with pytest.raises(LLMError, match=r"after 2 attempt\(s\).*Connection") as raised:
             llm.completion(HELLO)
+        # Named as what it is: no answer came, so no HTTP status either.
+        assert f"cannot connect to {base_url}: ConnectionRefusedError" in str(raised.value)
+        assert "HTTP 500" not in str(raised.value)
 
     def test_retry_is_logged_without_secrets(self, stub, caplog):
         """Each retry logs a warning; the key never appears in it."""
@@ -338,3 +341,6 @@ class TestLazyImport:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().splitlines()[-1] == "False True 1"
+        # The wait is announced, once, in one line on stderr (not a terminal here: no timing).
+        notice = "cowconv: loading litellm for the first LLM call (a few seconds, once per process)"
+        assert out.stderr.splitlines().count(notice) == 1, out.stderr

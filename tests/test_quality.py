@@ -107,7 +107,7 @@ class TestWheel:
         )
         assert imported.returncode == 0, imported.stderr
         location, version = imported.stdout.split()
-        assert location.startswith(str(unpacked)) and version == "0.1.0"
+        assert location.startswith(str(unpacked)) and version == "0.2.0"
 
 
 class TestReadme:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ from cowconv import (
     register_tool,
 )
 from cowconv.agent.runtime import build_messages
-from cowconv.testing import StubReply
+from cowconv.testing import StubLLMServer, StubReply
 
 
 class CrashParams(BaseModel):
@@ -235,6 +236,25 @@ class TestErrors:
         assert "401" in error.error and "Check the API key" in error.error
         assert conversation.state.execution_status is ExecutionStatus.ERROR
         assert len(stub.requests) == 1
+
+    def test_unreachable_llm_ends_the_run_in_error(self, tmp_path, caplog):
+        """With nothing listening on the LLM's port, each retry is logged as a connection
+        failure (not an HTTP status), and run() ends with status error, its cause recorded."""
+        with StubLLMServer() as gone:
+            base_url = gone.base_url  # a real port, closed once the server stops
+        llm = LLM(model="openai/stub-model", base_url=base_url, api_key="k", num_retries=2)
+        llm = llm.model_copy(update={"retry_min_wait": 0.0, "retry_max_wait": 0.0})
+        conversation = Conversation(agent=Agent(llm=llm), workspace=tmp_path)
+        conversation.send_message("Hello")
+        with caplog.at_level(logging.WARNING, logger="cowconv"):
+            conversation.run()
+        assert conversation.state.execution_status is ExecutionStatus.ERROR
+        error = conversation.state.events[-1]
+        assert isinstance(error, AgentErrorEvent)
+        assert f"cannot connect to {base_url}" in error.error and "HTTP" not in error.error
+        retries = [r.getMessage() for r in caplog.records if "Retrying" in r.getMessage()]
+        assert len(retries) == 2 and all("cannot connect" in line for line in retries)
+        assert not any("HTTP 500" in line for line in retries)
 
     def test_error_then_resume(self, conversation, stub):
         """After an LLM error, run() again retries from the same history and finishes."""

@@ -10,12 +10,14 @@ from hypothesis import strategies as st
 
 from cowconv import (
     LLM,
+    ROOT_PARENT_ID,
     Agent,
     Conversation,
     EventLog,
     EventNotFoundError,
     ExecutionStatus,
     MemoryStore,
+    Message,
     MessageEvent,
     PauseEvent,
     RemoteConversation,
@@ -24,6 +26,7 @@ from cowconv import (
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, create_app
+from cowconv.core.tree import history_to
 from tests.conftest import message_texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))
@@ -293,6 +296,84 @@ class TestPersistedTree:
         assert texts(store.load(fork.id).events) == ["root", "a1", "a2"]
         with closing(sqlite3.connect(tmp_path / "cowconv.db")) as db:  # and the system prompt
             assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 4
+
+
+def parent_chain_ok(branch) -> bool:
+    """Each event's parent is the event before it on the branch; the first is a root."""
+    return all(
+        event.parent_id in (None, ROOT_PARENT_ID)
+        if position == 0
+        else event.parent_id == branch[position - 1].id
+        for position, event in enumerate(branch)
+    )
+
+
+def path_to_root(events_by_id: dict, event_id: str) -> list[str]:
+    """OpenHands' path_to_root: follow parent_id from the event up to a root."""
+    path = [event_id]
+    while events_by_id[path[-1]].parent_id not in (None, ROOT_PARENT_ID):
+        path.append(events_by_id[path[-1]].parent_id)
+    return path[::-1]
+
+
+tree_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.sampled_from(["user", "agent"])),
+        st.tuples(st.just("navigate"), st.none() | st.integers(0, 999)),
+        st.tuples(st.just("fork"), st.integers(0, 999)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+class TestParentChains:
+    """OpenHands' tree, stated as properties over random appends, navigations and forks."""
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(steps=tree_steps, stored=st.booleans())
+    def test_every_parent_is_the_event_before_it_and_forks_take_the_path_to_root(
+        self, tmp_path_factory, steps, stored
+    ):
+        options = {"persistence_dir": tmp_path_factory.mktemp("chains")} if stored else {}
+        conversation = Conversation(agent=AGENT, workspace=".", visualizer=None, **options)
+        for kind, value in steps:
+            state = conversation.state
+            every = [event for branch in state.branches for event in branch]
+            if kind == "append":
+                role = "user" if value == "user" else "assistant"
+                parent = conversation.state.leaf_event_id
+                if parent is None and every:
+                    parent = ROOT_PARENT_ID
+                event = conversation.append_event(
+                    MessageEvent(source=value, llm_message=Message(role=role, content="x"))
+                )
+                assert event.parent_id == parent
+            elif kind == "navigate":
+                conversation.navigate_to(
+                    None if value is None or not every else every[value % len(every)].id
+                )
+            elif every:
+                target = every[value % len(every)]
+                by_id = {event.id: event for event in every}
+                fork = conversation.fork(from_event_id=target.id)
+                assert [e.id for e in fork.state.events] == path_to_root(by_id, target.id)
+                assert fork.state.leaf_event_id == target.id
+                assert fork.state.events == history_to(state, target.id)
+            state = conversation.state
+            assert all(parent_chain_ok(branch) for branch in (*state.branches, state.events))
+            # One parent per event, whichever branch holds it (branches share their events).
+            parents = {}
+            for branch in state.branches:
+                for event in branch:
+                    assert parents.setdefault(event.id, event.parent_id) == event.parent_id
+            assert [e.id for e in state.view.events] == [e.id for e in state.events]
+            assert state.head_is_empty == (not state.events and bool(parents))
+        if stored:  # and all of it as a new process reads it back
+            reloaded = Conversation.resume(conversation.backend.sink, conversation.id).state
+            assert reloaded.events == conversation.state.events
+            assert all(parent_chain_ok(b) for b in reloaded.branches)
+            assert reloaded.head_is_empty == conversation.state.head_is_empty
 
 
 class TestExportedTree:

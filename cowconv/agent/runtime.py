@@ -60,6 +60,7 @@ from cowconv.core.state import (
     ExecutionStatus,
     check_max_iteration_per_run,
 )
+from cowconv.core.tree import extend_active
 from cowconv.core.usage import Usage
 
 __all__ = ["Runner", "build_messages"]
@@ -204,7 +205,7 @@ class Runner:
 
     def _finish(self, status: ExecutionStatus, *events: Event) -> None:
         def change(state: ConversationState) -> ConversationState:
-            return state._replace(events=state.events.extend(events), execution_status=status)
+            return state._replace(events=extend_active(state, events), execution_status=status)
 
         self._commit(change)
 
@@ -280,7 +281,7 @@ class Runner:
                 usage: Usage = response.usage,
             ) -> ConversationState:
                 return state._replace(
-                    events=state.events.extend(produced),
+                    events=extend_active(state, produced),
                     stats=state.stats.record(usage_id, usage),
                     execution_status=status,
                 )
@@ -311,12 +312,12 @@ class Runner:
                 failure = AgentErrorEvent(
                     error=f"condensation failed, sending the full view: {error}"
                 )
-                self._commit(lambda state: state._replace(events=state.events.append(failure)))
+                self._commit(lambda state: state._replace(events=extend_active(state, (failure,))))
             else:
 
                 def record(state: ConversationState) -> ConversationState:
                     return state._replace(
-                        events=state.events.append(condensation),
+                        events=extend_active(state, (condensation,)),
                         stats=state.stats.record(condenser.llm.usage_id, response.usage),
                     )
 

@@ -570,7 +570,7 @@ def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
     ) -> Event:
         conversation = registry.get(conversation_id)
         before = conversation.state.events
-        event = conversation.send_message(request.message_text())
+        event = conversation.send_message(request.message_text(), request.sender)
         events = conversation.state.events
         position = events.position_of(event.id)
         if position:
@@ -710,7 +710,7 @@ def _add_event_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         # A dependency, so an unknown conversation or event is a 404 before the stream opens.
         _one_position(offset, after)
         events = registry.get(conversation_id).state.events
-        after = last_event_id or after
+        after = _header_text(last_event_id) or after
         if offset is None and after is None:
             return len(events)
         return _start(events, conversation_id, offset, after)
@@ -884,6 +884,16 @@ def _add_run_routes(api: APIRouter, registry: ConversationRegistry) -> None:
             from_event_id=request.from_event_id,
         )
         return conversation_response(forked)
+
+
+def _header_text(value: str | None) -> str | None:
+    """A header value as the UTF-8 text a browser sent (Starlette decodes it as Latin-1)."""
+    if value is None or value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
 
 
 def _one_position(offset: int | None, after: str | None) -> None:

@@ -300,7 +300,7 @@ class SendMessageRequest(BaseModel):
     """A user message: OpenHands' body (``role``, ``content`` parts, ``run``) or cowconv's ``text``.
 
     ``run`` starts a run after recording it (as OpenHands' server does);
-    ``sender`` is accepted and not recorded. Only text parts can be sent.
+    ``sender`` is kept on the event. Only text parts can be sent.
 
     >>> SendMessageRequest.model_validate({"role": "user", "content": [{"type": "text",
     ...     "text": "Run `ls`."}], "run": False}).message_text()

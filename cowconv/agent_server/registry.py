@@ -60,6 +60,12 @@ class _Hub:
             if waker in self._wakers:
                 self._wakers.remove(waker)
 
+    @property
+    def followed(self) -> bool:
+        """Whether any stream follows the conversation."""
+        with self._lock:
+            return bool(self._wakers)
+
     def notify(self, _event: Event | None = None) -> None:
         # Streams read the events from the conversation's snapshot, so a wake-up carries
         # no payload and a slow subscriber can never miss or reorder an event.
@@ -104,15 +110,26 @@ class ConversationRegistry:
                 hub = self._hubs[conversation_id] = _Hub()
             return hub
 
+    def _forget_hub(self, conversation_id: str) -> None:
+        """Drop the hub of a conversation that is not live and that no stream follows."""
+        with self._lock:
+            hub = self._hubs.get(conversation_id)
+            if hub is not None and conversation_id not in self._live and not hub.followed:
+                del self._hubs[conversation_id]
+
     def get(self, conversation_id: ConversationID) -> Conversation:
         """The live conversation ``conversation_id``, reopened from the store if needed."""
         conversation_id = id_text(conversation_id)
         with self._lock:
             conversation = self._live.get(conversation_id)
             if conversation is None:
+                # The hub is kept only for a conversation that exists: a GET of an unknown
+                # id must not leave an entry behind (issue 22, part 4).
+                hub = self._hubs.get(conversation_id) or _Hub()
                 conversation = Conversation.resume(
-                    self._store, conversation_id, callbacks=[self._hub(conversation_id).notify]
+                    self._store, conversation_id, callbacks=[hub.notify]
                 )
+                self._hubs.setdefault(conversation_id, hub)
                 self._live[conversation_id] = conversation
             return conversation
 
@@ -148,7 +165,11 @@ class ConversationRegistry:
         with self._lock:
             if self._closed:
                 raise ConversationConflictError("the server is shutting down")
-            conversation = make(chosen)
+            try:
+                conversation = make(chosen)
+            except BaseException:
+                self._forget_hub(id_text(chosen))  # nothing was created: keep no hub for it
+                raise
             self._live[id_text(chosen)] = conversation
         return conversation
 
@@ -279,7 +300,12 @@ class ConversationRegistry:
         """Call ``waker`` on every change of the conversation; returns the unsubscriber."""
         hub = self._hub(conversation_id)
         hub.add(waker)
-        return lambda: hub.discard(waker)
+
+        def unsubscribe() -> None:
+            hub.discard(waker)
+            self._forget_hub(conversation_id)  # a stream that outlived its conversation
+
+        return unsubscribe
 
     # -- removing ----------------------------------------------------------------
 

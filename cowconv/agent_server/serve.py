@@ -26,6 +26,7 @@ from cowconv._exceptions import CowconvError, StartError, UnsafeExposureError
 from cowconv.agent_server.app import create_app
 from cowconv.agent_server.background import listening_socket
 from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, check_exposure
+from cowconv.stores import Store, open_store
 
 __all__ = ["DEFAULT_DATA_DIR", "ENV_PREFIX", "ServerSettings", "run_server"]
 
@@ -47,6 +48,9 @@ class ServerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     data_dir: Path = DEFAULT_DATA_DIR
+    store: str | None = Field(default=None, min_length=1)
+    """A store to serve instead of ``data_dir``'s: a ``postgresql://`` URL (replicas share it)
+    or a SQLite file."""
     session_api_key: str | None = Field(default=None, min_length=1)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     allowed_hosts: Annotated[list[str], NoDecode] = []
@@ -143,10 +147,14 @@ def run_server(settings: ServerSettings) -> None:
     except UnsafeExposureError as error:
         raise StartError(str(error)) from None
     listener = _bind(settings.host, settings.port)
-    created = _missing_parents(data_dir)
+    created = None if settings.store is not None else _missing_parents(data_dir)
+    store: Store | None = None
     try:
+        if settings.store is not None:
+            store = open_store(settings.store)
         app = create_app(
-            data_dir=data_dir,
+            data_dir=None if store is not None else data_dir,
+            store=store,
             session_api_key=settings.session_api_key,
             host=settings.host,
             allowed_hosts=settings.allowed_hosts,
@@ -158,15 +166,23 @@ def run_server(settings: ServerSettings) -> None:
         listener.close()
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
-        raise StartError(f"cannot open the store in {data_dir}: {error}") from None
+        if store is not None:
+            store.close()
+        # Not the URL itself: it may hold a password.
+        where = "the --store store" if settings.store else f"the store in {data_dir}"
+        raise StartError(f"cannot open {where}: {error}") from None
     _configure_logging(settings.log_level)
     host, port = listener.getsockname()[:2]
     logging.getLogger("cowconv.agent_server").info(
         "serving on http://%s:%d, data in %s, session API key %s",
         f"[{host}]" if ":" in host else host,
         port,
-        data_dir,
+        data_dir if store is None else store,
         "required" if settings.session_api_key else "not required",
     )
     config = uvicorn.Config(app, log_level=settings.log_level, timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[listener])
+    try:
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        if store is not None:
+            store.close()

@@ -44,7 +44,7 @@ from cowconv.core.state import (
     ExecutionStatus,
     check_max_iteration_per_run,
 )
-from cowconv.core.tree import history_to
+from cowconv.core.tree import history_to, recorded
 from cowconv.ports import (
     EventCallback,
     ForkSpec,
@@ -267,14 +267,21 @@ class LocalBackend:
                 )
                 self._notify_in_order()
 
-    def send_message(self, text: str) -> MessageEvent:
-        """Record a user message, after the agent's system prompt if it is not current."""
+    def send_message(self, message: str | Message, sender: str | None = None) -> MessageEvent:
+        """Record a user message, after the agent's system prompt if it is not current.
+
+        ``message`` is its text or an LLM :class:`~cowconv.Message` of role
+        ``user``; ``sender`` is kept on the event. Returns the event as
+        recorded (with its ``parent_id``).
+        """
+        if isinstance(message, str):
+            message = Message(role="user", content=message)
         # The prompt first, so that its timestamp is not later than the message it precedes
         # (OpenHands' client orders the events a WebSocket delivers by timestamp).
         prompt = system_prompt_event(self.snapshot().agent)
-        event = MessageEvent(source="user", llm_message=Message(role="user", content=text))
+        event = MessageEvent(source="user", llm_message=message, sender=sender)
         self.commit(SendMessage(event, prompt))
-        return event
+        return recorded(self.snapshot(), event)
 
     def _settle(self, status: ExecutionStatus) -> None:
         # The sink refused to record how a run ended: show it here without saving (the

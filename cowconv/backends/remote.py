@@ -39,6 +39,7 @@ from websockets.sync.client import connect as ws_connect
 from cowconv._exceptions import (
     ConversationConflictError,
     EventIndexError,
+    InvalidValueError,
     RemoteError,
     remote_error_class,
 )
@@ -57,6 +58,7 @@ from cowconv.core.events import ROOT_PARENT_ID, Event, MessageEvent
 from cowconv.core.history import EventLog
 from cowconv.core.ids import id_text
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationInfo, ConversationState
+from cowconv.core.storable import check_storable_event
 from cowconv.core.workspace import Workspace
 from cowconv.ports import EventCallback, ForkSpec, notify
 
@@ -544,9 +546,15 @@ class RemoteBackend:
                 "activate_skill, navigate_to, run; on an OpenHands agent server: set_tag, "
                 "navigate_to, run)"
             )
-        request = self._client.build_request(
-            route.method, self._path(route.path), json=route.body(change)
-        )
+        if isinstance(change, AppendEvent):
+            # The server must store what was given, not what its JSON turned NaN into.
+            check_storable_event(change.event)
+        try:
+            request = self._client.build_request(
+                route.method, self._path(route.path), json=route.body(change)
+            )
+        except (ValueError, UnicodeError) as error:  # NaN, a lone surrogate: no JSON for it
+            raise InvalidValueError(f"{change!r} cannot be sent as JSON: {error}") from None
         raise_for_status(self._client.send(request))
         if isinstance(change, AppendEvent):
             notify(self._callbacks, change.event)

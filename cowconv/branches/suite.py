@@ -17,22 +17,37 @@ touched.
 
 from __future__ import annotations
 
+import inspect
+import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import closing
+from dataclasses import dataclass, field
 
-from cowconv._exceptions import BranchError, BranchesError, InvalidTypeError, InvalidValueError
+from cowconv._exceptions import (
+    BranchCancelledError,
+    BranchError,
+    BranchesError,
+    BranchLostError,
+    BranchRunError,
+    BranchTimeoutError,
+    BranchWorkspaceError,
+    InvalidTypeError,
+    InvalidValueError,
+)
 from cowconv.branches.report import SuiteReport
-from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
+from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix, WorkspaceSpec
 from cowconv.conversation import Conversation
 from cowconv.core.agent import Agent
 from cowconv.core.events import AgentErrorEvent
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationState, ExecutionStatus
+from cowconv.core.tree import extend_active
+from cowconv.distributed.process import PicklingExecutor
 from cowconv.ports import BranchExecutor, EventCallback
 
-__all__ = ["Branch", "BranchRuns", "run_branches"]
+__all__ = ["Branch", "BranchResult", "BranchRuns", "iter_branches", "run_branches"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,45 @@ class Branch:
             raise InvalidTypeError(f"a branch agent must be a cowconv.Agent, got {self.agent!r}")
 
 
+@dataclass(frozen=True)
+class BranchResult:
+    """How one branch of a suite ended: its fork, and the error that ended it, if one did.
+
+    ``status`` is the fork's execution status (``finished``, ``error``,
+    ``stuck``...), or ``timeout`` / ``cancelled`` when the suite cut it off.
+    ``error`` is a :class:`~cowconv.BranchError` (a subclass says what
+    happened), what a commit raised, or, for a run that ended in error, a
+    :class:`~cowconv.BranchRunError` when ``raise_on_error`` asked for it.
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> fork = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+    >>> result = BranchResult(0, fork, BranchTimeoutError(0, str(fork.id), "too slow"))
+    >>> result.status, result.ok
+    ('timeout', False)
+    """
+
+    index: int
+    fork: Conversation
+    error: Exception | None = None
+    wall_seconds: float | None = None
+    worker: str | None = None
+    prefix_loads: int = 0
+
+    @property
+    def status(self) -> str:
+        """``timeout``, ``cancelled``, or the fork's execution status."""
+        if isinstance(self.error, BranchTimeoutError):
+            return "timeout"
+        if isinstance(self.error, BranchCancelledError):
+            return "cancelled"
+        return self.fork.state.execution_status.value
+
+    @property
+    def ok(self) -> bool:
+        """Whether the branch ran to its end without an error (recorded or raised)."""
+        return self.error is None and self.fork.state.execution_status is not ExecutionStatus.ERROR
+
+
 class BranchRuns(list[Conversation]):
     """The forks of a suite, in the order of its branches, with how long each run took.
 
@@ -79,11 +133,14 @@ class BranchRuns(list[Conversation]):
         *,
         workers: Iterable[str | None] = (),
         prefix_loads: Iterable[int] = (),
+        results: Iterable[BranchResult] = (),
     ) -> None:
         super().__init__(forks)
         self.wall_seconds: tuple[float | None, ...] = tuple(wall_seconds)
         self.workers: tuple[str | None, ...] = tuple(workers)
         self.prefix_loads: tuple[int, ...] = tuple(prefix_loads)
+        self.results: tuple[BranchResult, ...] = tuple(results)
+        """Each branch's :class:`BranchResult` (its status, error, worker), in branch order."""
 
     def report(self) -> SuiteReport:
         """One row per branch: status, steps, cost, tokens, wall time, final answer.
@@ -103,6 +160,11 @@ def run_branches(
     max_workers: int | None = None,
     executor: BranchExecutor | None = None,
     callbacks: Iterable[EventCallback] = (),
+    branch_timeout: float | None = None,
+    timeout: float | None = None,
+    workspace: WorkspaceSpec | None = None,
+    raise_on_error: bool = False,
+    on_result: Callable[[BranchResult], None] | None = None,
 ) -> BranchRuns:
     """Fork ``source`` once per branch, send each its message, run them all concurrently.
 
@@ -129,6 +191,29 @@ def run_branches(
     worker dies, fails alone: its fork records why and ends ``error``, and a
     :class:`~cowconv.BranchError` for it is among the raised group.
 
+    Time limits: ``branch_timeout`` seconds per run, ``timeout`` seconds for
+    the whole suite. A branch past its limit is cut off where it runs (its
+    worker slot goes to the next branch), its fork ends ``error`` with an
+    :class:`~cowconv.AgentErrorEvent` saying so, and a
+    :class:`~cowconv.BranchTimeoutError` is among the raised group; the other
+    branches go on. ``workspace`` is where each branch works on its worker
+    (a directory, with ``{index}`` and ``{conversation_id}`` fields, or a
+    function of ``(index, conversation_id)`` called there); a branch whose
+    workspace is missing fails before any LLM call
+    (:class:`~cowconv.BranchWorkspaceError`). With time limits or a
+    ``workspace``, the thread pool runs each branch as the executors do: on
+    a copy of the fork, committed to it when the run ends.
+
+    ``raise_on_error=True`` also raises the errors runs recorded (a failed
+    LLM call, a crashed tool, missing credentials) as
+    :class:`~cowconv.BranchRunError` errors in the group. ``on_result`` is
+    called with each branch's :class:`BranchResult` as it ends (see
+    :func:`iter_branches` to iterate over them instead). Ctrl-C
+    (``KeyboardInterrupt``) cancels the suite: runs in flight are stopped
+    (worker processes killed, Ray tasks cancelled, Dask tasks released;
+    threads are interrupted after their current step), branches not started
+    are recorded ``cancelled``, and the interrupt propagates.
+
     >>> from cowconv import LLM, Agent, Conversation
     >>> from cowconv.testing import StubLLMServer, StubReply
     >>> with StubLLMServer() as stub:
@@ -140,75 +225,124 @@ def run_branches(
     >>> [f.state.execution_status.value for f in forks], len(source.state.events)
     (['finished', 'finished'], 2)
     """
-    specs = [Branch(b) if isinstance(b, str) else b for b in branches]
-    for spec in specs:
-        if not isinstance(spec, Branch):
-            raise InvalidTypeError(
-                f"branches must be Branch values or str, got {type(spec).__name__}"
-            )
-    if max_workers is not None and max_workers < 1:
-        raise InvalidValueError(f"max_workers must be at least 1, got {max_workers}")
-    if executor is not None and not callable(getattr(executor, "run_jobs", None)):
-        raise InvalidTypeError(
-            f"executor must have a run_jobs(prefix, jobs) method (a BranchExecutor), "
-            f"got {type(executor).__name__}"
-        )
-    callbacks = tuple(callbacks)
-    forks: list[Conversation] = []
-    inherited: list[EventLog] = []
-    for spec in specs:
-        fork = source.fork(
-            agent=spec.agent,
-            title=spec.title,
-            tags=spec.tags,
-            reset_metrics=reset_metrics,
-            from_event_id=from_event_id,
-            callbacks=callbacks,
-        )
-        inherited.append(fork.state.events)
-        fork.send_message(spec.message)
-        forks.append(fork)
-    if not forks:
+    suite = _Suite.start(
+        source,
+        branches,
+        from_event_id=from_event_id,
+        reset_metrics=reset_metrics,
+        max_workers=max_workers,
+        executor=executor,
+        callbacks=callbacks,
+        branch_timeout=branch_timeout,
+        timeout=timeout,
+        workspace=workspace,
+    )
+    if on_result is not None and not callable(on_result):
+        raise InvalidTypeError(f"on_result must be callable, got {type(on_result).__name__}")
+    if not suite.forks:
         return BranchRuns()
-    if executor is None:
-        workers = max_workers or min(32, len(forks))
-        walls, errors = _run_in_threads(forks, workers)
-        runs = BranchRuns(forks, walls)
-    else:
-        outcomes, errors = _run_on(executor, forks, SharedPrefix.of(inherited[0]))
-        runs = BranchRuns(
-            forks,
-            [None if o is None else o.wall_seconds for o in outcomes],
-            workers=[None if o is None else o.worker for o in outcomes],
-            prefix_loads=[0 if o is None else o.prefix_loads for o in outcomes],
-        )
+    results: list[BranchResult | None] = [None] * len(suite.forks)
+    with closing(suite.results()) as stream:  # closed at once if on_result or Ctrl-C stops it
+        for result in stream:
+            results[result.index] = result
+            if on_result is not None:
+                on_result(result)
+    done = [r if r is not None else BranchResult(i, suite.forks[i]) for i, r in enumerate(results)]
+    runs = BranchRuns(
+        suite.forks,
+        [r.wall_seconds for r in done],
+        workers=[r.worker for r in done] if suite.remote else (),
+        prefix_loads=[r.prefix_loads for r in done] if suite.remote else (),
+        results=done,
+    )
+    errors: list[BaseException] = []
+    for result in done:
+        error = result.error
+        if error is None and raise_on_error:
+            error = _run_error(result.index, result.fork)
+        if error is not None:
+            errors.append(error)
+    errors.extend(suite.fatal)
     if errors:
-        message = f"{len(errors)} of {len(forks)} branch runs raised"
+        message = f"{len(errors)} of {len(suite.forks)} branch runs raised"
         if all(isinstance(error, Exception) for error in errors):
             raise BranchesError(message, errors, runs)  # type: ignore[arg-type]
         raise BaseExceptionGroup(message, errors)
     return runs
 
 
-def _timed(run: Callable[[], None]) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
+def iter_branches(
+    source: Conversation,
+    branches: Iterable[Branch | str],
+    *,
+    from_event_id: str | None = None,
+    reset_metrics: bool = True,
+    max_workers: int | None = None,
+    executor: BranchExecutor | None = None,
+    callbacks: Iterable[EventCallback] = (),
+    branch_timeout: float | None = None,
+    timeout: float | None = None,
+    workspace: WorkspaceSpec | None = None,
+    raise_on_error: bool = False,
+) -> Iterator[BranchResult]:
+    """:func:`run_branches`, yielding each branch's :class:`BranchResult` as soon as it ends.
+
+    The forks are made when this is called; the runs start on the first
+    ``next()``. Results come in the order the runs end. With
+    ``raise_on_error=True`` the first failure (a branch that could not run,
+    ran past its limit, or whose run ended in error: a
+    :class:`~cowconv.BranchError` subclass) is raised instead of yielded, and
+    the branches still running are cancelled. Closing the iterator early
+    (``break`` and ``close()``, or Ctrl-C) cancels them too.
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> from cowconv.testing import StubLLMServer, StubReply
+    >>> with StubLLMServer() as stub:
+    ...     stub.script(StubReply.text("Plan A."), StubReply.error(400, "no"))
+    ...     llm = LLM(model="openai/stub-model", base_url=stub.base_url, api_key="stub-key")
+    ...     source = Conversation(agent=Agent(llm=llm), workspace=".")
+    ...     _ = source.send_message("Propose a plan.")
+    ...     done = sorted((r.index, r.status) for r in iter_branches(
+    ...         source, ["Be bold.", "Be careful."], max_workers=1))
+    >>> done
+    [(0, 'finished'), (1, 'error')]
+    """
+    suite = _Suite.start(
+        source,
+        branches,
+        from_event_id=from_event_id,
+        reset_metrics=reset_metrics,
+        max_workers=max_workers,
+        executor=executor,
+        callbacks=callbacks,
+        branch_timeout=branch_timeout,
+        timeout=timeout,
+        workspace=workspace,
+    )
+    return suite.results(raise_on_error=raise_on_error)
 
 
-def _run_in_threads(
-    forks: Sequence[Conversation], workers: int
-) -> tuple[list[float | None], list[BaseException]]:
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cowconv-branch") as pool:
-        futures = [pool.submit(_timed, fork.run) for fork in forks]
-    walls: list[float | None] = []
-    errors: list[BaseException] = []
-    for future in futures:
-        error = future.exception()
-        walls.append(None if error is not None else future.result())
-        if error is not None:
-            errors.append(error)
-    return walls, errors
+def _check_seconds(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidTypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _run_error(index: int, fork: Conversation) -> BranchRunError | None:
+    """The error a fork's run recorded, as an exception (``None`` if it did not end in error)."""
+    state = fork.state
+    if state.execution_status is not ExecutionStatus.ERROR:
+        return None
+    start = state.forked_from_event_count or 0
+    for position in range(len(state.events) - 1, start - 1, -1):
+        event = state.events[position]
+        if isinstance(event, AgentErrorEvent):
+            return BranchRunError(index, str(fork.id), event.error, tool_name=event.tool_name)
+    return BranchRunError(index, str(fork.id), "its run ended in error")
 
 
 def _fail(fork: Conversation, error: BranchError) -> None:
@@ -216,7 +350,7 @@ def _fail(fork: Conversation, error: BranchError) -> None:
 
     def change(state: ConversationState) -> ConversationState:
         return state._replace(
-            events=state.events.append(AgentErrorEvent(error=str(error))),
+            events=extend_active(state, (AgentErrorEvent(error=str(error)),)),
             execution_status=ExecutionStatus.ERROR,
         )
 
@@ -226,61 +360,290 @@ def _fail(fork: Conversation, error: BranchError) -> None:
         error.add_note(f"recording it on the fork failed too: {failure}")
 
 
-def _run_on(
-    executor: BranchExecutor, forks: Sequence[Conversation], prefix: SharedPrefix
-) -> tuple[list[BranchOutcome | None], list[BaseException]]:
-    ship_api_keys = bool(getattr(executor, "ship_api_keys", True))
-    outcomes: list[BranchOutcome | None] = [None] * len(forks)
-    errors: list[BaseException] = []
-    pending = set()
-    jobs = []
-    for index, fork in enumerate(forks):
-        try:
-            job = BranchJob.of(
-                index, prefix, fork.state, fork.max_iteration_per_run, ship_api_keys=ship_api_keys
+_FAILURES: dict[str | None, type[BranchError]] = {
+    "workspace": BranchWorkspaceError,
+    "lost": BranchLostError,
+}
+
+
+@dataclass
+class _Suite:
+    """The forks of a suite, made and sent their messages, and how to run them."""
+
+    forks: list[Conversation]
+    executor: BranchExecutor | None
+    max_workers: int | None
+    branch_timeout: float | None
+    timeout: float | None
+    workspace: WorkspaceSpec | None
+    inherited: EventLog | None
+    fatal: list[BaseException] = field(default_factory=list)
+    """What ended the suite itself (a runner that could not go on), beside the branches' errors."""
+
+    @classmethod
+    def start(
+        cls,
+        source: Conversation,
+        branches: Iterable[Branch | str],
+        *,
+        from_event_id: str | None,
+        reset_metrics: bool,
+        max_workers: int | None,
+        executor: BranchExecutor | None,
+        callbacks: Iterable[EventCallback],
+        branch_timeout: float | None,
+        timeout: float | None,
+        workspace: WorkspaceSpec | None,
+    ) -> _Suite:
+        specs = [Branch(b) if isinstance(b, str) else b for b in branches]
+        for spec in specs:
+            if not isinstance(spec, Branch):
+                raise InvalidTypeError(
+                    f"branches must be Branch values or str, got {type(spec).__name__}"
+                )
+        if max_workers is not None and max_workers < 1:
+            raise InvalidValueError(f"max_workers must be at least 1, got {max_workers}")
+        if executor is not None and not callable(getattr(executor, "run_jobs", None)):
+            raise InvalidTypeError(
+                f"executor must have a run_jobs(prefix, jobs) method (a BranchExecutor), "
+                f"got {type(executor).__name__}"
             )
-        except Exception as error:
-            failure = BranchError(index, str(fork.id), f"cannot be prepared: {error}")
-            _fail(fork, failure)
-            errors.append(failure)
-            continue
-        jobs.append(job)
-        pending.add(index)
+        branch_timeout = _check_seconds("branch_timeout", branch_timeout)
+        timeout = _check_seconds("timeout", timeout)
+        if workspace is not None and not (
+            isinstance(workspace, str) or hasattr(workspace, "__fspath__") or callable(workspace)
+        ):
+            raise InvalidTypeError(
+                "workspace must be a path or a function of (index, conversation_id), "
+                f"got {type(workspace).__name__}"
+            )
+        callbacks = tuple(callbacks)
+        forks: list[Conversation] = []
+        inherited: EventLog | None = None
+        for spec in specs:
+            fork = source.fork(
+                agent=spec.agent,
+                title=spec.title,
+                tags=spec.tags,
+                reset_metrics=reset_metrics,
+                from_event_id=from_event_id,
+                callbacks=callbacks,
+            )
+            if inherited is None:
+                inherited = fork.state.events
+            fork.send_message(spec.message)
+            forks.append(fork)
+        return cls(forks, executor, max_workers, branch_timeout, timeout, workspace, inherited)
 
-    def failed(index: int, reason: str) -> None:
-        error = BranchError(index, str(forks[index].id), reason)
-        _fail(forks[index], error)
-        errors.append(error)
+    @property
+    def remote(self) -> bool:
+        """Whether the runs happen on copies of the forks (an executor) rather than on them."""
+        return self.executor is not None or self._limited
 
-    try:
-        for index, result in executor.run_jobs(prefix, jobs):
-            if index not in pending:
-                continue  # not ours, or already answered: never commit a run twice
-            pending.discard(index)
-            fork = forks[index]
-            if isinstance(result, BranchError):
-                _fail(fork, result)
-                errors.append(result)
-                continue
-            if isinstance(result, BaseException):
-                failed(index, f"{type(result).__name__}: {result}")
-                continue
+    @property
+    def _limited(self) -> bool:
+        return (
+            self.branch_timeout is not None
+            or self.timeout is not None
+            or self.workspace is not None
+        )
+
+    def results(self, *, raise_on_error: bool = False) -> Generator[BranchResult, None, None]:
+        """Run the branches; yield each one's result as it ends."""
+        if not self.forks:
+            return
+        if self.executor is None and not self._limited:
+            runs = self._in_threads(self.max_workers or min(32, len(self.forks)))
+        else:
+            executor = self.executor
+            if executor is None:
+                # Time limits and workspaces need runs on copies, as on any executor; the
+                # threads of this process take the place of workers.
+                executor = PicklingExecutor(
+                    self.max_workers or min(32, len(self.forks)), progress=False
+                )
+            runs = self._on(executor)
+        try:
+            for result in runs:
+                if raise_on_error:
+                    error = result.error or _run_error(result.index, result.fork)
+                    if error is not None:
+                        raise error
+                yield result
+        finally:
+            runs.close()
+
+    # -- in this process's threads: the forks run themselves ----------------------------
+
+    def _in_threads(self, workers: int) -> Generator[BranchResult, None, None]:
+        forks = self.forks
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cowconv-branch")
+        futures: dict[Future[float], int] = {
+            pool.submit(_timed, fork.run): index for index, fork in enumerate(forks)
+        }
+        completed = False
+        try:
+            while futures:
+                done, _ = wait(list(futures), return_when=FIRST_COMPLETED)
+                for future in done:
+                    index = futures.pop(future)
+                    error = future.exception()
+                    if error is not None and not isinstance(error, Exception):
+                        self.fatal.append(error)  # SystemExit and the like, raised at the end
+                        error = None
+                    yield BranchResult(
+                        index,
+                        forks[index],
+                        error,
+                        None if future.exception() is not None else future.result(),
+                    )
+            completed = True
+        finally:
+            if not completed:
+                for future, index in futures.items():
+                    if future.cancel():
+                        _fail(forks[index], _cancelled(index, forks[index]))
+                    else:
+                        forks[index].interrupt()  # ends after its current step
+            pool.shutdown(wait=completed, cancel_futures=True)
+
+    # -- on an executor: the runs happen on copies, their outcomes are committed here ----
+
+    def _on(self, executor: BranchExecutor) -> Generator[BranchResult, None, None]:
+        forks = self.forks
+        assert self.inherited is not None
+        prefix = SharedPrefix.of(self.inherited)
+        ship_api_keys = bool(getattr(executor, "ship_api_keys", True))
+        pending: set[int] = set()
+        jobs = []
+        for index, fork in enumerate(forks):
             try:
-                outcome = BranchOutcome.loads(result)
-                if outcome.error is not None:
-                    failed(index, outcome.error)
-                    continue
-                # Through the fork's backend, as any change: its store persists the outcome
-                # and its callbacks hear the events. Its stats hold the run's usage.
-                fork.backend.commit(outcome.apply)
+                job = BranchJob.of(
+                    index,
+                    prefix,
+                    fork.state,
+                    fork.max_iteration_per_run,
+                    ship_api_keys=ship_api_keys,
+                    timeout=self.branch_timeout,
+                    workspace=self.workspace,
+                )
             except Exception as error:
-                errors.append(error)
+                failure = BranchError(index, str(fork.id), f"cannot be prepared: {error}")
+                _fail(fork, failure)
+                yield BranchResult(index, fork, failure)
                 continue
-            outcomes[index] = outcome
-    except Exception as error:
-        for index in sorted(pending):
-            failed(index, f"the executor stopped: {type(error).__name__}: {error}")
-        pending.clear()
-    for index in sorted(pending):
-        failed(index, "the executor returned no result for it")
-    return outcomes, errors
+            jobs.append(job)
+            pending.add(index)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        run_jobs = executor.run_jobs
+        if deadline is not None and _takes_deadline(run_jobs):
+            stream = iter(run_jobs(prefix, jobs, deadline=deadline))  # type: ignore[call-arg]
+        else:
+            stream = iter(run_jobs(prefix, jobs))
+
+        def failed(index: int, error: BranchError) -> BranchResult:
+            _fail(forks[index], error)
+            return BranchResult(index, forks[index], error)
+
+        completed = False
+        try:
+            while pending:
+                try:
+                    index, result = next(stream)
+                except StopIteration:
+                    break
+                except Exception as error:
+                    for index in sorted(pending):
+                        yield failed(
+                            index,
+                            BranchError(
+                                index,
+                                str(forks[index].id),
+                                f"the executor stopped: {type(error).__name__}: {error}",
+                            ),
+                        )
+                    pending.clear()
+                    break
+                if index not in pending:
+                    continue  # not ours, or already answered: never commit a run twice
+                pending.discard(index)
+                yield self._commit(index, result)
+                if deadline is not None and pending and time.monotonic() > deadline:
+                    break  # an executor that does not take a deadline: stop at a result
+            completed = True
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # cancels what is still in flight
+            late = deadline is not None and time.monotonic() > deadline
+
+            def reason(index: int) -> BranchError:
+                if not completed:
+                    return _cancelled(index, forks[index])
+                if late:
+                    return _timed_out(index, forks[index])
+                cid = str(forks[index].id)
+                return BranchError(index, cid, "the executor returned no result for it")
+
+            leftovers = [failed(index, reason(index)) for index in sorted(pending)]
+            pending.clear()
+        yield from leftovers
+
+    def _commit(self, index: int, result: bytes | BaseException) -> BranchResult:
+        fork = self.forks[index]
+        cid = str(fork.id)
+        if isinstance(result, BranchError):
+            if result.conversation_id != cid:
+                result = type(result)(index, cid, result.reason)
+            _fail(fork, result)
+            return BranchResult(index, fork, result)
+        if isinstance(result, BaseException):
+            error = BranchError(index, cid, f"{type(result).__name__}: {result}")
+            _fail(fork, error)
+            return BranchResult(index, fork, error)
+        try:
+            outcome = BranchOutcome.loads(result)
+            if outcome.stats is None:
+                kind = _FAILURES.get(outcome.failure, BranchError)
+                failure = kind(index, cid, outcome.error or "its worker could not run it")
+                _fail(fork, failure)
+                return BranchResult(index, fork, failure, worker=outcome.worker or None)
+            # Through the fork's backend, as any change: its store persists the outcome
+            # and its callbacks hear the events. Its stats hold the run's usage.
+            fork.backend.commit(outcome.apply)
+        except Exception as error:
+            return BranchResult(index, fork, error)
+        timed_out = None
+        if outcome.failure == "timeout":
+            timed_out = BranchTimeoutError(
+                index, cid, f"it ran past its time limit ({outcome.wall_seconds:.1f} s)"
+            )
+        return BranchResult(
+            index,
+            fork,
+            timed_out,
+            outcome.wall_seconds,
+            outcome.worker,
+            outcome.prefix_loads,
+        )
+
+
+def _cancelled(index: int, fork: Conversation) -> BranchCancelledError:
+    return BranchCancelledError(index, str(fork.id), "the suite was cancelled before it ended")
+
+
+def _timed_out(index: int, fork: Conversation) -> BranchTimeoutError:
+    return BranchTimeoutError(index, str(fork.id), "the suite's time limit passed before it ended")
+
+
+def _takes_deadline(run_jobs: Callable[..., object]) -> bool:
+    try:
+        return "deadline" in inspect.signature(run_jobs).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _timed(run: Callable[[], None]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started

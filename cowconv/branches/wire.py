@@ -30,12 +30,13 @@ process-pool ones.
 from __future__ import annotations
 
 import gc
+import hashlib
+import os
 import pickle
-import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 from cowconv._exceptions import BranchError, InvalidTypeError, InvalidValueError
 from cowconv.agent.tools import ToolDefinition, resolve_tool
@@ -47,9 +48,44 @@ from cowconv.core.llm import LLMMetrics
 from cowconv.core.state import ConversationState, ConversationStats, ExecutionStatus
 from cowconv.core.usage import Usage
 
-__all__ = ["BranchJob", "BranchOutcome", "SharedPrefix", "load_quietly", "pickled"]
+__all__ = [
+    "BranchJob",
+    "BranchOutcome",
+    "SharedPrefix",
+    "WorkspaceSpec",
+    "load_quietly",
+    "pickled",
+    "workspace_on_worker",
+]
 
 Dumps = Callable[[Any], bytes]
+
+WorkspaceSpec = Union[str, "os.PathLike[str]", Callable[[int, str], "str | os.PathLike[str]"]]
+"""Where a branch works on its worker: a directory (``str.format`` fields ``{index}`` and
+``{conversation_id}``), or a function of ``(index, conversation_id)`` called on the worker
+that returns one (it may create it: clone a repository, copy a template...)."""
+
+
+def workspace_on_worker(spec: WorkspaceSpec, index: int, conversation_id: str) -> str:
+    """The directory ``spec`` names for branch ``index`` (on the worker that runs it).
+
+    >>> workspace_on_worker("/scratch/{conversation_id}/{index}", 2, "c-9")
+    '/scratch/c-9/2'
+    >>> workspace_on_worker(lambda index, cid: f"/tmp/b{index}", 1, "c-9")
+    '/tmp/b1'
+    """
+    if isinstance(spec, str | os.PathLike):
+        return os.fspath(spec).format(index=index, conversation_id=conversation_id)
+    if callable(spec):
+        made = spec(index, conversation_id)
+        if not isinstance(made, str | os.PathLike):
+            raise InvalidTypeError(
+                f"a workspace factory must return a path, got {type(made).__name__}"
+            )
+        return os.fspath(made)
+    raise InvalidTypeError(
+        f"workspace must be a path or a function of (index, conversation_id), got {spec!r}"
+    )
 
 
 def pickled(value: Any) -> bytes:
@@ -85,8 +121,23 @@ class SharedPrefix:
 
     @classmethod
     def of(cls, events: EventLog) -> SharedPrefix:
-        """A prefix with a fresh key (a worker caches prefixes by key)."""
-        return cls(key=uuid.uuid4().hex, events=events)
+        """The prefix of ``events``, keyed by its content.
+
+        Events are immutable and their ids unique, so the ids in order name
+        the content: a later suite from the same history gets the same key,
+        and a worker that already holds it neither receives nor loads it again.
+
+        >>> from cowconv import EventLog, MessageEvent
+        >>> events = EventLog([MessageEvent(role="user", content="hi")])
+        >>> SharedPrefix.of(events).key == SharedPrefix.of(events.take(1)).key
+        True
+        >>> SharedPrefix.of(events).key == SharedPrefix.of(EventLog()).key
+        False
+        """
+        digest = hashlib.sha256(f"{len(events)}".encode())
+        for event in events:
+            digest.update(b"\n" + event.id.encode())
+        return cls(key=digest.hexdigest()[:32], events=events)
 
     def dumps(self, dumps: Dumps = pickled) -> bytes:
         """The events as bytes for a worker: ``dumps`` (default ``pickle``), then zlib.
@@ -120,6 +171,10 @@ class BranchJob:
     state: ConversationState
     max_iteration_per_run: int
     tools: tuple[type[ToolDefinition[Any]], ...] = ()
+    timeout: float | None = None
+    """Seconds the run may take on its worker (``None``: no limit)."""
+    workspace: WorkspaceSpec | None = None
+    """Where it works on its worker (default: the fork's own workspace)."""
 
     @classmethod
     def of(
@@ -130,6 +185,8 @@ class BranchJob:
         max_iteration_per_run: int,
         *,
         ship_api_keys: bool = True,
+        timeout: float | None = None,
+        workspace: WorkspaceSpec | None = None,
     ) -> BranchJob:
         """The job for a fork whose snapshot is ``state``.
 
@@ -157,6 +214,8 @@ class BranchJob:
             state=state._replace(events=own, agent=agent),
             max_iteration_per_run=max_iteration_per_run,
             tools=tools,
+            timeout=timeout,
+            workspace=workspace,
         )
 
     @property
@@ -183,7 +242,9 @@ class BranchOutcome:
 
     ``usage`` and ``latencies`` are the LLM calls made on the worker, to be
     added to the caller's LLM metrics. ``error`` is set (and the rest empty)
-    when the worker could not run the branch.
+    when the worker could not run the branch; ``failure`` then says why in
+    one word (``"workspace"``, ``"lost"``, ``"worker"``). A run cut off at
+    its time limit has ``failure="timeout"`` and what it did until then.
 
     >>> outcome = BranchOutcome.failed(2, "tool 'x' is not importable")
     >>> outcome.index, outcome.error
@@ -204,11 +265,12 @@ class BranchOutcome:
     """The process that ran it, as ``host:pid``."""
     prefix_loads: int = 0
     """How many times that process had deserialised this suite's prefix (1: once)."""
+    failure: str | None = None
 
     @classmethod
-    def failed(cls, index: int, error: str) -> BranchOutcome:
+    def failed(cls, index: int, error: str, failure: str = "worker") -> BranchOutcome:
         """The outcome of a branch its worker could not run."""
-        return cls(index=index, error=error)
+        return cls(index=index, error=error, failure=failure)
 
     @staticmethod
     def loads(data: bytes) -> BranchOutcome:

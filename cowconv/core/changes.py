@@ -27,7 +27,7 @@ from cowconv._exceptions import ConversationRunningError, EventNotFoundError
 from cowconv.core.events import Event, MessageEvent, SystemPromptEvent
 from cowconv.core.history import EventLog, PrefixCache
 from cowconv.core.state import ConversationState, ExecutionStatus
-from cowconv.core.tree import navigate
+from cowconv.core.tree import extend_active, navigate
 
 __all__ = [
     "ActivateSkill",
@@ -48,17 +48,23 @@ Change = Callable[[ConversationState], ConversationState]
 
 @dataclass(frozen=True)
 class AppendEvent:
-    """Record ``event`` at the end of the history.
+    """Record ``event`` at the end of the active branch, stamped with its ``parent_id``.
 
-    >>> from cowconv import MessageEvent
-    >>> AppendEvent(MessageEvent(source="user", role="user", content="hi")).event.text
-    'hi'
+    The recorded event is ``event`` with ``parent_id`` set to the event
+    before it (see :func:`cowconv.core.tree.extend_active`).
+
+    >>> from cowconv import LLM, Agent, ConversationState, MessageEvent, Workspace
+    >>> state = ConversationState(id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")),
+    ...                           workspace=Workspace(working_dir="."))
+    >>> state = AppendEvent(MessageEvent(id="e1", role="user", content="hi"))(state)
+    >>> AppendEvent(MessageEvent(role="user", content="again"))(state).events[-1].parent_id
+    'e1'
     """
 
     event: Event
 
     def __call__(self, state: ConversationState) -> ConversationState:
-        return state._replace(events=state.events.append(self.event))
+        return state._replace(events=extend_active(state, (self.event,)))
 
 
 # The last SystemPromptEvent of each history prefix looked at before (a fork's included), so
@@ -150,7 +156,7 @@ def with_prompt(state: ConversationState, prompt: SystemPromptEvent) -> Conversa
     last = last_system_prompt(state.events)
     if last is not None and same_prompt(last, prompt):
         return state
-    return state._replace(events=state.events.append(prompt))
+    return state._replace(events=extend_active(state, (prompt,)))
 
 
 @dataclass(frozen=True)
@@ -179,7 +185,7 @@ class SendMessage:
 
     def __call__(self, state: ConversationState) -> ConversationState:
         state = with_prompt(state, self.prompt)
-        return state._replace(events=state.events.append(self.event))
+        return state._replace(events=extend_active(state, (self.event,)))
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from pydantic import (
 )
 
 from cowconv._exceptions import InvalidValueError
+from cowconv.core.framing import check_framing_text
 from cowconv.core.frozen import FrozenJSON, FrozenJSONMap
 from cowconv.core.kinds import Kinded
 from cowconv.core.message import (
@@ -163,7 +164,10 @@ class Event(Kinded):
     def _not_root_sentinel(cls, value: str) -> str:
         if value == ROOT_PARENT_ID:
             raise InvalidValueError(f"an event id may not equal the reserved sentinel {value!r}")
-        return value
+        # An id is the `id:` line of a server-sent event and a header value: one line.
+        if not value:
+            raise InvalidValueError("an event id may not be empty")
+        return check_framing_text(value, "an event id")
 
     @field_validator("timestamp", mode="before")
     @classmethod

@@ -136,13 +136,14 @@ class EventLog(Sequence[Event]):
     True
     """
 
-    __slots__ = ("_chunks", "_starts", "_len", "_ids", "_line")
+    __slots__ = ("_chunks", "_starts", "_len", "_ids", "_line", "_tail_id")
 
     _chunks: tuple[Sequence[Event], ...]
     _starts: tuple[int, ...]
     _len: int
     _ids: immutables.Map[str, int]
     _line: _Line
+    _tail_id: str | None  # the last event's id when known without reading it (else None)
 
     def __init__(self, events: Iterable[Event] = ()) -> None:
         chunk = pvector(events)
@@ -157,7 +158,8 @@ class EventLog(Sequence[Event]):
                     mutable[event.id] = position
                 ids = mutable.finish()
         layout = ((chunk,), (0,)) if chunk else ((), ())
-        self._set(layout, len(chunk), ids, _Line(None, 0, len(chunk)))
+        tail_id = chunk[-1].id if chunk else None
+        self._set(layout, len(chunk), ids, _Line(None, 0, len(chunk)), tail_id)
 
     def _set(
         self,
@@ -165,11 +167,13 @@ class EventLog(Sequence[Event]):
         length: int,
         ids: immutables.Map[str, int],
         line: _Line,
+        tail_id: str | None,
     ) -> None:
         self._chunks, self._starts = layout
         self._len = length
         self._ids = ids
         self._line = line
+        self._tail_id = tail_id
 
     @classmethod
     def _make(
@@ -179,9 +183,10 @@ class EventLog(Sequence[Event]):
         length: int,
         ids: immutables.Map[str, int],
         line: _Line,
+        tail_id: str | None,
     ) -> EventLog:
         log = cls.__new__(cls)
-        log._set((chunks, starts), length, ids, line)
+        log._set((chunks, starts), length, ids, line, tail_id)
         return log
 
     # -- reading -----------------------------------------------------------
@@ -243,7 +248,7 @@ class EventLog(Sequence[Event]):
         ('Marked', True)
         """
         same = cls.__new__(cls)
-        same._set((self._chunks, self._starts), self._len, self._ids, self._line)
+        same._set((self._chunks, self._starts), self._len, self._ids, self._line, self._tail_id)
         return same
 
     # -- lineage -----------------------------------------------------------
@@ -332,6 +337,16 @@ class EventLog(Sequence[Event]):
             yield chunk if len(chunk) == end - start else islice(chunk, end - start)
 
     def __contains__(self, event: object) -> bool:
+        """Whether this log holds ``event``, or an event with that id (a ``str``, as in OpenHands).
+
+        >>> from cowconv import MessageEvent
+        >>> event = MessageEvent(source="user", role="user", content="a")
+        >>> log = EventLog([event])
+        >>> event in log, event.id in log, "nope" in log
+        (True, True, False)
+        """
+        if isinstance(event, str):
+            return self.position_of(event) is not None
         if not isinstance(event, Event):
             return False
         position = self.position_of(event.id)
@@ -391,6 +406,59 @@ class EventLog(Sequence[Event]):
         position = self.position_of(event_id)
         return None if position is None else self[position]
 
+    def get_index(self, event_id: str) -> int:
+        """OpenHands' name for :meth:`index_of`."""
+        return self.index_of(event_id)
+
+    def get_id(self, index: int) -> str:
+        """The id of the event at ``index`` (OpenHands' name).
+
+        >>> from cowconv import MessageEvent
+        >>> EventLog([MessageEvent(id="e1", source="user", role="user", content="a")]).get_id(-1)
+        'e1'
+        """
+        return self[index].id
+
+    def path_to_root(self, event_id: str | None, limit: int | None = None) -> list[Event]:
+        """The events from the first to ``event_id``, root first (OpenHands' ``path_to_root``).
+
+        In a log every event's parent is the event before it, so this is the
+        log up to that event; ``None`` is the empty path, ``limit`` keeps the
+        last ``limit`` events (O(limit)). ``EventNotFoundError`` (a
+        ``ValueError``) if the log has no such event.
+
+        >>> from cowconv import MessageEvent
+        >>> log = EventLog([MessageEvent(id=i, source="user", role="user", content=i)
+        ...                 for i in ("a", "b", "c")])
+        >>> [e.id for e in log.path_to_root("b")], log.path_to_root(None)
+        (['a', 'b'], [])
+        >>> [e.id for e in log.path_to_root("c", limit=1)]
+        ['c']
+        """
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidTypeError(f"limit must be an int or None, got {type(limit).__name__}")
+        if limit is not None and limit < 0:
+            raise InvalidValueError(f"limit must be at least 0, got {limit}")
+        if event_id is None:
+            return []
+        end = self.index_of(event_id) + 1
+        start = 0 if limit is None else max(end - limit, 0)
+        return [self[position] for position in range(start, end)]
+
+    @property
+    def last_id(self) -> str | None:
+        """The id of the newest event (``None`` for an empty log), read without the event when
+        the log knows it (a stored history's last event is not loaded for it).
+
+        >>> from cowconv import MessageEvent
+        >>> EventLog([MessageEvent(id="e1", source="user", role="user", content="a")]).last_id
+        'e1'
+        """
+        tail_id = self._tail_id
+        if tail_id is None and self._len:
+            return self[self._len - 1].id
+        return tail_id
+
     @property
     def last(self) -> Event | None:
         """The newest event, or ``None`` for an empty log."""
@@ -413,18 +481,19 @@ class EventLog(Sequence[Event]):
         ids = self._ids.set(event.id, length)
         line = self._line.extended(length, 1)
         if not chunks:
-            return EventLog._make((pvector((event,)),), (0,), 1, ids, line)
+            return EventLog._make((pvector((event,)),), (0,), 1, ids, line, event.id)
         last = chunks[-1]
         used = length - starts[-1]
         if len(last) == used and type(last) is _PVECTOR_TYPE:
             if used < _CHUNK_LIMIT:
                 chunks = (*chunks[:-1], last.append(event))
-                return EventLog._make(chunks, starts, length + 1, ids, line)
+                return EventLog._make(chunks, starts, length + 1, ids, line, event.id)
         elif used <= _COPY_LIMIT:
             copied = pvector(islice(last, used)).append(event)
-            return EventLog._make((*chunks[:-1], copied), starts, length + 1, ids, line)
+            chunks = (*chunks[:-1], copied)
+            return EventLog._make(chunks, starts, length + 1, ids, line, event.id)
         chunks, starts = (*chunks, pvector((event,))), (*starts, length)
-        return EventLog._make(chunks, starts, length + 1, ids, line)
+        return EventLog._make(chunks, starts, length + 1, ids, line, event.id)
 
     def extend(self, events: Iterable[Event]) -> EventLog:
         """A new log with ``events`` appended in order."""
@@ -448,14 +517,15 @@ class EventLog(Sequence[Event]):
         if not chunk:
             return self
         length = self._len
+        tail_id: str | None = None
         with self._ids.mutate() as mutable:
             for offset, event_id in enumerate(event_ids):
                 mutable[event_id] = length + offset
+                tail_id = event_id
             ids = mutable.finish()
         line = self._line.extended(length, len(chunk))
-        return EventLog._make(
-            (*self._chunks, chunk), (*self._starts, length), length + len(chunk), ids, line
-        )
+        layout = ((*self._chunks, chunk), (*self._starts, length))
+        return EventLog._make(*layout, length + len(chunk), ids, line, tail_id)
 
     def take(self, count: int) -> EventLog:
         """The first ``count`` events as a new log, sharing structure: O(log c).
@@ -470,9 +540,10 @@ class EventLog(Sequence[Event]):
         if count == 0:
             return _EMPTY
         keep = bisect_right(self._starts, count - 1)
-        # Same line, shorter: an append to it starts a child line (the tip is longer).
+        # Same line, shorter: an append to it starts a child line (the tip is longer). Its last
+        # id is left to last_id (one read when asked), so fork(from_event_id=...) pays nothing.
         return EventLog._make(
-            self._chunks[:keep], self._starts[:keep], count, self._ids, self._line
+            self._chunks[:keep], self._starts[:keep], count, self._ids, self._line, None
         )
 
     def up_to(self, event_id: str) -> EventLog:
@@ -628,4 +699,5 @@ def _restore(chunks: tuple[tuple[Event, ...], ...]) -> EventLog:
     if not vectors:
         return _EMPTY
     # A line of its own: in this process nothing else is known to hold these events.
-    return EventLog._make(vectors, tuple(starts), length, ids, _Line(None, 0, length))
+    tail_id = vectors[-1][-1].id
+    return EventLog._make(vectors, tuple(starts), length, ids, _Line(None, 0, length), tail_id)

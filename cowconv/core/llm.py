@@ -16,7 +16,9 @@ adds every answer's cost, tokens (cached ones apart) and latency to
 
 litellm takes seconds to import. Neither ``import cowconv`` nor making an
 ``LLM`` imports it: the first completion does, or :meth:`LLM.preload` for
-an application that wants it early.
+an application that wants it early. That import says so in one line on
+stderr (on a terminal, the line ends with how long it took), so a first
+run that waits is not a silent one; ``COWCONV_QUIET=1`` leaves it out.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -42,6 +46,7 @@ from pydantic import (
 )
 
 from cowconv._exceptions import InvalidValueError, LLMError
+from cowconv.core.framing import representable
 from cowconv.core.frozen import CheckedModel
 from cowconv.core.usage import Usage
 
@@ -82,12 +87,38 @@ def _litellm() -> ModuleType:
         if _module is None:
             # Without this, importing litellm fetches its price list from the internet.
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            import litellm
+            with _loading_notice("litellm" not in sys.modules):
+                import litellm
 
             # litellm prints "Give Feedback / Get Help" banners to stdout on every error.
             litellm.suppress_debug_info = True
             _module = litellm
         return _module
+
+
+class _loading_notice:  # noqa: N801 (used as a statement: ``with _loading_notice(...)``)
+    """One line on stderr while litellm loads: on a terminal it ends with the time taken,
+    elsewhere (a log, a pipe) it is a plain line. Nothing when ``COWCONV_QUIET`` is set."""
+
+    _TEXT = "cowconv: loading litellm for the first LLM call (a few seconds, once per process)"
+
+    def __init__(self, needed: bool) -> None:
+        self.shown = needed and os.environ.get("COWCONV_QUIET", "") in ("", "0")
+        self.started = 0.0
+
+    def __enter__(self) -> None:
+        if not self.shown:
+            return
+        self.started = time.perf_counter()
+        stream = sys.stderr
+        interactive = stream.isatty()
+        stream.write(self._TEXT + ("..." if interactive else "\n"))
+        stream.flush()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.shown and sys.stderr.isatty():
+            sys.stderr.write(f" done in {time.perf_counter() - self.started:.1f} s\n")
+            sys.stderr.flush()
 
 
 def _usage(
@@ -420,8 +451,9 @@ class LLM(CheckedModel):
         ``messages`` and ``tools`` are in OpenAI chat format. Rate limits,
         timeouts, connection errors and 5xx answers are retried up to
         ``num_retries`` times, waiting ``retry_min_wait`` seconds and doubling
-        up to ``retry_max_wait``. Anything else (a bad key, a bad request) and
-        the last failed retry raise :class:`~cowconv.LLMError` at once.
+        up to ``retry_max_wait``. Anything else (a bad or missing key, a bad
+        request) and the last failed retry raise :class:`~cowconv.LLMError` at
+        once.
 
         With ``caching_prompt`` (the default), providers that cache only
         marked prefixes (Anthropic's models, direct or through Bedrock and
@@ -490,6 +522,15 @@ class LLM(CheckedModel):
 
     def _describe(self, error: BaseException | None, attempts: int | None) -> str:
         status = getattr(error, "status_code", None)
+        unreachable = _connection_failure(error)
+        if unreachable is not None:
+            # litellm reports a refused or broken connection as an HTTP 500 that never came.
+            where = self.base_url or "the provider"
+            tries = "" if attempts is None else f" after {attempts} attempt(s)"
+            return (
+                f"LLM call to {self.model!r} failed{tries}: cannot connect to {where}:"
+                f" {unreachable} (no response: check the address and the network)."
+            )
         what = type(error).__name__ + (f" (HTTP {status})" if isinstance(status, int) else "")
         message = str(error)
         if self.api_key is not None and self.api_key.get_secret_value():
@@ -524,7 +565,65 @@ def needs_cache_marks(model: str) -> bool:
     return provider in _MARKED_PROVIDERS and "claude" in name
 
 
+def _error_chain(error: BaseException | None) -> Iterator[BaseException]:
+    """``error``, then each error it was raised from or during, once each, nearest first.
+
+    >>> try:
+    ...     try:
+    ...         raise KeyError("inner")
+    ...     except KeyError as inner:
+    ...         raise ValueError("outer") from inner
+    ... except ValueError as outer:
+    ...     [type(e).__name__ for e in _error_chain(outer)]
+    ['ValueError', 'KeyError']
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+# What the OpenAI client (and litellm, passing its message on as an HTTP 500) says when no key
+# was given or found in the environment: nothing was sent, and trying again cannot help.
+_MISSING_CREDENTIALS = ("Missing credentials", "api_key client option must be set")
+
+
+def _is_missing_credentials(error: BaseException) -> bool:
+    """Whether ``error`` (or one it was raised from) says that no API key was configured.
+
+    >>> _is_missing_credentials(RuntimeError("Missing credentials. Please pass an `api_key`"))
+    True
+    >>> _is_missing_credentials(RuntimeError("Internal server error"))
+    False
+    """
+    return any(text in str(cause) for cause in _error_chain(error) for text in _MISSING_CREDENTIALS)
+
+
+_CONNECTION_ERRORS = frozenset({"APIConnectionError", "ConnectError", "ConnectTimeout"})
+
+
+def _connection_failure(error: BaseException | None) -> str | None:
+    """What broke, if ``error`` (or one it came from) is a connection that never got an answer.
+
+    >>> _connection_failure(ConnectionRefusedError(111, "Connection refused"))
+    'ConnectionRefusedError: [Errno 111] Connection refused'
+    >>> _connection_failure(ValueError("bad request")) is None
+    True
+    """
+    found: str | None = None
+    for cause in _error_chain(error):
+        name = type(cause).__name__
+        if isinstance(cause, ConnectionError | socket.gaierror):
+            return f"{name}: {cause}"  # the root cause: refused, reset, unknown host
+        if name in _CONNECTION_ERRORS and found is None:
+            found = f"{name}: {cause}"
+    return found
+
+
 def _is_transient(error: BaseException) -> bool:
+    if _is_missing_credentials(error):
+        return False  # litellm reports it as a 500, but it was never sent: no retry
     status = getattr(error, "status_code", None)
     if isinstance(status, int):
         return status in _TRANSIENT_STATUSES or status >= 500
@@ -536,9 +635,10 @@ def _response(litellm: ModuleType, raw: Any, latency: float) -> LLMResponse:
     message = raw.choices[0].message
     calls = tuple(
         LLMToolCall(
-            id=call.id or f"call_{uuid.uuid4().hex}",
-            name=call.function.name or "",
-            arguments=_arguments_text(call.function.arguments),
+            # A model's answer is data: lone surrogates in it are recorded as U+FFFD.
+            id=representable(call.id or f"call_{uuid.uuid4().hex}"),
+            name=representable(call.function.name or ""),
+            arguments=representable(_arguments_text(call.function.arguments)),
         )
         for call in (message.tool_calls or ())
     )
@@ -554,8 +654,8 @@ def _response(litellm: ModuleType, raw: Any, latency: float) -> LLMResponse:
         # Models litellm has no price for (ModelNotMappedError, local and stub models) cost 0.
         cost = 0.0
     return LLMResponse(
-        id=raw.id or f"response_{uuid.uuid4().hex}",
-        content=message.content or "",
+        id=representable(raw.id or f"response_{uuid.uuid4().hex}"),
+        content=representable(message.content or ""),
         tool_calls=calls,
         cost=cost,
         prompt_tokens=_count(getattr(usage, "prompt_tokens", 0)),

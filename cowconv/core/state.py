@@ -25,7 +25,7 @@ from pyrsistent import pmap
 
 from cowconv._exceptions import FrozenInstanceError, InvalidTypeError, InvalidValueError
 from cowconv.core.agent import Agent
-from cowconv.core.events import utc_now
+from cowconv.core.events import Event, utc_now
 from cowconv.core.frozen import (
     CheckedModel,
     FrozenJSONMap,
@@ -35,8 +35,9 @@ from cowconv.core.frozen import (
 )
 from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationIDField
-from cowconv.core.tree import branches
+from cowconv.core.tree import active_branch, branches, head_is_empty
 from cowconv.core.usage import TokenUsage, Usage
+from cowconv.core.view import View, view_of
 from cowconv.core.workspace import Workspace
 
 __all__ = [
@@ -224,6 +225,59 @@ class ConversationState(CheckedModel):
         """
         last = self.events.last
         return None if last is None else last.id
+
+    @property
+    def head_is_empty(self) -> bool:
+        """Whether ``navigate_to(None)`` emptied the active branch (OpenHands' name).
+
+        Then ``leaf_event_id`` is ``None`` while other branches hold events,
+        and the next event starts a new root (its ``parent_id`` is
+        :data:`~cowconv.ROOT_PARENT_ID`). Derived from the tree, never stored.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> _ = conversation.send_message("one")
+        >>> before = conversation.state.head_is_empty
+        >>> conversation.navigate_to(None)
+        >>> before, conversation.state.head_is_empty, conversation.state.leaf_event_id
+        (False, True, None)
+        """
+        return head_is_empty(self)
+
+    def active_branch(self, limit: int | None = None) -> list[Event]:
+        """The events of the active branch, root first (OpenHands' ``active_branch``).
+
+        The same events as ``state.events``, as a new list; ``limit`` keeps
+        only the last ``limit`` of them, in O(``limit``).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> _ = conversation.send_message("one")
+        >>> [e.kind for e in conversation.state.active_branch(limit=1)]
+        ['MessageEvent']
+        """
+        return active_branch(self, limit)
+
+    @property
+    def view(self) -> View:
+        """What the agent sees: the active branch after condensation (OpenHands' ``View``).
+
+        ``state.view.events`` holds the events the model is shown, in order:
+        each :class:`~cowconv.Condensation` on the branch replaces the events
+        it forgets with its summary, and events the model never sees (a
+        :class:`~cowconv.PauseEvent`) are left out. Computed on first read of
+        a snapshot from the view of the longest prefix read before, so a
+        step that adds ``k`` events costs O(k) (see :mod:`cowconv.core.view`).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = conversation.send_message("one")
+        >>> _ = conversation.send_message("two")
+        >>> conversation.navigate_to(first.id)
+        >>> [e.kind for e in conversation.state.view.events]
+        ['SystemPromptEvent', 'MessageEvent']
+        """
+        return view_of(self.events)
 
     @property
     def branches(self) -> tuple[EventLog, ...]:

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from cowconv._exceptions import InvalidTypeError, InvalidValueError, ServiceError
+from cowconv._exceptions import BranchLostError, InvalidTypeError, InvalidValueError
 from cowconv.branches.wire import BranchJob, SharedPrefix
 from cowconv.distributed.driver import drive
 from cowconv.distributed.worker import run_branch_job
@@ -22,15 +23,85 @@ __all__ = ["DaskExecutor"]
 
 logger = logging.getLogger("cowconv.distributed")
 
+# The scheduler's metadata under which each branch task notes that it started (before any LLM
+# call): ``[_STARTED, suite, index]``.
+_STARTED = "cowconv-started"
+_OPEN = "open"  # ``[_STARTED, suite, _OPEN]`` is true while the suite runs
 
-def _run_on_dask(job: bytes, prefix: bytes) -> bytes:
+
+def _claim(marker: list[str]) -> bool:
+    """On the worker: note on the scheduler that this branch starts, unless it already did.
+
+    The scheduler runs a task again when its worker dies (``allowed-failures``,
+    default 3); the second attempt finds the note and is refused, so a branch
+    never pays for its LLM calls twice. One attempt at a time exists, so
+    reading then writing is enough. A suite that has ended starts nothing.
+    """
+    from distributed import get_client, get_worker
+
+    client: Any = get_client()
+    if _suite_over(marker[:2]):
+        return False
+    if client.get_metadata(marker, None) is not None:
+        return False
+    client.set_metadata(marker, get_worker().address)
+    return True
+
+
+def _suite_over(suite: list[str]) -> bool:
+    """On the worker: whether the caller ended the suite (done, cancelled, Ctrl-C)."""
+    from distributed import get_client
+
+    try:
+        client: Any = get_client()
+        return not client.get_metadata([*suite, _OPEN], False)
+    except Exception:  # the suite's notes were dropped: it is over
+        return True
+
+
+def _run_on_dask(job: bytes, prefix: bytes, marker: list[str]) -> bytes:
     # ``prefix`` is the broadcast bytes, already in this worker's memory: no transfer, and the
     # events are unpickled once per worker process (run_branch_job caches them by key).
-    return run_branch_job(job, lambda: prefix)
+    # Dask cannot stop a running task: the run looks at the suite's notes every few seconds
+    # and ends itself once the caller has ended the suite.
+    return run_branch_job(
+        job,
+        lambda: prefix,
+        claim=lambda: _claim(marker),
+        cancelled=lambda: _suite_over(marker[:2]),
+    )
 
 
-def _allowed_failures(dask_scheduler: Any) -> int:
-    return int(dask_scheduler.allowed_failures)
+def _check_options(
+    resources: Mapping[str, float] | None,
+    workers: str | Sequence[str] | None,
+    priority: int,
+) -> None:
+    if resources is not None:
+        if not isinstance(resources, Mapping) or not all(
+            isinstance(name, str)
+            and isinstance(amount, int | float)
+            and not isinstance(amount, bool)
+            and amount > 0
+            for name, amount in resources.items()
+        ):
+            raise InvalidValueError(
+                "resources must map resource names to positive amounts, e.g. {'GPU': 1}, "
+                f"got {resources!r}"
+            )
+    if workers is not None and not (
+        isinstance(workers, str)
+        or (
+            isinstance(workers, Sequence)
+            and workers
+            and all(isinstance(worker, str) for worker in workers)
+        )
+    ):
+        raise InvalidValueError(
+            f"workers must be a worker address or name, or a list of them, got {workers!r}"
+        )
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidTypeError(f"priority must be an int, got {type(priority).__name__}")
 
 
 class DaskExecutor:
@@ -41,10 +112,24 @@ class DaskExecutor:
     gets it by reference plus its own pickled job (cloudpickle, so tools
     defined in ``__main__`` travel by value). Tasks are submitted with
     ``retries=0`` and at most ``max_in_flight`` at a time (default: twice the
-    cluster's threads). A worker that dies mid-run makes Dask's scheduler run
-    the task again unless ``distributed.scheduler.allowed-failures`` is 0
-    (a warning says so); set it to 0 so the branch fails instead of paying
-    for its LLM calls twice.
+    cluster's threads).
+
+    Exactly once, under any ``allowed-failures``: before its first LLM call a
+    branch notes on the scheduler that it started. If its worker dies, the
+    scheduler's next attempt finds the note and is refused: the branch fails
+    with a :class:`~cowconv.BranchLostError` ("died while running it")
+    instead of paying for its LLM calls twice. A branch whose worker died
+    before it started is run by the scheduler elsewhere, as any task; if the
+    scheduler gives it up (``allowed-failures`` 0), it is submitted once
+    more, since it never ran.
+
+    In a ``with`` block the executor keeps the histories it scattered for
+    later suites of the same conversation (released when the block ends);
+    otherwise each suite releases its own.
+
+    ``resources``, ``workers`` (addresses or names) and ``priority`` go to
+    every task (``client.submit``); they are checked here, not when the
+    first branch fails.
 
     Use: ``run_branches(source, branches, executor=DaskExecutor(client))``
     with ``client = distributed.Client(...)`` (see ``docs/distributed.md``).
@@ -62,6 +147,9 @@ class DaskExecutor:
         max_in_flight: int | None = None,
         ship_api_keys: bool = True,
         progress: bool | None = None,
+        resources: Mapping[str, float] | None = None,
+        workers: str | Sequence[str] | None = None,
+        priority: int = 0,
     ) -> None:
         try:
             from distributed import Client
@@ -75,25 +163,51 @@ class DaskExecutor:
             )
         if max_in_flight is not None and max_in_flight < 1:
             raise InvalidValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        _check_options(resources, workers, priority)
         self.client = client
         # distributed is not fully typed: talk to it through Any.
         self._client: Any = cast(Any, client)
         self.max_in_flight = max_in_flight
         self.ship_api_keys = ship_api_keys
         self.progress = progress
-        allowed = self._client.run_on_scheduler(_allowed_failures)
-        if allowed:
-            logger.warning(
-                "the Dask scheduler runs a task again when its worker dies (allowed-failures=%s):"
-                " a branch whose worker dies would repeat its LLM calls; set "
-                "distributed.scheduler.allowed-failures to 0 on the scheduler to fail it instead",
-                allowed,
-            )
+        self.resources = dict(resources) if resources is not None else None
+        self.workers = workers if workers is None or isinstance(workers, str) else list(workers)
+        self.priority = priority
+        self._shared: dict[str, Any] = {}
+        self._keep = False  # keep the scattered histories between suites (``with`` block)
+
+    def close(self) -> None:
+        """Release the histories kept scattered on the workers for later suites.
+
+        >>> DaskExecutor.close.__name__
+        'close'
+        """
+        self._keep = False
+        shared, self._shared = self._shared, {}
+        for future in shared.values():
+            future.release()
+
+    def __enter__(self) -> DaskExecutor:
+        self._keep = True
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def run_jobs(
-        self, prefix: SharedPrefix, jobs: Sequence[BranchJob]
+        self,
+        prefix: SharedPrefix,
+        jobs: Sequence[BranchJob],
+        *,
+        deadline: float | None = None,
     ) -> Iterator[tuple[int, bytes | BaseException]]:
-        """Broadcast the prefix, run every job as a task; yield each result as it ends."""
+        """Broadcast the prefix, run every job as a task; yield each result as it ends.
+
+        ``deadline`` (a :func:`time.monotonic` value) ends the suite. A task
+        given up (its time limit, the suite's, Ctrl-C) is cancelled; Dask
+        cannot stop a running task, so a branch still running when the suite
+        ends (Ctrl-C) sees that on the scheduler within seconds and ends itself.
+        """
         import cloudpickle
         from distributed import wait as _wait
 
@@ -102,52 +216,125 @@ class DaskExecutor:
         if not jobs:
             return
         client = self._client
-        data = prefix.dumps()
+        suite = uuid.uuid4().hex
+        packed: list[bytes] = []
 
         def scatter() -> Any:
+            if not packed:
+                packed.append(prefix.dumps())
             # A list of one: scatter splits sequences; hash=False: naming it would pickle it again.
-            [future] = client.scatter([data], broadcast=True, hash=False)
+            [future] = client.scatter([packed[0]], broadcast=True, hash=False)
             return future
 
-        shared = [scatter()]
+        # The prefix scattered by an earlier suite of the same history is still on the workers.
+        shared: Any = self._shared.get(prefix.key)
+        if shared is None or shared.status != "finished":
+            shared = self._shared[prefix.key] = scatter()
+        while len(self._shared) > 4:
+            self._shared.pop(next(iter(self._shared))).release()
         limit = self.max_in_flight or 2 * max(1, sum(client.nthreads().values()))
+        options: dict[str, Any] = {"retries": 0, "pure": False, "priority": self.priority}
+        if self.resources is not None:
+            options["resources"] = self.resources
+        if self.workers is not None:
+            options["workers"] = self.workers
+        jobs_of: dict[Any, tuple[BranchJob, bytes, list[str]]] = {}
+        client.set_metadata([_STARTED, suite, _OPEN], True)
 
-        def submit(job: BranchJob) -> Any:
-            if shared[0].status != "finished":
+        def send(job: BranchJob, payload: bytes, attempt: int) -> Any:
+            nonlocal shared
+            if shared.status != "finished":
                 # A dying worker can take the scattered prefix with it (Dask then reports it
                 # lost, replicas or not): send it again for the jobs still to come.
-                shared[0] = scatter()
-            return client.submit(
+                shared = self._shared[prefix.key] = scatter()
+            marker = [_STARTED, suite, f"{job.index}-{attempt}"]
+            future = client.submit(
                 _run_on_dask,
-                job.dumps(cloudpickle.dumps),
-                shared[0],
-                key=f"cowconv-branch-{prefix.key}-{job.index}",
-                pure=False,
-                retries=0,
+                payload,
+                shared,
+                marker,
+                key=f"cowconv-branch-{suite}-{job.index}-{attempt}",
+                **options,
             )
+            jobs_of[future] = (job, payload, marker)
+            return future
+
+        def submit(job: BranchJob) -> Any:
+            return send(job, job.dumps(cloudpickle.dumps), 0)
+
+        def wait_any(handles: list[Any], timeout: float | None) -> Any:
+            try:
+                return wait(handles, timeout=timeout, return_when="FIRST_COMPLETED").done
+            except TimeoutError:
+                return ()
 
         def collect(future: Any) -> bytes:
+            job, payload, marker = jobs_of.pop(future)
             try:
                 result: bytes = future.result()
+                return result
             except Exception as error:
-                if type(error).__name__ == "KilledWorker":
-                    raise ServiceError(
-                        f"its Dask worker died while running it; it was not run again ({error})"
+                started = client.get_metadata(marker, None)
+                if started is not None:
+                    if type(error).__name__ != "KilledWorker":
+                        raise
+                    raise BranchLostError(
+                        job.index,
+                        str(job.conversation_id),
+                        f"its Dask worker {started} died while running it; it was not run "
+                        f"again ({error})",
                     ) from None
-                raise
+                if marker[-1].endswith("-0"):
+                    # Never started (the scheduler gave up on it while it was queued, or its
+                    # copy of the shared history was lost with a worker): no LLM call was
+                    # made, so it is safe to run, once more.
+                    logger.info(
+                        "branch %d never started (%s: %s): resubmitted",
+                        job.index,
+                        type(error).__name__,
+                        error,
+                    )
+                    again = send(job, payload, 1)
+                    return collect(wait_for(again))
+                if type(error).__name__ != "KilledWorker":
+                    raise
+                raise BranchLostError(
+                    job.index,
+                    str(job.conversation_id),
+                    f"its Dask workers died twice before it started; it never ran ({error})",
+                ) from None
             finally:
                 future.release()
-            return result
+
+        def wait_for(future: Any) -> Any:
+            wait([future])
+            return future
+
+        def cancel(future: Any) -> None:
+            jobs_of.pop(future, None)
+            future.cancel()
 
         try:
             yield from drive(
                 jobs,
                 submit=submit,
-                wait_any=lambda handles: wait(handles, return_when="FIRST_COMPLETED").done,
+                wait_any=wait_any,
                 collect=collect,
                 max_in_flight=limit,
                 progress=self.progress,
                 description="branches (Dask)",
+                cancel=cancel,
+                deadline=deadline,
+                queued_runs=2,
             )
         finally:
-            shared[0].release()
+            for future in list(jobs_of):
+                cancel(future)
+            try:
+                # The suite's notes, dropped: a branch still running on a worker (cancelled:
+                # Dask cannot stop it) sees that and ends itself.
+                client.set_metadata([_STARTED, suite], None)
+                if not self._keep:
+                    self.close()
+            except Exception as error:  # a closed client: nothing left to tidy
+                logger.debug("could not drop the suite's notes on the scheduler: %s", error)

@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from cowconv._exceptions import InvalidValueError, ServiceError
+from cowconv._exceptions import (
+    BranchLostError,
+    InvalidTypeError,
+    InvalidValueError,
+    ServiceError,
+)
 from cowconv.branches.wire import BranchJob, SharedPrefix
 from cowconv.distributed.driver import drive
 from cowconv.distributed.worker import run_branch_job
@@ -28,6 +33,18 @@ def _run_on_ray(job: bytes, box: list[Any]) -> bytes:
 _remote: Any = None
 
 
+def _task() -> Any:
+    """The remote function, made once per process (importing Ray on first use)."""
+    global _remote
+    if _remote is None:
+        try:
+            import ray
+        except ImportError as error:  # pragma: no cover - depends on the environment
+            raise ImportError("RayExecutor needs Ray: pip install 'cowconv[ray]'") from error
+        _remote = ray.remote(_run_on_ray)
+    return _remote
+
+
 class RayExecutor:
     """Runs branches as tasks on the Ray cluster this process is connected to (``ray.init``).
 
@@ -35,11 +52,14 @@ class RayExecutor:
     reference to it inside a list and a per-worker-process cache loads it at
     most once per worker. Each branch's job travels pickled with
     cloudpickle. ``options`` go to ``.options()`` of the remote function
-    (``num_cpus``, ``resources``, ``runtime_env``...); ``max_retries`` is
-    always 0 (Ray retries tasks 3 times by default, which would pay for a
-    branch's LLM calls again): a task whose worker dies fails its branch. At
-    most ``max_in_flight`` tasks are submitted at a time (default: twice the
-    cluster's CPUs).
+    (``num_cpus``, ``resources``, ``runtime_env``...) and are checked here,
+    as ``.options()`` checks them; ``max_retries`` is always 0 (Ray retries
+    tasks 3 times by default, which would pay for a branch's LLM calls
+    again): a task whose worker dies fails its branch
+    (:class:`~cowconv.BranchLostError`). At most ``max_in_flight`` tasks are
+    submitted at a time (default: twice the cluster's CPUs). A branch given
+    up (its time limit, the suite's, Ctrl-C) is cancelled with
+    ``ray.cancel(force=True)``, which ends its worker process.
 
     Use: ``ray.init(...)``, then ``run_branches(source, branches,
     executor=RayExecutor(num_cpus=1))`` (see ``docs/distributed.md``).
@@ -48,6 +68,10 @@ class RayExecutor:
     Traceback (most recent call last):
     ...
     cowconv._exceptions.InvalidValueError: RayExecutor never retries a branch ...
+    >>> RayExecutor(address="ray://head:10001")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: address= is not a task option: ...
     """
 
     def __init__(
@@ -63,52 +87,84 @@ class RayExecutor:
                 "RayExecutor never retries a branch (a retry would repeat its LLM calls): "
                 "leave out max_retries and retry_exceptions"
             )
+        if "address" in options:
+            raise InvalidValueError(
+                "address= is not a task option: connect this process to the cluster first, "
+                f"with ray.init(address={options['address']!r}), then use RayExecutor()"
+            )
         if max_in_flight is not None and max_in_flight < 1:
             raise InvalidValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self.options = {**options, "max_retries": 0}
+        try:
+            _task().options(**self.options)
+        except (ValueError, TypeError) as error:
+            kind = InvalidTypeError if isinstance(error, TypeError) else InvalidValueError
+            raise kind(f"Ray refuses these task options: {error}") from None
         self.max_in_flight = max_in_flight
         self.ship_api_keys = ship_api_keys
         self.progress = progress
 
     def run_jobs(
-        self, prefix: SharedPrefix, jobs: Sequence[BranchJob]
+        self,
+        prefix: SharedPrefix,
+        jobs: Sequence[BranchJob],
+        *,
+        deadline: float | None = None,
     ) -> Iterator[tuple[int, bytes | BaseException]]:
-        """Put the prefix once, run every job as a task; yield each result as it ends."""
-        global _remote
-        try:
-            import cloudpickle
-            import ray
-        except ImportError as error:  # pragma: no cover - depends on the environment
-            raise ImportError("RayExecutor needs Ray: pip install 'cowconv[ray]'") from error
+        """Put the prefix once, run every job as a task; yield each result as it ends.
+
+        ``deadline`` (a :func:`time.monotonic` value) ends the suite.
+        """
+        import cloudpickle
+        import ray
+
         if not ray.is_initialized():
             raise ServiceError("RayExecutor runs on a Ray cluster: call ray.init(...) first")
         if not jobs:
             return
-        if _remote is None:
-            _remote = ray.remote(_run_on_ray)
-        task = _remote.options(**self.options)
+        task = _task().options(**self.options)
         box = [ray.put(prefix.dumps())]
         resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
         limit = self.max_in_flight or 2 * max(1, int(resources.get("CPU", 1)))
+        jobs_of: dict[Any, BranchJob] = {}
+
+        def submit(job: BranchJob) -> Any:
+            reference = task.remote(job.dumps(cloudpickle.dumps), box)
+            jobs_of[reference] = job
+            return reference
+
+        def wait_any(handles: list[Any], timeout: float | None) -> list[Any]:
+            done: list[Any] = ray.wait(handles, num_returns=1, timeout=timeout)[0]
+            return done
 
         def collect(reference: Any) -> bytes:
+            job = jobs_of.pop(reference)
             try:
                 result: bytes = ray.get(reference)
             except ray.exceptions.WorkerCrashedError as error:
-                raise ServiceError(
-                    f"its Ray worker died while running it; it was not run again ({error})"
+                raise BranchLostError(
+                    job.index,
+                    str(job.conversation_id),
+                    f"its Ray worker died while running it; it was not run again ({error})",
                 ) from None
             return result
+
+        def cancel(reference: Any) -> None:
+            jobs_of.pop(reference, None)
+            ray.cancel(reference, force=True)
 
         try:
             yield from drive(
                 jobs,
-                submit=lambda job: task.remote(job.dumps(cloudpickle.dumps), box),
-                wait_any=lambda handles: ray.wait(handles, num_returns=1)[0],
+                submit=submit,
+                wait_any=wait_any,
                 collect=collect,
                 max_in_flight=limit,
                 progress=self.progress,
                 description="branches (Ray)",
+                cancel=cancel,
+                deadline=deadline,
+                queued_runs=2,
             )
         finally:
             del box[:]

@@ -28,13 +28,23 @@ from cowconv._exceptions import InvalidTypeError
 from cowconv.agent.messages import render
 from cowconv.agent.tools import register_tool
 from cowconv.backends.local import LocalBackend
-from cowconv.branches.wire import BranchJob, BranchOutcome, load_quietly, pickled
+from cowconv.branches.wire import (
+    BranchJob,
+    BranchOutcome,
+    load_quietly,
+    pickled,
+    workspace_on_worker,
+)
+from cowconv.core.events import AgentErrorEvent
 from cowconv.core.history import EventLog
+from cowconv.core.llm import LLM
+from cowconv.core.state import ExecutionStatus
 from cowconv.core.usage import Usage
 
-__all__ = ["forget_prefix", "prefix_loads", "run_branch_job"]
+__all__ = ["CACHE_SIZE", "forget_prefix", "has_prefix", "prefix_loads", "run_branch_job"]
 
-_CACHE_SIZE = 4
+CACHE_SIZE = 4
+"""How many shared prefixes a worker process keeps loaded (the most recently used)."""
 _prefixes: OrderedDict[str, EventLog] = OrderedDict()
 _prefix_lock = threading.Lock()
 _loads = 0
@@ -64,7 +74,7 @@ def _prefix(key: str, load: Callable[[], bytes], *, rendered: bool) -> EventLog:
             if len(_loads_by_key) > 1024:
                 del _loads_by_key[next(iter(_loads_by_key))]
             _prefixes[key] = events
-            while len(_prefixes) > _CACHE_SIZE:
+            while len(_prefixes) > CACHE_SIZE:
                 _prefixes.popitem(last=False)
         else:
             _prefixes.move_to_end(key)
@@ -75,6 +85,16 @@ def _prefix(key: str, load: Callable[[], bytes], *, rendered: bool) -> EventLog:
             # events since the last condensation: rendering all of them would be wasted.
             render(events)
         return events
+
+
+def has_prefix(key: str) -> bool:
+    """Whether this process holds the prefix ``key`` loaded.
+
+    >>> has_prefix("no-such-prefix")
+    False
+    """
+    with _prefix_lock:
+        return key in _prefixes
 
 
 def forget_prefix(key: str) -> None:
@@ -89,7 +109,62 @@ def _usage_since(before: Usage, after: Usage) -> Usage:
     return Usage(**{field: value - start[field] for field, value in after.model_dump().items()})
 
 
-def run_branch_job(job_data: bytes, load_prefix: Callable[[], bytes]) -> bytes:
+_CANCEL_POLL = 2.0  # seconds between two looks at ``cancelled`` during a run
+
+
+def _run_for(
+    backend: LocalBackend,
+    timeout: float | None,
+    cancelled: Callable[[], bool] | None = None,
+) -> str | None:
+    """Run ``backend`` for at most ``timeout`` seconds, until ``cancelled()`` says so.
+
+    Returns ``None`` if the run ended by itself, else ``"timeout"`` or
+    ``"cancelled"``. A run cut off is interrupted (its running command
+    killed, no further step) and left behind: an LLM call in flight cannot
+    be cut off, so its thread ends when that call does, and nothing it
+    records is kept.
+    """
+    if timeout is None and cancelled is None:
+        backend.run()
+        return None
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            backend.run()
+        except BaseException as error:  # handed to the caller's thread below
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="cowconv-branch-run", daemon=True)
+    thread.start()
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    ended: str | None = None
+    while thread.is_alive():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            ended = "timeout"
+            break
+        wait = left if cancelled is None else min(_CANCEL_POLL, left or _CANCEL_POLL)
+        thread.join(wait)
+        if thread.is_alive() and cancelled is not None and cancelled():
+            ended = "cancelled"
+            break
+    if ended is not None:
+        backend.interrupt()
+        return ended
+    if failure:
+        raise failure[0]
+    return None
+
+
+def run_branch_job(
+    job_data: bytes,
+    load_prefix: Callable[[], bytes],
+    *,
+    claim: Callable[[], bool] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> bytes:
     """Run one branch on a worker; returns the pickled :class:`BranchOutcome`.
 
     ``load_prefix`` returns the bytes of the job's :class:`SharedPrefix`; it
@@ -98,6 +173,16 @@ def run_branch_job(job_data: bytes, load_prefix: Callable[[], bytes]) -> bytes:
     the outcome's events; anything that stops the worker from running the
     branch comes back as a failed outcome naming the cause.
 
+    Before any LLM call: ``claim`` (an engine's guard against running a job
+    twice) must return ``True``, and the branch's workspace must exist here
+    (``job.workspace`` names it on this worker; default: the fork's own).
+    With ``job.timeout``, a run still going after that many seconds is
+    interrupted and comes back with ``failure="timeout"``: its events so
+    far, then an :class:`~cowconv.AgentErrorEvent` saying so. ``cancelled``
+    (an engine that cannot stop a running task) is asked every few seconds
+    during the run; once it says so, the run is interrupted the same way
+    (``failure="cancelled"``).
+
     >>> from cowconv import LLM, Agent, BranchJob, BranchOutcome, Conversation, SharedPrefix
     >>> fork = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
     >>> prefix = SharedPrefix.of(fork.state.events)
@@ -105,49 +190,93 @@ def run_branch_job(job_data: bytes, load_prefix: Callable[[], bytes]) -> bytes:
     >>> outcome = BranchOutcome.loads(run_branch_job(data, prefix.dumps))
     >>> outcome.execution_status.value, outcome.events  # nothing to answer: no LLM call
     ('finished', ())
+    >>> gone = BranchJob.of(1, prefix, fork.state, 5, workspace="/nonexistent/{index}").dumps()
+    >>> outcome = BranchOutcome.loads(run_branch_job(gone, prefix.dumps))
+    >>> outcome.failure, outcome.error  # doctest: +ELLIPSIS
+    ('workspace', "its workspace '/nonexistent/1' does not exist on worker ...")
     """
     job = load_quietly(job_data)
     if not isinstance(job, BranchJob):
         raise InvalidTypeError(f"expected a BranchJob, got {type(job).__name__}")
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    if claim is not None and not claim():
+        return pickled(
+            BranchOutcome.failed(
+                job.index,
+                "its worker died while running it, and the engine tried to run it again: "
+                "refused (that would repeat its LLM calls)",
+                "lost",
+            )
+        )
     try:
+        state = job.state
+        if job.workspace is not None:
+            path = workspace_on_worker(job.workspace, job.index, str(job.conversation_id))
+            state = state._replace(
+                workspace=state.workspace.model_copy(update={"working_dir": path})
+            )
+        where = state.workspace
+        if not where.is_remote and not os.path.isdir(where.working_dir):
+            return pickled(
+                BranchOutcome.failed(
+                    job.index,
+                    f"its workspace {where.working_dir!r} does not exist on worker {worker} "
+                    "(no LLM call was made; give the branches a workspace on their workers "
+                    "with run_branches(..., workspace=...))",
+                    "workspace",
+                )
+            )
         for tool in job.tools:
             register_tool(tool)
-        prefix = _prefix(
-            job.prefix_key, load_prefix, rendered=job.state.agent.condenser is None
-        ).take(job.prefix_length)
-        state = job.state._replace(events=prefix.extend(job.state.events))
+        prefix = _prefix(job.prefix_key, load_prefix, rendered=state.agent.condenser is None).take(
+            job.prefix_length
+        )
+        state = state._replace(events=prefix.extend(state.events))
         start = len(state.events)
+        if job.timeout is not None:
+            LLM.preload()  # a worker's first import of litellm is not the branch's time
         backend = LocalBackend.open(state, max_iteration_per_run=job.max_iteration_per_run)
         metrics = state.agent.llm.metrics
         usage, calls = metrics.usage, len(metrics.latencies)
         started = time.perf_counter()
         try:
-            backend.run()
+            cut_off = _run_for(backend, job.timeout, cancelled)
         finally:
             backend.close()
         wall = time.perf_counter() - started
     except Exception as error:
-        where = traceback.extract_tb(error.__traceback__)[-1]
+        frame = traceback.extract_tb(error.__traceback__)[-1]
         return pickled(
             BranchOutcome.failed(
                 job.index,
                 f"the worker could not run it: {type(error).__name__}: {error} "
-                f"({where.filename}:{where.lineno})",
+                f"({frame.filename}:{frame.lineno})",
             )
         )
     final = backend.snapshot()
+    events = tuple(final.events[position] for position in range(start, len(final.events)))
+    status = final.execution_status
+    if cut_off is not None:
+        why = (
+            f"it ran past its time limit of {job.timeout:g} s"
+            if cut_off == "timeout"
+            else "the suite was cancelled while it ran"
+        )
+        events = (*events, AgentErrorEvent(error=why))
+        status = ExecutionStatus.ERROR
     return pickled(
         BranchOutcome(
             index=job.index,
-            events=tuple(final.events[position] for position in range(start, len(final.events))),
+            events=events,
             stats=final.stats,
-            execution_status=final.execution_status,
+            execution_status=status,
             agent_state=final.agent_state,
             activated_knowledge_skills=final.activated_knowledge_skills,
             usage=_usage_since(usage, metrics.usage),
             latencies=metrics.latencies[calls:],
             wall_seconds=wall,
-            worker=f"{socket.gethostname()}:{os.getpid()}",
+            worker=worker,
             prefix_loads=_loads_by_key.get(job.prefix_key, 0),
+            failure=cut_off,
         )
     )

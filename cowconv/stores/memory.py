@@ -1,8 +1,11 @@
-"""``MemoryStore``: a :class:`~cowconv.Store` that keeps snapshots in this process.
+"""``MemoryStore``: a :class:`~cowconv.Store` whose rows live in this process.
 
-Saving a snapshot keeps a reference to it, so forks share their histories
-for free, and nothing survives the process. The agent server uses it when it
-has no data directory, so its registry has one code path for both cases.
+The rows are persistent maps (pyrsistent): a write transaction edits new
+versions of them and publishes them when it ends, so a failed one leaves
+nothing behind and a reader always sees one committed state. Events are kept
+as the event objects themselves, nothing is serialised but the states.
+Nothing survives the process. The agent server uses it when it has no data
+directory, so its registry has one code path for both cases.
 
 >>> from cowconv import LLM, Agent, Conversation
 >>> store = MemoryStore()
@@ -15,162 +18,220 @@ has no data directory, so its registry has one code path for both cases.
 
 from __future__ import annotations
 
-import builtins
+import itertools
+import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
 
-from cowconv._exceptions import (
-    ConversationExistsError,
-    ConversationNotFoundError,
-    InvalidValueError,
-    StoreError,
-)
-from cowconv.core.ids import ConversationID, id_text
-from cowconv.core.state import ConversationInfo, ConversationState, check_tags
-from cowconv.stores.base import ExportRecord, export_document, parse_export
+from pyrsistent import PMap, PVector, pmap, pvector
 
-__all__ = ["MemoryStore"]
+from cowconv._exceptions import ConversationExistsError, StoreError
+from cowconv.core.events import Event
+from cowconv.ports import Row
+from cowconv.stores.tree import TreeStore
+
+__all__ = ["MemoryRows", "MemoryStore"]
+
+_NO_KEYS: frozenset[int] = frozenset()
 
 
-class MemoryStore:
-    """Conversations in a dict, oldest first; safe across threads.
+@dataclass(frozen=True)
+class _Tables:
+    """One committed state of the rows, with the indexes a database would keep."""
+
+    rows: PMap[int, Row]
+    by_id: PMap[str, int]
+    branches: PMap[str, frozenset[int]]
+    children: PMap[int, frozenset[int]]
+    # A row's own events: the position of the first, then the (id, event) pairs.
+    events: PMap[int, tuple[int, PVector[tuple[str, Event]]]]
+    # (created_at, tags) of each conversation row's state, for listing.
+    summaries: PMap[int, tuple[str, Mapping[str, Any]]]
+
+
+def _summary(state: str) -> tuple[str, Mapping[str, Any]]:
+    data = json.loads(state)
+    return str(data.get("created_at", "")), dict(data.get("tags") or {})
+
+
+def _without(index: PMap[Any, frozenset[int]], name: Any, key: int) -> PMap[Any, frozenset[int]]:
+    left = index.get(name, _NO_KEYS) - {key}
+    return index.set(name, left) if left else index.discard(name)
+
+
+class _Transaction:
+    """The row operations (:class:`~cowconv.ports.RowTransaction`) on one version of the tables."""
+
+    def __init__(self, tables: _Tables, keys: Iterator[int]) -> None:
+        self.tables = tables
+        self._keys = keys
+
+    def _put(self, row: Row) -> None:
+        t = self.tables
+        old = t.rows.get(row.key)
+        by_id, branches, children, summaries = t.by_id, t.branches, t.children, t.summaries
+        if old is not None:
+            if old.id is not None:
+                by_id = by_id.discard(old.id)
+            if old.branch_of is not None:
+                branches = _without(branches, old.branch_of, old.key)
+            if old.parent is not None:
+                children = _without(children, old.parent, old.key)
+        if row.id is not None:
+            by_id = by_id.set(row.id, row.key)
+        if row.branch_of is not None:
+            branches = branches.set(
+                row.branch_of, branches.get(row.branch_of, _NO_KEYS) | {row.key}
+            )
+        if row.parent is not None:
+            children = children.set(row.parent, children.get(row.parent, _NO_KEYS) | {row.key})
+        if row.id is not None and row.state is not None:
+            if old is None or old.state != row.state:
+                summaries = summaries.set(row.key, _summary(row.state))
+        else:
+            summaries = summaries.discard(row.key)
+        self.tables = replace(
+            t, rows=t.rows.set(row.key, row), by_id=by_id, branches=branches,
+            children=children, summaries=summaries,
+        )  # fmt: skip
+
+    def row(self, conversation_id: str) -> Row | None:
+        key = self.tables.by_id.get(conversation_id)
+        return None if key is None else self.tables.rows[key]
+
+    def row_at(self, key: int) -> Row | None:
+        return self.tables.rows.get(key)
+
+    def branch_rows(self, conversation_id: str) -> list[Row]:
+        keys = self.tables.branches.get(conversation_id, _NO_KEYS)
+        return sorted((self.tables.rows[key] for key in keys), key=lambda row: row.branch_order)
+
+    def children(self, key: int) -> list[Row]:
+        return [self.tables.rows[child] for child in sorted(self.tables.children.get(key, ()))]
+
+    def insert(self, row: Row) -> int:
+        if row.id is not None and row.id in self.tables.by_id:
+            raise ConversationExistsError(row.id)
+        key = next(self._keys)  # never reused: what a reader remembers of a key stays true
+        self._put(row._replace(key=key))
+        return key
+
+    def update(self, row: Row, *, expected: Row | None = None) -> bool:
+        held = self.tables.rows.get(row.key)
+        if held is None or (
+            expected is not None
+            and (held.generation, held.version) != (expected.generation, expected.version)
+        ):
+            return False
+        self._put(row)
+        return True
+
+    def delete(self, key: int) -> None:
+        t = self.tables
+        old = t.rows.get(key)
+        if old is None:
+            return
+        self._put(old._replace(id=None, state=None, parent=None, branch_of=None))
+        t = self.tables
+        self.tables = replace(t, rows=t.rows.discard(key), events=t.events.discard(key))
+
+    def write_events(self, key: int, start: int, events: Iterable[Event]) -> None:
+        first, held = self.tables.events.get(key, (start, pvector()))
+        if first + len(held) != start:
+            raise StoreError(f"events of row {key} must be written in order, from {start}")
+        held = held.extend((event.id, event) for event in events)
+        self.tables = replace(self.tables, events=self.tables.events.set(key, (first, held)))
+
+    def _own(self, key: int) -> tuple[int, PVector[tuple[str, Event]]]:
+        return self.tables.events.get(key, (0, pvector()))
+
+    def read_events(self, key: int, start: int, stop: int) -> tuple[list[str], tuple[Event, ...]]:
+        first, held = self._own(key)
+        if start < first:
+            return [], ()
+        pairs = held[start - first : stop - first]
+        return [event_id for event_id, _ in pairs], tuple(event for _, event in pairs)
+
+    def event_id(self, key: int, position: int) -> str | None:
+        first, held = self._own(key)
+        return held[position - first][0] if 0 <= position - first < len(held) else None
+
+    def trim_events(self, key: int, keep: int) -> None:
+        first, held = self._own(key)
+        events = self.tables.events
+        if keep <= first:
+            events = events.discard(key)
+        elif keep - first < len(held):
+            events = events.set(key, (first, held[: keep - first]))
+        self.tables = replace(self.tables, events=events)
+
+    def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> list[Row]:
+        summaries = self.tables.summaries
+        chosen = sorted(
+            (summary[0], key)
+            for key, summary in summaries.items()
+            if all(summary[1].get(name) == value for name, value in tags.items())
+        )
+        page = chosen[offset:] if limit is None else chosen[offset : offset + limit]
+        return [self.tables.rows[key] for _, key in page]
+
+    def epoch(self) -> object:
+        return 0  # keys are never reused
+
+
+class MemoryRows:
+    """The rows of a store in this process (a :class:`~cowconv.ports.RowStore`).
+
+    Two stores over one ``MemoryRows`` are two writers of one database.
+
+    >>> rows = MemoryRows()
+    >>> with rows.transaction(write=False) as tables:
+    ...     tables.row("nope") is None
+    True
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._keys = itertools.count(1)
+        self._tables: _Tables | None = _Tables(pmap(), pmap(), pmap(), pmap(), pmap(), pmap())
+
+    @contextmanager
+    def transaction(self, *, write: bool) -> Iterator[_Transaction]:
+        """A version of the tables; a write's is published when it ends without error."""
+        with self._lock:
+            if self._tables is None:
+                raise StoreError("the memory store is closed")
+            transaction = _Transaction(self._tables, self._keys)
+            yield transaction
+            if write:
+                self._tables = transaction.tables
+
+    def close(self) -> None:
+        """Drop every row; further transactions raise :class:`~cowconv.StoreError`."""
+        with self._lock:
+            self._tables = None
+
+    def __repr__(self) -> str:
+        return "memory"
+
+
+class MemoryStore(TreeStore):
+    """Conversations in this process, oldest first; safe across threads.
+
+    ``MemoryStore(rows)`` opens another store on the rows of an existing one.
 
     >>> MemoryStore().exists("nope")
     False
     """
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._states: dict[str, ConversationState] | None = {}
-
-    def _held(self) -> dict[str, ConversationState]:
-        if self._states is None:
-            raise StoreError("the memory store is closed")
-        return self._states
-
-    def save(self, previous: ConversationState | None, current: ConversationState) -> None:
-        """Keep ``current``, checked as :meth:`SQLiteStore.save <cowconv.SQLiteStore.save>` does."""
-        with self._lock:
-            states = self._held()
-            key = id_text(current.id)
-            if previous is None:
-                if key in states:
-                    raise ConversationExistsError(key)
-            else:
-                if current.id != previous.id:
-                    raise InvalidValueError(
-                        f"cannot save conversation {current.id!r} over {previous.id!r}"
-                    )
-                held = states.get(key)
-                if held is None:
-                    raise ConversationNotFoundError(key)
-                if held is not previous:
-                    raise StoreError(
-                        f"conversation {current.id!r} was changed by another writer since this "
-                        "writer read it"
-                    )
-            states[key] = current
-
-    def exists(self, conversation_id: ConversationID) -> bool:
-        """Whether a conversation with this id is kept."""
-        with self._lock:
-            return id_text(conversation_id) in self._held()
-
-    def load(self, conversation_id: ConversationID) -> ConversationState:
-        """The kept snapshot; ``ConversationNotFoundError`` if there is none."""
-        key = id_text(conversation_id)
-        with self._lock:
-            state = self._held().get(key)
-        if state is None:
-            raise ConversationNotFoundError(key)
-        return state
-
-    def info(self, conversation_id: ConversationID) -> ConversationInfo:
-        """The kept conversation's summary."""
-        return ConversationInfo.of(self.load(conversation_id))
-
-    def unreadable(self) -> builtins.list[str]:
-        """Always empty: what a memory store holds was validated when it came in.
-
-        >>> MemoryStore().unreadable()
-        []
-        """
-        return []
-
-    def list(
-        self, *, tags: Mapping[str, str] | None = None, limit: int | None = None, offset: int = 0
-    ) -> builtins.list[ConversationInfo]:
-        """Summaries of the conversations carrying all ``tags``, oldest first."""
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise InvalidValueError(f"limit must be an int >= 0 or None, got {limit!r}")
-        if not isinstance(offset, int) or offset < 0:
-            raise InvalidValueError(f"offset must be an int >= 0, got {offset!r}")
-        wanted = check_tags(tags)
-        with self._lock:
-            states = builtins.list(self._held().values())
-        chosen = [
-            state
-            for state in states
-            if all(state.tags.get(key) == value for key, value in wanted.items())
-        ]
-        end = None if limit is None else offset + limit
-        return [ConversationInfo.of(state) for state in chosen[offset:end]]
-
-    def delete(self, conversation_id: ConversationID) -> None:
-        """Forget a conversation; its forks keep their histories (they share, not refer)."""
-        key = id_text(conversation_id)
-        with self._lock:
-            if self._held().pop(key, None) is None:
-                raise ConversationNotFoundError(key)
-
-    def export_conversation(
-        self,
-        conversation_id: ConversationID,
-        *,
-        with_forks: bool = False,
-        include_secrets: bool = False,
-    ) -> str:
-        """A conversation (and with ``with_forks`` its fork tree) as versioned JSON."""
-        root = self.load(conversation_id)
-        records = [ExportRecord(root)]
-        if with_forks:
-            with self._lock:
-                states = builtins.list(self._held().values())
-            exported = {id_text(root.id): root}
-            for state in states:  # oldest first: a parent comes before its forks
-                source = state.forked_from_conversation_id
-                parent = None if source is None else exported.get(id_text(source))
-                if parent is None or id_text(state.id) in exported:
-                    continue
-                # What it shares with its parent's active branch as exported now (the parent
-                # may have navigated since the fork).
-                shared = parent.events.common_prefix_length(state.events)
-                records.append(ExportRecord(state, id_text(parent.id), shared))
-                exported[id_text(state.id)] = state
-        return export_document(records, include_secrets=include_secrets)
-
-    def import_conversations(self, data: str | bytes) -> builtins.list[ConversationID]:
-        """Keep the conversations of an export (all or nothing); returns their ids."""
-        records = builtins.list(parse_export(data))
-        with self._lock:
-            states = self._held()
-            for record in records:
-                if id_text(record.state.id) in states:
-                    raise ConversationExistsError(id_text(record.state.id))
-            for record in records:
-                states[id_text(record.state.id)] = record.state
-        return [record.state.id for record in records]
-
-    def close(self) -> None:
-        """Drop every conversation; the store cannot be used afterwards."""
-        with self._lock:
-            self._states = None
+    def __init__(self, rows: MemoryRows | None = None) -> None:
+        super().__init__(MemoryRows() if rows is None else rows, name="memory")
 
     def __enter__(self) -> MemoryStore:
         return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return "MemoryStore()"

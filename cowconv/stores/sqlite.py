@@ -13,49 +13,39 @@
 ([None, 'Follow-up'], 2)
 >>> store.close()
 
-Each event is stored once, by the conversation that appended it; a fork is a
-row naming its parent and how many of the parent's events it inherits. See
-``docs/persistence.md`` for the layout and the guarantees.
+The store itself (forks, the tree, versions, export) is the generic
+:class:`~cowconv.stores.tree.TreeStore`; this module holds the rows: two
+tables, ``conversations`` and ``events``, in a file checked before it is
+written. See ``docs/persistence.md`` for the layout and the guarantees.
 """
 
 from __future__ import annotations
 
-import builtins
 import json
 import logging
 import os
-import secrets
 import sqlite3
 import threading
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cowconv._exceptions import (
     ConversationExistsError,
-    ConversationNotFoundError,
     CorruptStoreError,
     InvalidValueError,
     SchemaVersionError,
     StoreError,
     StoreLockedError,
 )
-from cowconv.core.history import EventLog, shared_prefix_length
-from cowconv.core.ids import ConversationID, id_text, public_id
-from cowconv.core.state import ConversationInfo, ConversationState, check_tags, dump_state_json
-from cowconv.stores.base import (
-    ExportRecord,
-    export_document,
-    loaded_status,
-    parse_export,
-)
+from cowconv.core.events import Event
+from cowconv.ports import Row
 from cowconv.stores.lazy import LazyEvents
+from cowconv.stores.tree import TreeStore
 
-__all__ = ["SCHEMA_VERSION", "STORE_FILE_NAME", "SQLiteStore", "store_file"]
+__all__ = ["SCHEMA_VERSION", "STORE_FILE_NAME", "SQLiteRows", "SQLiteStore", "store_file"]
 
 STORE_FILE_NAME = "cowconv.db"
 """The store's file in a directory (``persistence_dir``, ``cowconv serve --data-dir``)."""
@@ -104,32 +94,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
-_MAX_ROWS = 2**63 - 1
-
-# Loaded histories kept so that loading a fork shares the parent's events.
-_CACHE_SIZE = 32
-
 Synchronous = Literal["full", "normal"]
-
-logger = logging.getLogger("cowconv")
-
-# (row key, generation, version): which stored write a snapshot is.
-_Token = tuple[int, int, int]
-
-
-@dataclass(frozen=True)
-class _Row:
-    key: int
-    parent: int | None
-    fork_len: int
-    event_count: int
-    state: str | None
-    generation: int = 0
-    version: int = 0
-
-    @property
-    def token(self) -> _Token:
-        return (self.key, self.generation, self.version)
 
 
 def store_file(path: str | os.PathLike[str]) -> Path:
@@ -233,52 +198,156 @@ def _check_existing(path: Path, lock_timeout: float) -> int:
     return int(version)
 
 
-class SQLiteStore:
-    """Conversations in one SQLite file (created 0600 if missing), safe across threads.
+_COLUMNS = "key, id, parent, fork_len, event_count, state, generation, version"
 
-    ``SQLiteStore(path)`` opens or creates the store at ``path``, or in the
-    directory ``path`` as its ``cowconv.db`` (the file ``persistence_dir``
-    uses). An existing file is
-    validated read-only before anything is written: a file that is not a
-    cowconv store raises :class:`~cowconv.CorruptStoreError`, one from a
-    newer cowconv :class:`~cowconv.SchemaVersionError`, and the file is left
-    as it was.
 
-    Writes take the database's write lock, waiting at most ``lock_timeout``
-    seconds for another process to release it, else
-    :class:`~cowconv.StoreLockedError`. ``synchronous="full"`` (the default)
-    makes each write durable against power loss when it returns;
-    ``"normal"`` is faster and durable against a crash of the process but may
-    lose the last writes if the machine loses power.
+def _row(found: Sequence[Any]) -> Row:
+    """A ``conversations`` row as a :class:`Row`: a branch's state is its marker."""
+    key, conversation_id, parent, fork_len, event_count, state, generation, version = found
+    if conversation_id is None and state is not None:
+        try:
+            marker = json.loads(state)
+            return Row(
+                key, None, parent, fork_len, event_count, None, generation, version,
+                str(marker["branch_of"]), int(marker["order"]),
+            )  # fmt: skip
+        except (ValueError, TypeError, KeyError) as error:
+            raise CorruptStoreError(f"conversation row {key} holds a damaged branch") from error
+    return Row(key, conversation_id, parent, fork_len, event_count, state, generation, version)
+
+
+def _state_column(row: Row) -> str | None:
+    if row.branch_of is not None:
+        return json.dumps({"branch_of": row.branch_of, "order": row.branch_order})
+    return row.state
+
+
+class _Transaction:
+    """The row operations (:class:`~cowconv.ports.RowTransaction`) on one SQLite connection."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def _one(self, where: str, parameters: Sequence[object]) -> Row | None:
+        found = self._db.execute(
+            f"SELECT {_COLUMNS} FROM conversations WHERE {where}", parameters
+        ).fetchone()
+        return None if found is None else _row(found)
+
+    def _many(self, query: str, parameters: Sequence[object]) -> list[Row]:
+        return [_row(found) for found in self._db.execute(query, parameters)]
+
+    def row(self, conversation_id: str) -> Row | None:
+        return self._one("id = ?", (conversation_id,))
+
+    def row_at(self, key: int) -> Row | None:
+        return self._one("key = ?", (key,))
+
+    def branch_rows(self, conversation_id: str) -> list[Row]:
+        return self._many(
+            f"SELECT {_COLUMNS} FROM conversations WHERE id IS NULL AND state IS NOT NULL "
+            "AND json_extract(state, '$.branch_of') = ? ORDER BY json_extract(state, '$.order')",
+            (conversation_id,),
+        )
+
+    def children(self, key: int) -> list[Row]:
+        return self._many(
+            f"SELECT {_COLUMNS} FROM conversations WHERE parent = ? ORDER BY key", (key,)
+        )
+
+    def insert(self, row: Row) -> int:
+        try:
+            cursor = self._db.execute(
+                "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation, "
+                "version) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (*row[1:5], _state_column(row), row.generation, row.version),
+            )
+        except sqlite3.IntegrityError as error:
+            if row.id is not None and self.row(row.id) is not None:
+                raise ConversationExistsError(row.id) from error
+            raise
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def update(self, row: Row, *, expected: Row | None = None) -> bool:
+        query = (
+            "UPDATE conversations SET id = ?, parent = ?, fork_len = ?, event_count = ?, "
+            "state = ?, generation = ?, version = ? WHERE key = ?"
+        )
+        parameters: list[object] = [*row[1:5], _state_column(row), row.generation, row.version]
+        parameters.append(row.key)
+        if expected is not None:
+            query += " AND generation = ? AND version = ?"
+            parameters += [expected.generation, expected.version]
+        return self._db.execute(query, parameters).rowcount == 1
+
+    def delete(self, key: int) -> None:
+        self._db.execute("DELETE FROM conversations WHERE key = ?", (key,))
+
+    def write_events(self, key: int, start: int, events: Iterable[Event]) -> None:
+        self._db.executemany(
+            "INSERT INTO events (conversation, position, event_id, body) VALUES (?, ?, ?, ?)",
+            (
+                (key, position, event.id, event.model_dump_json())
+                for position, event in enumerate(events, start)
+            ),
+        )
+
+    def read_events(self, key: int, start: int, stop: int) -> tuple[list[str], LazyEvents]:
+        found = self._db.execute(
+            "SELECT event_id, body FROM events WHERE conversation = ? "
+            "AND position >= ? AND position < ? ORDER BY position",
+            (key, start, stop),
+        ).fetchall()
+        return [event_id for event_id, _ in found], LazyEvents([body for _, body in found])
+
+    def event_id(self, key: int, position: int) -> str | None:
+        found = self._db.execute(
+            "SELECT event_id FROM events WHERE conversation = ? AND position = ?", (key, position)
+        ).fetchone()
+        return None if found is None else str(found[0])
+
+    def trim_events(self, key: int, keep: int) -> None:
+        self._db.execute("DELETE FROM events WHERE conversation = ? AND position >= ?", (key, keep))
+
+    def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> list[Row]:
+        query = f"SELECT {_COLUMNS} FROM conversations WHERE id IS NOT NULL"
+        parameters: list[object] = []
+        for key, value in tags.items():
+            query += (
+                " AND EXISTS (SELECT 1 FROM json_each(state, '$.tags')"
+                " WHERE json_each.key = ? AND json_each.value = ?)"
+            )
+            parameters += [key, value]
+        query += " ORDER BY json_extract(state, '$.created_at'), key LIMIT ? OFFSET ?"
+        return self._many(query, [*parameters, -1 if limit is None else limit, offset])
+
+    def epoch(self) -> object:
+        # Without AUTOINCREMENT (it costs every fork a write of sqlite_sequence's page) a
+        # deleted key can come back; only a commit by another connection can have done that.
+        return self._db.execute("PRAGMA data_version").fetchone()[0]
+
+
+class SQLiteRows:
+    """The rows of a cowconv store in one SQLite file (a :class:`~cowconv.ports.RowStore`).
+
+    One connection, shared by the threads of the process under a lock;
+    writers take SQLite's write lock (``BEGIN IMMEDIATE``), so each write
+    transaction sees every commit before it.
 
     >>> with SQLiteStore(":memory:") as store:
-    ...     store.list()
-    []
+    ...     isinstance(store.rows, SQLiteRows)
+    True
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        lock_timeout: float = 5.0,
-        synchronous: Synchronous = "full",
-    ) -> None:
-        if synchronous not in ("full", "normal"):
-            raise InvalidValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
-        if lock_timeout < 0:
-            raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
-        self._path = store_file(path)
+    def __init__(self, path: Path, *, lock_timeout: float, synchronous: Synchronous) -> None:
+        self.path = path
         self._lock = threading.RLock()
-        self._cache: OrderedDict[int, EventLog] = OrderedDict()
-        self._cache_data_version: int | None = None
-        # id(snapshot) -> the stored write it is, for every snapshot this store loaded or
-        # saved and that is still alive: the base a writer's next save must match.
-        self._bases: dict[int, _Token] = {}
         self._connection: sqlite3.Connection | None = self._open(lock_timeout, synchronous)
         self._finalizer = weakref.finalize(self, self._connection.close)
 
     def _open(self, lock_timeout: float, synchronous: Synchronous) -> sqlite3.Connection:
-        path = self._path
+        path = self.path
         in_memory = str(path) == ":memory:"
         try:
             if in_memory or _file_is_empty(path):
@@ -315,7 +384,7 @@ class SQLiteStore:
                 statements = [s for s in _SCHEMA.split(";") if s.strip()]
                 statements.append(f"PRAGMA application_id={_APPLICATION_ID}")
             elif application_id != _APPLICATION_ID:
-                raise CorruptStoreError(f"{self._path} is not a cowconv store")
+                raise CorruptStoreError(f"{self.path} is not a cowconv store")
             else:
                 statements = [
                     s for step in range(version, SCHEMA_VERSION) for s in _MIGRATIONS[step]
@@ -328,638 +397,80 @@ class SQLiteStore:
             connection.execute("ROLLBACK")
             raise
 
-    # -- plumbing ----------------------------------------------------------------
-
-    @property
-    def path(self) -> Path:
-        """The database file."""
-        return self._path
-
-    def _db(self) -> sqlite3.Connection:
+    def connection(self) -> sqlite3.Connection:
+        """The open connection (:class:`~cowconv.StoreError` once closed)."""
         if self._connection is None:
-            raise StoreError(f"the store {self._path} is closed")
+            raise StoreError(f"the store {self.path} is closed")
         return self._connection
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+    def transaction(self, *, write: bool) -> Iterator[_Transaction]:
         """One consistent snapshot (reads) or one atomic, durable change (writes)."""
-        with self._lock, _translated(self._path):
-            db = self._db()
+        with self._lock, _translated(self.path):
+            db = self.connection()
             db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                yield db
+                yield _Transaction(db)
                 db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
 
-    def _row(self, db: sqlite3.Connection, conversation_id: ConversationID) -> _Row:
-        conversation_id = id_text(conversation_id)
-        found = db.execute(
-            "SELECT key, parent, fork_len, event_count, state, generation, version "
-            "FROM conversations WHERE id = ?",
-            (conversation_id,),
-        ).fetchone()
-        if found is None:
-            raise ConversationNotFoundError(conversation_id)
-        return _Row(*found)
+    def close(self) -> None:
+        """Close the connection. Idempotent."""
+        with self._lock:
+            if self._connection is not None:
+                self._finalizer()
+                self._connection = None
 
-    def _links(self, db: sqlite3.Connection, key: int) -> tuple[int | None, int]:
-        found = db.execute(
-            "SELECT parent, fork_len FROM conversations WHERE key = ?", (key,)
-        ).fetchone()
-        if found is None:
-            raise CorruptStoreError(f"the store {self._path} lost conversation row {key}")
-        return found[0], found[1]
+    def __repr__(self) -> str:
+        return str(self.path)
 
-    def _remember(self, key: int, events: EventLog) -> None:
-        # Rows at (key, position) are written once, and a key is reused only after the
-        # row holding it was deleted: _history drops what it remembers whenever another
-        # connection committed (and delete() does for this one).
-        known = self._cache.get(key)
-        if known is None or len(known) <= len(events):
-            self._cache[key] = events
-        self._cache.move_to_end(key)
-        while len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
 
-    # -- reading -------------------------------------------------------------------
+class SQLiteStore(TreeStore):
+    """Conversations in one SQLite file (created 0600 if missing), safe across threads.
 
-    def _history(self, db: sqlite3.Connection, key: int, count: int) -> EventLog:
-        """The first ``count`` events of conversation ``key``: ancestors' prefixes, then its own."""
-        # Without AUTOINCREMENT (it costs every fork a write of sqlite_sequence's page) a
-        # deleted key can come back; only a commit by another connection can have done that.
-        data_version = db.execute("PRAGMA data_version").fetchone()[0]
-        if data_version != self._cache_data_version:
-            self._cache.clear()
-            self._cache_data_version = data_version
-        # Walk up to the nearest remembered prefix (or the root), then read down.
-        path: list[tuple[int, int]] = []
-        base = EventLog()
-        while count > 0:
-            known = self._cache.get(key)
-            if known is not None and len(known) >= count:
-                base = known.take(count)
-                break
-            parent, fork_len = self._links(db, key)
-            path.append((key, count))
-            if known is not None and len(known) >= fork_len:
-                base = known
-                break
-            if parent is None or fork_len == 0:
-                break
-            key, count = parent, min(count, fork_len)
-        for key, count in reversed(path):
-            if len(base) < count:
-                rows = db.execute(
-                    "SELECT event_id, body FROM events WHERE conversation = ? "
-                    "AND position >= ? AND position < ? ORDER BY position",
-                    (key, len(base), count),
-                ).fetchall()
-                if len(rows) != count - len(base):
-                    raise CorruptStoreError(
-                        f"the store {self._path} is missing events of conversation row {key}"
-                    )
-                base = base.extend_sealed(
-                    LazyEvents([row[1] for row in rows]), [r[0] for r in rows]
-                )
-            self._remember(key, base)
-        return base
+    ``SQLiteStore(path)`` opens or creates the store at ``path``, or in the
+    directory ``path`` as its ``cowconv.db`` (the file ``persistence_dir``
+    uses). An existing file is
+    validated read-only before anything is written: a file that is not a
+    cowconv store raises :class:`~cowconv.CorruptStoreError`, one from a
+    newer cowconv :class:`~cowconv.SchemaVersionError`, and the file is left
+    as it was.
 
-    def _state(self, row: _Row, events: EventLog, conversation_id: str) -> ConversationState:
-        assert row.state is not None
-        try:
-            state = ConversationState.model_validate_json(row.state)
-        except ValueError as error:
-            raise CorruptStoreError(
-                f"the stored state of conversation {conversation_id!r} cannot be read (delete() "
-                f"still removes it): {error}"
-            ) from error
-        return loaded_status(state._replace(events=events))
+    Writes take the database's write lock, waiting at most ``lock_timeout``
+    seconds for another process to release it, else
+    :class:`~cowconv.StoreLockedError`. ``synchronous="full"`` (the default)
+    makes each write durable against power loss when it returns;
+    ``"normal"`` is faster and durable against a crash of the process but may
+    lose the last writes if the machine loses power.
 
-    def _track(self, state: ConversationState, token: _Token) -> None:
-        """Remember that ``state`` is the stored write ``token``, for as long as it lives."""
-        key = id(state)
-        if key not in self._bases:
-            weakref.finalize(state, self._bases.pop, key, None)
-        self._bases[key] = token
+    >>> with SQLiteStore(":memory:") as store:
+    ...     store.list()
+    []
+    """
 
-    def exists(self, conversation_id: ConversationID) -> bool:
-        """Whether a conversation with this id is stored.
-
-        >>> SQLiteStore(":memory:").exists("nope")
-        False
-        """
-        with self._transaction(write=False) as db:
-            found = db.execute(
-                "SELECT 1 FROM conversations WHERE id = ?", (id_text(conversation_id),)
-            ).fetchone()
-        return found is not None
-
-    def load(self, conversation_id: ConversationID) -> ConversationState:
-        """The stored snapshot; ``ConversationNotFoundError`` if there is none.
-
-        Events are validated from JSON when first read, so opening a long
-        history is fast; a ``running`` conversation loads ``paused``.
-
-        >>> SQLiteStore(":memory:").load("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
-        """
-        with self._transaction(write=False) as db:
-            row = self._row(db, conversation_id)
-            state = self._tree_state(db, row, id_text(conversation_id))
-        self._track(state, row.token)
-        return state
-
-    def _tree_state(
-        self, db: sqlite3.Connection, row: _Row, conversation_id: str
-    ) -> ConversationState:
-        """The snapshot of ``row`` with every branch of its conversation tree."""
-        state = self._state(row, self._history(db, row.key, row.event_count), conversation_id)
-        branches = tuple(
-            self._history(db, key, count) for key, count in self._branch_rows(db, conversation_id)
-        )
-        return state._replace(other_branches=branches) if branches else state
-
-    def _other_branches(self, conversation_id: ConversationID) -> builtins.list[tuple[str, int]]:
-        """(leaf event id, event count) of each other branch of a conversation, in order."""
-        with self._transaction(write=False) as db:
-            rows = self._branch_rows(db, id_text(conversation_id))
-            return [(self._leaf(db, key, count) or "", count) for key, count in rows]
-
-    def _branch_rows(
-        self, db: sqlite3.Connection, conversation_id: str
-    ) -> builtins.list[tuple[int, int]]:
-        """(key, event count) of the rows holding a conversation's other branches, in order."""
-        rows = db.execute(
-            "SELECT key, event_count FROM conversations WHERE id IS NULL AND state IS NOT NULL "
-            "AND json_extract(state, '$.branch_of') = ? ORDER BY json_extract(state, '$.order')",
-            (conversation_id,),
-        ).fetchall()
-        return [(int(key), int(count)) for key, count in rows]
-
-    def info(self, conversation_id: ConversationID) -> ConversationInfo:
-        """The stored conversation's summary, without reading its events.
-
-        >>> SQLiteStore(":memory:").info("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
-        """
-        with self._transaction(write=False) as db:
-            row = self._row(db, conversation_id)
-            leaf = self._leaf(db, row.key, row.event_count)
-        return self._info(id_text(conversation_id), row.state, row.event_count, leaf)
-
-    def _leaf(self, db: sqlite3.Connection, key: int, event_count: int) -> str | None:
-        """The id of the last event of a stored history (its leaf), or ``None``."""
-        return self._event_id_at(db, key, event_count - 1) if event_count else None
-
-    def _info(
-        self, conversation_id: str, state_json: str | None, event_count: int, leaf: str | None
-    ) -> ConversationInfo:
-        state = self._state(_Row(0, None, 0, 0, state_json), EventLog(), conversation_id)
-        update = {"event_count": event_count, "leaf_event_id": leaf}
-        return ConversationInfo.of(state).model_copy(update=update)
-
-    def list(
-        self, *, tags: Mapping[str, str] | None = None, limit: int | None = None, offset: int = 0
-    ) -> builtins.list[ConversationInfo]:
-        """Summaries of the stored conversations carrying all ``tags``, oldest first.
-
-        ``limit`` and ``offset`` page through them. A conversation whose
-        stored state cannot be read is left out and logged by id (see
-        :meth:`unreadable`); it never hides the others.
-
-        >>> SQLiteStore(":memory:").list(tags={"title": "x"}, limit=10)
-        []
-        """
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise InvalidValueError(f"limit must be an int >= 0 or None, got {limit!r}")
-        if not isinstance(offset, int) or offset < 0:
-            raise InvalidValueError(f"offset must be an int >= 0, got {offset!r}")
-        query = "SELECT id, state, event_count, key FROM conversations WHERE id IS NOT NULL"
-        parameters: list[object] = []
-        for key, value in check_tags(tags).items():  # the one tag validator
-            query += (
-                " AND EXISTS (SELECT 1 FROM json_each(state, '$.tags')"
-                " WHERE json_each.key = ? AND json_each.value = ?)"
-            )
-            parameters += [key, value]
-        query += " ORDER BY json_extract(state, '$.created_at'), key LIMIT ? OFFSET ?"
-        # SQLite integers are 64-bit; no store holds more rows than that anyway.
-        parameters += [-1 if limit is None else min(limit, _MAX_ROWS), min(offset, _MAX_ROWS)]
-        with self._transaction(write=False) as db:
-            rows = db.execute(query, parameters).fetchall()
-            infos, unreadable = self._infos(db, rows)
-        if unreadable:
-            logger.warning(
-                "the store %s holds conversations whose state cannot be read (delete them or "
-                "restore the file): %s",
-                self._path,
-                ", ".join(map(repr, unreadable)),
-            )
-        return infos
-
-    def _infos(
-        self, db: sqlite3.Connection, rows: builtins.list[tuple[str, str, int, int]]
-    ) -> tuple[builtins.list[ConversationInfo], builtins.list[str]]:
-        infos, unreadable = [], []
-        for conversation_id, state_json, event_count, key in rows:
-            try:
-                leaf = self._leaf(db, key, event_count)
-                infos.append(self._info(conversation_id, state_json, event_count, leaf))
-            except CorruptStoreError:
-                unreadable.append(conversation_id)
-        return infos, unreadable
-
-    def unreadable(self) -> builtins.list[str]:
-        """The ids of stored conversations whose state cannot be read (damage, an old bug).
-
-        :meth:`list` leaves them out, :meth:`load` raises
-        :class:`~cowconv.CorruptStoreError` naming them, :meth:`delete` removes them.
-
-        >>> SQLiteStore(":memory:").unreadable()
-        []
-        """
-        with self._transaction(write=False) as db:
-            rows = db.execute(
-                "SELECT id, state, event_count, key FROM conversations WHERE id IS NOT NULL "
-                "ORDER BY key"
-            ).fetchall()
-            return self._infos(db, rows)[1]
-
-    # -- writing -------------------------------------------------------------------
-
-    def save(self, previous: ConversationState | None, current: ConversationState) -> None:
-        """Make ``current`` durable in one transaction (the :class:`~cowconv.StateSink`).
-
-        ``previous is None`` stores a new conversation, or a fork: when its
-        parent is in this store, the fork is one row and no event is
-        written. Otherwise ``previous`` must be the very write the store
-        holds: every stored conversation carries a generation (new when it
-        is created, so a deleted and re-created id is a different one) and a
-        version (counted up by every write). A writer whose ``previous`` is
-        not the stored generation and version (another writer, another
-        process, or a delete came in between) gets
-        :class:`~cowconv.StoreError` and nothing is written.
-        """
-        with self._lock:  # the cache is shared by the store's threads too
-            with self._transaction(write=True) as db:
-                if previous is None:
-                    token = self._insert(db, current, *self._fork_point(db, current))
-                else:
-                    token = self._append(db, previous, current)
-            self._remember(token[0], current.events)
-            self._track(current, token)
-
-    def _fork_point(
-        self, db: sqlite3.Connection, state: ConversationState
-    ) -> tuple[int | None, int]:
-        """Where ``state`` branches off a stored conversation: (parent key, events shared)."""
-        parent_id, count = state.forked_from_conversation_id, state.forked_from_event_count
-        if parent_id is None or not count or count > len(state.events):
-            return None, 0
-        found = db.execute(
-            "SELECT key, event_count FROM conversations WHERE id = ?", (str(parent_id),)
-        ).fetchone()
-        if found is None:
-            return None, 0
-        # The source's active branch, else one of its other branches (fork at an old event).
-        for key, stored in [(found[0], found[1]), *self._branch_rows(db, str(parent_id))]:
-            if (
-                count <= stored
-                and self._stored_common_prefix(db, state.events, key, count) == count
-            ):
-                return key, count
-        return None, 0  # a different history under that id: share nothing
-
-    def _event_id_at(self, db: sqlite3.Connection, key: int, position: int) -> str | None:
-        while True:
-            parent, fork_len = self._links(db, key)
-            if position >= fork_len or parent is None:
-                break
-            key = parent
-        found = db.execute(
-            "SELECT event_id FROM events WHERE conversation = ? AND position = ?", (key, position)
-        ).fetchone()
-        return None if found is None else str(found[0])
-
-    def _insert(
-        self, db: sqlite3.Connection, state: ConversationState, parent: int | None, fork_len: int
-    ) -> _Token:
-        if db.execute("SELECT 1 FROM conversations WHERE id = ?", (str(state.id),)).fetchone():
-            raise ConversationExistsError(str(state.id))
-        if fork_len == 0:
-            parent = None
-        # Random, not counted: a count would restart when the rows holding it are deleted.
-        generation = secrets.randbits(63)
-        cursor = db.execute(
-            "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                str(state.id),
-                parent,
-                fork_len,
-                len(state.events),
-                dump_state_json(state),
-                generation,
-            ),
-        )
-        key = cursor.lastrowid
-        assert key is not None
-        self._write_events(db, key, state.events, fork_len)
-        if state.other_branches:
-            self._insert_branches(db, state, key, generation)
-        return (key, generation, 0)
-
-    def _insert_branches(
-        self, db: sqlite3.Connection, state: ConversationState, key: int, generation: int
-    ) -> None:
-        """Rows for the other branches of a new conversation (a fork carries its source's).
-
-        Each shares what it can with the rows of the source and of the new
-        conversation, so a fork of a tree writes rows, not events.
-        """
-        conversation_id = str(state.id)
-        candidates = [(key, len(state.events))]
-        source = state.forked_from_conversation_id
-        if source is not None:
-            found = db.execute(
-                "SELECT key, event_count FROM conversations WHERE id = ?", (str(source),)
-            ).fetchone()
-            if found is not None:
-                candidates += [(found[0], found[1]), *self._branch_rows(db, str(source))]
-        for order, log in enumerate(state.other_branches):
-            best, shared = None, 0
-            for candidate, count in candidates:
-                common = self._stored_common_prefix(db, log, candidate, count)
-                if common > shared:
-                    best, shared = candidate, common
-            marker = json.dumps({"branch_of": conversation_id, "order": order})
-            cursor = db.execute(
-                "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation) "
-                "VALUES (NULL, ?, ?, ?, ?, ?)",
-                (best, shared, len(log), marker, generation),
-            )
-            assert cursor.lastrowid is not None
-            self._write_events(db, cursor.lastrowid, log, shared)
-            candidates.append((cursor.lastrowid, len(log)))
-
-    def _stored_common_prefix(
-        self, db: sqlite3.Connection, log: EventLog, key: int, count: int
-    ) -> int:
-        """How many first events ``log`` shares with the stored history of row ``key``."""
-        return shared_prefix_length(
-            min(len(log), count),
-            lambda position: self._event_id_at(db, key, position) == log[position].id,
-        )
-
-    def _base(
-        self, db: sqlite3.Connection, row: _Row, previous: ConversationState
-    ) -> _Token | None:
-        """The stored write ``previous`` is, or None if it is not the stored one."""
-        known = self._bases.get(id(previous))
-        if known is not None:
-            return known
-        # A snapshot this store object never saw (built elsewhere): it is the stored write
-        # only if it is that write, event for event and field for field.
-        count = len(previous.events)
-        if row.event_count != count or row.state != dump_state_json(previous):
-            return None
-        if count and self._event_id_at(db, row.key, count - 1) != previous.events[count - 1].id:
-            return None
-        return row.token
-
-    def _append(
-        self, db: sqlite3.Connection, previous: ConversationState, current: ConversationState
-    ) -> _Token:
-        if current.id != previous.id:
-            raise InvalidValueError(f"cannot save conversation {current.id!r} over {previous.id!r}")
-        start = len(previous.events)
-        try:
-            row = self._row(db, current.id)
-        except ConversationNotFoundError:
-            raise StoreError(
-                f"conversation {current.id!r} was deleted since this writer read it; nothing "
-                "was written"
-            ) from None
-        base = self._base(db, row, previous)
-        if base != row.token or row.event_count != start:
-            why = (
-                "deleted and created again"
-                if base is None or base[:2] != row.token[:2]
-                else f"changed by another writer (stored version {row.version}, this writer's "
-                f"{base[2]})"
-            )
-            raise StoreError(
-                f"conversation {current.id!r} was {why} since this writer read it; nothing was "
-                "written (load it again to continue)"
-            )
-        if not _only_grows(previous, current):
-            return self._restructure(db, row, previous, current)
-        self._write_events(db, row.key, current.events, start)
-        db.execute(
-            "UPDATE conversations SET event_count = ?, state = ?, version = ? WHERE key = ?",
-            (len(current.events), dump_state_json(current), row.version + 1, row.key),
-        )
-        return (row.key, row.generation, row.version + 1)
-
-    def _restructure(
+    def __init__(
         self,
-        db: sqlite3.Connection,
-        row: _Row,
-        previous: ConversationState,
-        current: ConversationState,
-    ) -> _Token:
-        """Store a conversation whose branches changed (``navigate_to``): rows, not copies.
-
-        Each branch (the active one first) is kept in the row that already
-        holds exactly its history, or gets a new row forked off the stored
-        history it shares the most events with; rows no branch uses any more
-        become tombstones and are reclaimed. The conversation's id moves to
-        the row of its active branch; the other branches' rows carry
-        ``{"branch_of": id, "order": n}`` as their state.
-        """
-        conversation_id = str(current.id)
-        old_keys = [row.key, *(key for key, _ in self._branch_rows(db, conversation_id))]
-        old_logs = [previous.events, *previous.other_branches]
-        if len(old_keys) != len(old_logs):
-            raise StoreError(
-                f"the branches of conversation {conversation_id!r} in the store do not match "
-                "this writer's; nothing was written (load it again to continue)"
-            )
-        new_keys: builtins.list[int] = []
-        for log in (current.events, *current.other_branches):
-            best, shared, same = None, 0, None
-            for key, old in zip(old_keys, old_logs, strict=True):
-                common = log.common_prefix_length(old)
-                if common == len(log) == len(old) and key not in new_keys:
-                    same = key
-                    break
-                if best is None or common > shared:
-                    best, shared = key, common
-            if same is not None:
-                new_keys.append(same)  # this branch's history is stored exactly there
-                continue
-            cursor = db.execute(
-                "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation) "
-                "VALUES (NULL, ?, ?, ?, NULL, ?)",
-                (best if shared else None, shared, len(log), row.generation),
-            )
-            assert cursor.lastrowid is not None
-            self._write_events(db, cursor.lastrowid, log, shared)
-            new_keys.append(cursor.lastrowid)
-        db.execute("UPDATE conversations SET id = NULL, state = NULL WHERE key = ?", (row.key,))
-        db.execute(
-            "UPDATE conversations SET id = ?, state = ?, generation = ?, version = ? WHERE key = ?",
-            (
-                conversation_id,
-                dump_state_json(current),
-                row.generation,
-                row.version + 1,
-                new_keys[0],
-            ),
-        )
-        for order, key in enumerate(new_keys[1:]):
-            marker = json.dumps({"branch_of": conversation_id, "order": order})
-            db.execute("UPDATE conversations SET state = ? WHERE key = ?", (marker, key))
-        for key in old_keys:
-            if key not in new_keys:
-                db.execute("UPDATE conversations SET state = NULL WHERE key = ?", (key,))
-                self._reclaim_up(db, key)
-        self._cache.clear()  # reclaimed keys may be handed out again
-        return (new_keys[0], row.generation, row.version + 1)
-
-    def _reclaim_up(self, db: sqlite3.Connection, key: int | None) -> None:
-        """Reclaim the tombstone ``key`` and the tombstones above it that nothing reaches."""
-        while key is not None and self._is_tombstone(db, key):
-            parent, _ = self._links(db, key)
-            self._reclaim(db, key)
-            key = parent
-
-    def _write_events(self, db: sqlite3.Connection, key: int, events: EventLog, start: int) -> None:
-        db.executemany(
-            "INSERT INTO events (conversation, position, event_id, body) VALUES (?, ?, ?, ?)",
-            (
-                (key, position, events[position].id, events[position].model_dump_json())
-                for position in range(start, len(events))
-            ),
-        )
-
-    def delete(self, conversation_id: ConversationID) -> None:
-        """Forget a conversation; forks of it keep their histories.
-
-        The row stays as a hidden tombstone (its id and state, secrets
-        included, erased) holding the events that forks still reach; events
-        nothing reaches are deleted, here and up the chain of tombstones.
-
-        >>> SQLiteStore(":memory:").delete("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
-        """
-        with self._lock, self._transaction(write=True) as db:
-            key = self._row(db, conversation_id).key
-            branches = [key for key, _ in self._branch_rows(db, id_text(conversation_id))]
-            for row_key in (key, *branches):
-                db.execute(
-                    "UPDATE conversations SET id = NULL, state = NULL WHERE key = ?", (row_key,)
-                )
-            for row_key in (key, *branches):
-                self._reclaim_up(db, row_key)
-            # A deleted key may be handed out again: forget what was loaded under any key.
-            self._cache.clear()
-
-    def _is_tombstone(self, db: sqlite3.Connection, key: int) -> bool:
-        # A row without id but with a state holds another branch of a conversation.
-        found = db.execute("SELECT id, state FROM conversations WHERE key = ?", (key,)).fetchone()
-        return found is not None and found[0] is None and found[1] is None
-
-    def _reclaim(self, db: sqlite3.Connection, key: int) -> None:
-        parent, fork_len = self._links(db, key)
-        # A fork reaches min(its own reach, its fork_len) events of its parent.
-        needed = db.execute(
-            "SELECT coalesce(max(min(event_count, fork_len)), 0) FROM conversations "
-            "WHERE parent = ?",
-            (key,),
-        ).fetchone()[0]
-        db.execute("DELETE FROM events WHERE conversation = ? AND position >= ?", (key, needed))
-        if needed <= fork_len:
-            # None of its own events is reached: its forks inherit from its parent directly.
-            db.execute("UPDATE conversations SET parent = ? WHERE parent = ?", (parent, key))
-            db.execute("DELETE FROM conversations WHERE key = ?", (key,))
-        else:
-            db.execute("UPDATE conversations SET event_count = ? WHERE key = ?", (needed, key))
-
-    # -- export and import ---------------------------------------------------
-
-    def export_conversation(
-        self,
-        conversation_id: ConversationID,
+        path: str | os.PathLike[str],
         *,
-        with_forks: bool = False,
-        include_secrets: bool = False,
-    ) -> str:
-        """A conversation (and with ``with_forks`` its fork tree) as versioned JSON.
+        lock_timeout: float = 5.0,
+        synchronous: Synchronous = "full",
+    ) -> None:
+        if synchronous not in ("full", "normal"):
+            raise InvalidValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
+        if lock_timeout < 0:
+            raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
+        self._sqlite = SQLiteRows(
+            store_file(path), lock_timeout=lock_timeout, synchronous=synchronous
+        )
+        super().__init__(self._sqlite, name=str(self._sqlite.path))
 
-        Forks are written as their parent's id, the number of events they
-        share and their own events. Without ``include_secrets`` the API keys
-        are written as ``null``.
-
-        >>> store = SQLiteStore(":memory:")
-        >>> store.export_conversation("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
-        """
-        with self._transaction(write=False) as db:
-            root = self._row(db, conversation_id)
-            records = [ExportRecord(self._tree_state(db, root, id_text(conversation_id)))]
-            # Forks of tombstones belong to the nearest exported ancestor.
-            pending = [(root.key, id_text(conversation_id), root.event_count)] if with_forks else []
-            while pending:
-                key, ancestor, shared = pending.pop(0)
-                children = db.execute(
-                    "SELECT key, parent, fork_len, event_count, state, id FROM conversations "
-                    "WHERE parent = ? ORDER BY key",
-                    (key,),
-                ).fetchall()
-                for *fields, child_id in children:
-                    child = _Row(*fields)
-                    reach = min(shared, child.fork_len)
-                    if child_id is None:
-                        pending.append((child.key, ancestor, reach))
-                        continue
-                    state = self._tree_state(db, child, child_id)
-                    records.append(ExportRecord(state, ancestor, reach))
-                    pending.append((child.key, child_id, child.event_count))
-        return export_document(records, include_secrets=include_secrets)
-
-    def import_conversations(self, data: str | bytes) -> builtins.list[ConversationID]:
-        """Store the conversations of an export, forks sharing as they did; returns their ids.
-
-        All or nothing: a bad document or an id already stored raises
-        ``ValueError`` and stores nothing.
-
-        >>> SQLiteStore(":memory:").import_conversations('{"format": "zip"}')  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.InvalidValueError: not a cowconv export (no 'format': ...)
-        """
-        records = parse_export(data)
-        keys: dict[str, int] = {}
-        with self._transaction(write=True) as db:
-            for record in records:
-                parent = None if record.parent is None else keys[record.parent]
-                fork_len = record.fork_len if parent is not None else 0
-                keys[str(record.state.id)] = self._insert(db, record.state, parent, fork_len)[0]
-        return [public_id(key) for key in keys]
-
-    # -- measuring ---------------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._sqlite.path
 
     def bytes_written_by(self, action: Callable[[], object]) -> int:
         """The bytes ``action()`` makes the store append to its write-ahead log.
@@ -979,9 +490,9 @@ class SQLiteStore:
         >>> store.bytes_written_by(source.fork) < 16 * 1024
         True
         """
-        wal = Path(f"{self._path}-wal")
-        with self._lock, _translated(self._path):
-            db = self._db()
+        wal = Path(f"{self.path}-wal")
+        with self._lock, _translated(self.path):
+            db = self._sqlite.connection()
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             before = wal.stat().st_size if wal.exists() else 0
             automatic = db.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
@@ -992,38 +503,5 @@ class SQLiteStore:
                 db.execute(f"PRAGMA wal_autocheckpoint={int(automatic)}")
             return (wal.stat().st_size if wal.exists() else 0) - before
 
-    # -- lifetime --------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the connection; the store cannot be used afterwards. Idempotent."""
-        with self._lock:
-            if self._connection is not None:
-                self._finalizer()
-                self._connection = None
-                self._cache.clear()
-
     def __enter__(self) -> SQLiteStore:
         return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"SQLiteStore({str(self._path)!r})"
-
-
-def _only_grows(previous: ConversationState, current: ConversationState) -> bool:
-    """Whether ``current`` only adds new events to ``previous``'s active branch (the common case).
-
-    The active branch also grows when ``navigate_to`` moves its leaf forward
-    along another branch; those events are stored already, in that branch's
-    rows, so that change is a restructure (rows, not copies).
-    """
-    if previous.other_branches != current.other_branches:
-        return False
-    start = len(previous.events)
-    if len(current.events) < start or not current.events.starts_with(previous.events):
-        return False
-    return len(current.events) == start or not any(
-        current.events.common_prefix_length(branch) > start for branch in current.other_branches
-    )

@@ -56,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cowconv._exceptions import WorkspaceMissingError
 from cowconv.agent.tools import ToolDefinition, ToolResult, register_tool
 from cowconv.core.events import Event, ObservationEvent
+from cowconv.core.framing import representable
 from cowconv.core.workspace import Workspace
 
 __all__ = ["TerminalParams", "TerminalSettings", "TerminalTool"]
@@ -172,14 +173,15 @@ class _Session:
         self._finalizer = weakref.finalize(self, _end, self.process, master, self.scratch)
 
     def send(self, command: str) -> None:
-        with open(self.command_file, "w", encoding="utf-8") as file:
-            file.write(command)
+        with open(self.command_file, "wb") as file:
+            file.write(_command_bytes(command))
             if not command.endswith("\n"):
-                file.write("\n")
+                file.write(b"\n")
         marker = self.marker.decode()
         line = (
             f". {shlex.quote(self.command_file)} </dev/null 2>&1; "
-            f'printf \'\\n{marker} %s %s\\n\' "$?" "$PWD"\n'
+            # The directory is closed by the marker too: its name may hold a newline.
+            f'printf \'\\n{marker} %s %s {marker}\\n\' "$?" "$PWD"\n'
         )
         os.write(self.fd, line.encode())
 
@@ -206,6 +208,20 @@ class _Session:
         self._finalizer()
 
 
+def _command_bytes(command: str) -> bytes:
+    """A command as the shell gets it: a path's undecodable bytes (surrogate escapes, as
+    ``os.fsdecode`` writes them) go back as those bytes; other lone surrogates are U+FFFD."""
+    try:
+        return command.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return representable(command).encode("utf-8", "surrogateescape")
+
+
+def _shown(path: str) -> str:
+    """A path as text a history can hold: undecodable bytes as U+FFFD."""
+    return os.fsencode(path).decode("utf-8", errors="replace")
+
+
 def _end(process: subprocess.Popen[bytes], fd: int, scratch: str) -> None:
     """Kill a session's process group, reap its shell, release its terminal and files."""
     try:
@@ -227,6 +243,7 @@ class _Reader:
 
     def __init__(self, marker: bytes, capture: _Capture) -> None:
         self._marker = b"\n" + marker + b" "
+        self._end = b" " + marker + b"\n"
         self._capture = capture
         self._pending = bytearray()
         self.status: int | None = None
@@ -237,14 +254,16 @@ class _Reader:
         self._pending += data
         found = self._pending.find(self._marker)
         if found >= 0:
-            end = self._pending.find(b"\n", found + len(self._marker))
+            end = self._pending.find(self._end, found + len(self._marker))
             if end < 0:
                 return False
             status, _, cwd = bytes(self._pending[found + len(self._marker) : end]).partition(b" ")
             self._capture.add(bytes(self._pending[:found]))
             self._pending.clear()
             self.status = int(status) if status.strip().lstrip(b"-").isdigit() else None
-            self.cwd = cwd.decode("utf-8", errors="surrogateescape")
+            # The real path (bytes that are not UTF-8 as surrogate escapes, so os functions
+            # reach the directory); what is recorded is _shown(cwd).
+            self.cwd = os.fsdecode(cwd)
             return True
         if len(self._pending) > 2 * _HOLD_BACK:
             self._capture.add(bytes(self._pending[:-_HOLD_BACK]))
@@ -342,19 +361,25 @@ class TerminalTool(ToolDefinition[TerminalParams]):
             if reader.cwd is not None:
                 self._cwd = reader.cwd
         output = capture.text()
+        cwd = self._cwd
+        shown = None if cwd is None else _shown(cwd)
         if timed_out:
             output += (
                 f"\n[command timed out after {timeout:g} s; it was killed with its process "
-                f"group. The next command starts a new shell in {self._cwd}: variables and "
+                f"group. The next command starts a new shell in {shown}: variables and "
                 "functions set before are gone]"
             )
         elif ended and not closed:
-            output += f"\n[the shell exited; the next command starts a new one in {self._cwd}]"
-        return ToolResult(
-            output=output,
-            exit_code=exit_code,
-            extra={"timed_out": timed_out, "output_bytes": capture.total, "cwd": self._cwd},
-        )
+            output += f"\n[the shell exited; the next command starts a new one in {shown}]"
+        extra: dict[str, object] = {
+            "timed_out": timed_out,
+            "output_bytes": capture.total,
+            "cwd": shown,
+        }
+        if cwd is not None and shown != cwd:
+            # A directory whose name is not UTF-8: its exact bytes, so a fork starts there too.
+            extra["cwd_bytes"] = os.fsencode(cwd).hex()
+        return ToolResult(output=output, exit_code=exit_code, extra=extra)
 
     def _collect(self, session: _Session, reader: _Reader, timeout: float) -> bool:
         """Read output until the end marker (True if the command had to be killed)."""
@@ -410,7 +435,15 @@ def _last_directory(events: Sequence[Event]) -> str | None:
         event = events[position]
         if isinstance(event, ObservationEvent) and event.tool_name == TerminalTool.name:
             extra = event.extra
-            cwd = extra.get("cwd") if hasattr(extra, "get") else None
+            if not hasattr(extra, "get"):
+                return None
+            exact = extra.get("cwd_bytes")
+            if isinstance(exact, str):
+                try:
+                    return os.fsdecode(bytes.fromhex(exact))
+                except ValueError:
+                    pass
+            cwd = extra.get("cwd")
             return cwd if isinstance(cwd, str) else None
     return None
 

@@ -1,8 +1,8 @@
-"""Seed SDK code runs on cowconv with only its imports renamed.
+"""Code written for OpenHands' SDK runs on cowconv with only its imports renamed.
 
-The first part ports the seed's own fork tests (``tests/sdk/conversation/local/
-test_fork.py`` of the seed SDK) and its documented "What gets copied" table;
-the rest checks each seed name and idiom cowconv offers (docs/migration.md).
+The first part ports OpenHands' own fork tests (``tests/sdk/conversation/local/
+test_fork.py`` of OpenHands' software-agent-sdk) and its documented "What gets copied" table;
+the rest checks each OpenHands name and idiom cowconv offers (docs/migration.md).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _msg(event_id: str, text: str = "hi") -> MessageEvent:
 
 @pytest.fixture(params=["memory", "sqlite", "remote"])
 def make(request, tmp_path):
-    """Build a source conversation the way the seed's tests do: in memory, persisted, remote."""
+    """Build a source conversation the way OpenHands' tests do: in memory, persisted, remote."""
     made = []
     server = None
     if request.param == "remote":
@@ -77,19 +77,19 @@ def make_local(request, tmp_path):
     return build
 
 
-# -- the seed's test_fork.py, ported ----------------------------------------------------
+# -- OpenHands' test_fork.py, ported ----------------------------------------------------
 
 
-class TestSeedForkTests:
+class TestOpenHandsForkTests:
     def test_fork_creates_new_id(self, make):
-        """A fork has a distinct id, a uuid.UUID (seed: test_fork_creates_new_id)."""
+        """A fork has a distinct id, a uuid.UUID (OpenHands: test_fork_creates_new_id)."""
         src = make()
         fork = src.fork()
         assert fork.id != src.id
         assert isinstance(fork.id, uuid.UUID)
 
     def test_fork_with_explicit_id(self, make):
-        """An explicit UUID conversation_id is honoured (seed: test_fork_with_explicit_id)."""
+        """An explicit UUID conversation_id is honoured (OpenHands: test_fork_with_explicit_id)."""
         custom_id = uuid.uuid4()
         src = make()
         fork = src.fork(conversation_id=custom_id)
@@ -116,7 +116,7 @@ class TestSeedForkTests:
         assert len(fork.state.events) == src_event_count + 1
 
     def test_fork_execution_status_is_idle(self, make):
-        """A fork starts idle, compared with the seed's enum name."""
+        """A fork starts idle, compared with OpenHands' enum name."""
         fork = make().fork()
         assert fork.state.execution_status == ConversationExecutionStatus.IDLE
 
@@ -163,7 +163,7 @@ class TestSeedForkTests:
         assert src.fork().workspace.working_dir == src.workspace.working_dir
 
     def test_fork_persisted_events_survive_reload(self, tmp_path):
-        """A persisted fork reopens by its UUID id with its events (seed: ..._survive_reload)."""
+        """A persisted fork reopens by its UUID id with its events (OpenHands: same name)."""
         evt_id_1, evt_id_2 = uuid.uuid4().hex, uuid.uuid4().hex
         src = Conversation(agent=_agent(), persistence_dir=tmp_path, workspace=str(tmp_path))
         src.state.events.append(_msg(evt_id_1, "hello"))
@@ -182,7 +182,7 @@ class TestSeedForkTests:
         assert [e.id for e in resumed.state.events] == [evt_id_1, evt_id_2]
 
 
-# -- the seed's documented "What gets copied" table -------------------------------------
+# -- OpenHands' documented "What gets copied" table -------------------------------------
 
 
 class TestWhatGetsCopied:
@@ -208,7 +208,7 @@ class TestWhatGetsCopied:
 # -- item 2: nothing is silently lost -----------------------------------------------------
 
 
-class TestSeedIdiomsOnSnapshots:
+class TestOpenHandsIdiomsOnSnapshots:
     def test_events_append_records_on_the_conversation(self, make):
         """conversation.state.events.append(e) records e (callbacks and store included)."""
         seen = []
@@ -253,9 +253,9 @@ class TestSeedIdiomsOnSnapshots:
 # -- item 3: names -----------------------------------------------------------------------
 
 
-class TestSeedNames:
+class TestOpenHandsNames:
     def test_execution_status_is_the_same_enum(self):
-        """ConversationExecutionStatus is ExecutionStatus, with the seed's eight values."""
+        """ConversationExecutionStatus is ExecutionStatus, with OpenHands' eight values."""
         assert ConversationExecutionStatus is ExecutionStatus
         assert {s.value for s in ConversationExecutionStatus} == {
             "idle",
@@ -271,7 +271,7 @@ class TestSeedNames:
         assert not ConversationExecutionStatus.IDLE.is_terminal()
 
     def test_stuck_detection_is_accepted(self, make_local):
-        """Conversation(stuck_detection=...) takes the seed's flag."""
+        """Conversation(stuck_detection=...) takes OpenHands' flag."""
         assert make_local(stuck_detection=False).state.execution_status is ExecutionStatus.IDLE
         with pytest.raises(TypeError):
             make_local(stuck_detection="yes")
@@ -309,7 +309,7 @@ class TestVisualizer:
         assert Recorder.made[0].conversation_stats is not None
         make_local(visualizer=None).send_message("quiet")
         assert len(Recorder.made) == 1
-        fork = source.fork()  # as the seed: a new visualiser of the same kind
+        fork = source.fork()  # as OpenHands: a new visualiser of the same kind
         fork.send_message("on the fork")
         assert message_texts(Recorder.made[1].events) == ["on the fork"]
         assert message_texts(Recorder.made[0].events) == ["hi"]
@@ -359,7 +359,7 @@ class TestVisualizer:
 
 
 class TestLLMFromEnv:
-    def test_reads_the_seed_variables(self, monkeypatch):
+    def test_reads_the_openhands_variables(self, monkeypatch):
         """LLM.from_env() reads LLM_MODEL, LLM_API_KEY, LLM_BASE_URL (and other fields)."""
         monkeypatch.setenv("LLM_MODEL", "openai/gpt-4o")
         monkeypatch.setenv("LLM_API_KEY", "sk-env")
@@ -372,7 +372,7 @@ class TestLLMFromEnv:
             "http://127.0.0.1:9/v1",
             12.5,
         )
-        assert LLM.load_from_env() == llm  # the seed's name
+        assert LLM.load_from_env() == llm  # OpenHands' name
 
     def test_explicit_arguments_win_and_plain_llm_ignores_the_environment(self, monkeypatch):
         """Arguments beat variables; LLM(...) itself never reads the environment."""
@@ -396,7 +396,7 @@ class TestLLMFromEnv:
 
 
 class TestAliases:
-    def test_seed_names_are_ours(self):
+    def test_openhands_names_are_ours(self):
         """LocalConversation is Conversation; RemoteWorkspace is a Workspace that needs a host."""
         import cowconv
 
@@ -410,7 +410,7 @@ class TestAliases:
 
 class TestLineage:
     def test_whole_fork_names_no_event_but_keeps_the_count(self, make):
-        """As the seed: forked_from_event_id is None for a whole fork; the count is kept."""
+        """As OpenHands: forked_from_event_id is None for a whole fork; the count is kept."""
         src = make()
         src.send_message("one")
         second = src.send_message("two")
@@ -423,7 +423,7 @@ class TestLineage:
 
 
 class TestRemoteClientTolerance:
-    def test_reads_a_seed_shaped_conversation_info(self):
+    def test_reads_an_openhands_shaped_conversation_info(self):
         """Unknown fields are ignored; a missing event_count or unreadable stats are tolerated."""
         from cowconv.backends.remote import read_info
 
@@ -497,7 +497,7 @@ class TestRemoteFork:
             assert raised.value.status_code == 404
             src.close()
 
-    def test_fork_body_is_the_seeds(self, tmp_path):
+    def test_fork_body_is_openhands(self, tmp_path):
         """The fork request body is id, title, tags, reset_metrics, from_event_id (UUID id)."""
         import httpx
 
