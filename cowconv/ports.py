@@ -213,6 +213,13 @@ class RowTransaction(Protocol):
         """
         ...
 
+    def named_versions(self) -> Sequence[tuple[int, str, int, int]]:
+        """``(key, id, generation, version)`` of every conversation row.
+
+        What tells a changed state from one already checked, without reading states.
+        """
+        ...
+
     def epoch(self) -> object:
         """A token that changes when another connection may have reused a freed key."""
         ...

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import settings
 
@@ -25,6 +28,8 @@ from cowconv import (
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, InProcessTransport, create_app
+from cowconv.stores import TreeStore, open_store
+from cowconv.stores.memory import MemoryRows, MemoryStore
 from cowconv.testing import PostgresServer, StubLLMServer
 
 # No hypothesis example may fail for taking long: the suite runs on loaded 2-core machines, where
@@ -86,6 +91,93 @@ def postgres_dsn(postgres_server: PostgresServer) -> Iterator[str]:
     dsn = postgres_server.create_database(name)
     yield dsn
     postgres_server.drop_database(name)
+
+
+# -- one store suite, three databases -------------------------------------------------------
+
+STORES = ["memory", "sqlite", "postgres"]
+"""The databases every test of the store suite runs on (``tests/test_store_suite.py``)."""
+
+
+@dataclass
+class StoreDatabase:
+    """One database of a store suite test: open stores on it, count and damage its rows.
+
+    ``open()`` is a new store object on the same data (another writer: a second
+    connection, or for memory a second store over the same rows); ``location``
+    is what another process opens (``open_store(location)``), ``None`` for memory.
+    """
+
+    kind: str
+    location: str | None
+    rows: MemoryRows | None = None
+    opened: list[TreeStore] = field(default_factory=list)
+
+    def open(self) -> TreeStore:
+        store = MemoryStore(self.rows) if self.rows is not None else open_store(self.location or "")
+        assert isinstance(store, TreeStore)
+        self.opened.append(store)
+        return store
+
+    def _sql(self, statement: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        if self.kind == "sqlite":
+            with closing(sqlite3.connect(self.location or "")) as db, db:
+                return db.execute(statement, parameters).fetchall()
+        statement = statement.replace("?", "%s").replace("FROM ", "FROM cowconv_")
+        statement = statement.replace("UPDATE ", "UPDATE cowconv_")
+        with psycopg.connect(self.location or "", autocommit=True) as db:
+            cursor = db.execute(statement, parameters)
+            return cursor.fetchall() if cursor.description else []
+
+    def count(self, table: str) -> int:
+        """How many rows ``table`` (``conversations`` or ``events``) holds."""
+        if self.rows is not None:
+            tables = self.rows._tables  # the test looks inside; the store never does
+            assert tables is not None
+            if table == "conversations":
+                return len(tables.rows)
+            return sum(len(events) for _, events in tables.events.values())
+        return int(self._sql(f"SELECT count(*) FROM {table}")[0][0])
+
+    def damage(self, conversation_id: str) -> None:
+        """Make a stored state unreadable as cowconv 0.1.0 did: JSON null where a float goes."""
+        if self.rows is not None:
+            with self.rows.transaction(write=True) as rows:
+                row = rows.row(conversation_id)
+                assert row is not None and row.state is not None
+                state = row.state.replace('"retry_max_wait":', '"retry_max_wait":null,"x":', 1)
+                assert rows.update(row._replace(state=state))
+            return
+        if self.kind == "sqlite":
+            self._sql(
+                "UPDATE conversations SET state = json_set(state, '$.agent.llm.retry_max_wait',"
+                " json('null')) WHERE id = ?",
+                (conversation_id,),
+            )
+        else:
+            self._sql(
+                "UPDATE conversations SET state = jsonb_set(state::jsonb,"
+                " '{agent,llm,retry_max_wait}', 'null')::text WHERE id = ?",
+                (conversation_id,),
+            )
+
+    def close(self) -> None:
+        for store in self.opened:
+            store.close()
+
+
+@pytest.fixture(params=STORES)
+def store_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreDatabase]:
+    """Each test that asks for it runs on a memory store, a SQLite file and a PostgreSQL
+    database (a fresh one per test, on the session's server)."""
+    if request.param == "memory":
+        database = StoreDatabase("memory", None, MemoryRows())
+    elif request.param == "sqlite":
+        database = StoreDatabase("sqlite", str(tmp_path / "cowconv.db"))
+    else:
+        database = StoreDatabase("postgres", request.getfixturevalue("postgres_dsn"))
+    yield database
+    database.close()
 
 
 # -- one suite, three backends -------------------------------------------------------------

@@ -72,12 +72,21 @@ class LockedLLM(LLM):
 _RANDOM_FIELDS = {"id", "timestamp", "tool_call_id", "llm_response_id"}
 
 
-def _own_events(fork: Conversation) -> list[tuple[str, str]]:
-    """What a fork added after its fork point, without ids and timestamps."""
+def _own_events(fork: Conversation) -> list[tuple[str, int | None, str]]:
+    """What a fork added after its fork point, without ids and timestamps; each event's parent
+    as its position in the fork's history (the ids differ between runs, the shape may not)."""
     state = fork.state
     start = state.forked_from_event_count
+    position = {event.id: index for index, event in enumerate(state.events)}
     own = (state.events[i] for i in range(start, len(state.events)))
-    return [(type(event).__name__, event.model_dump_json(exclude=_RANDOM_FIELDS)) for event in own]
+    return [
+        (
+            type(event).__name__,
+            None if event.parent_id is None else position.get(event.parent_id, -1),
+            event.model_dump_json(exclude={*_RANDOM_FIELDS, "parent_id"}),
+        )
+        for event in own
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +287,10 @@ class TestMergedBack:
         stub.script(StubReply.tool_call(ShoutTool.name, text="quiet"), StubReply.text("Done."))
         (fork,) = run_branches(source, [Branch("Shout 'quiet'.", agent=agent)], executor=executor)
         assert fork.state.execution_status is ExecutionStatus.FINISHED
-        assert [kind for kind, _ in _own_events(fork)][-2:] == ["ObservationEvent", "MessageEvent"]
+        assert [kind for kind, _, _ in _own_events(fork)][-2:] == [
+            "ObservationEvent",
+            "MessageEvent",
+        ]
         assert "QUIET (pid" in fork.state.events[-2].output
 
     def test_keys_can_stay_off_the_wire(self, source, stub, monkeypatch, tmp_path):

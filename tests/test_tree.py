@@ -31,6 +31,7 @@ from tests.conftest import message_texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))
 DATA_DIRS: dict = {}  # the data dir of each remote conversation's server
+DSNS: dict = {}  # the PostgreSQL database of each conversation stored there
 
 
 def texts(history) -> list[str]:
@@ -41,9 +42,20 @@ def three(conversation: Conversation) -> list[MessageEvent]:
     return [conversation.send_message(text) for text in ("root", "a1", "a2")]
 
 
-@pytest.fixture(params=["memory", "sqlite", "remote"])
+def in_postgres(dsn: str) -> Conversation:
+    conversation = Conversation(agent=AGENT, workspace=".", visualizer=None, store=dsn)
+    DSNS[conversation.id] = dsn
+    return conversation
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "remote"])
 def conversation(request, tmp_path) -> Iterator[Conversation]:
-    """A conversation in memory, in an SQLite store, or on an agent server (its own data dir)."""
+    """A conversation in memory, in an SQLite or PostgreSQL store, or on an agent server."""
+    if request.param == "postgres":
+        conversation = in_postgres(request.getfixturevalue("postgres_dsn"))
+        yield conversation
+        conversation.backend.sink.close()
+        return
     if request.param == "remote":
         with BackgroundServer(create_app(data_dir=tmp_path / "data")) as server:
             workspace = Workspace(host=server.url, working_dir=str(tmp_path))
@@ -58,8 +70,10 @@ def conversation(request, tmp_path) -> Iterator[Conversation]:
     yield Conversation(agent=AGENT, workspace=".", visualizer=None)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def local(request, tmp_path) -> Conversation:
+    if request.param == "postgres":
+        return in_postgres(request.getfixturevalue("postgres_dsn"))
     if request.param == "sqlite":
         return Conversation(agent=AGENT, workspace=".", visualizer=None, persistence_dir=tmp_path)
     return Conversation(agent=AGENT, workspace=".", visualizer=None)
@@ -74,6 +88,9 @@ def reopened(conversation) -> Iterator:
             yield RemoteConversation.attach(server.url, conversation.id)
         return
     store = conversation.backend.sink
+    if conversation.id in DSNS:  # a new connection to the database
+        yield Conversation.resume(DSNS[conversation.id], conversation.id)
+        return
     yield (
         conversation
         if store is None

@@ -19,6 +19,7 @@ from benchmarks.scenarios.persisted_fork import PersistedFork
 from benchmarks.scenarios.remote_latency import RemoteLatency
 from benchmarks.scenarios.rest_fork import RestFork
 from benchmarks.scenarios.seed_fork import SeedFork
+from benchmarks.scenarios.store_bytes import StoreBytes
 from benchmarks.scenarios.vector_implementation import VectorImplementation
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -35,6 +36,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ImportTime(),
     DistributedSuite(),
     BranchRuntime(),
+    StoreBytes(),
 )
 
 for _number, _scenario in enumerate(SCENARIOS, start=1):

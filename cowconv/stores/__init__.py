@@ -55,7 +55,7 @@ def is_store_url(location: object) -> bool:
     return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
-def open_store(location: "str | os.PathLike[str]") -> "Store":
+def open_store(location: "str | os.PathLike[str]") -> Store:
     """The store at ``location``: a ``postgresql://`` URL, else a SQLite file or directory.
 
     A PostgreSQL URL needs the ``postgres`` extra (``pip install "cowconv[postgres]"``).

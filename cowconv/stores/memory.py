@@ -178,6 +178,13 @@ class _Transaction:
         page = chosen[offset:] if limit is None else chosen[offset : offset + limit]
         return [self.tables.rows[key] for _, key in page]
 
+    def named_versions(self) -> list[tuple[int, str, int, int]]:
+        rows = self.tables.rows
+        return [
+            (key, name, rows[key].generation, rows[key].version)
+            for name, key in self.tables.by_id.items()
+        ]
+
     def epoch(self) -> object:
         return 0  # keys are never reused
 
@@ -229,9 +236,6 @@ class MemoryStore(TreeStore):
 
     def __init__(self, rows: MemoryRows | None = None) -> None:
         super().__init__(MemoryRows() if rows is None else rows, name="memory")
-
-    def __enter__(self) -> MemoryStore:
-        return self
 
     def __repr__(self) -> str:
         return "MemoryStore()"

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -42,15 +42,13 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cowconv._exceptions import (
-    ConversationExistsError,
     InvalidValueError,
     SchemaVersionError,
     StoreError,
     StoreLockedError,
 )
-from cowconv.core.events import Event
 from cowconv.ports import Row
-from cowconv.stores.lazy import LazyEvents
+from cowconv.stores.sql import SQLTransaction
 from cowconv.stores.tree import TreeStore
 
 __all__ = ["SCHEMA_VERSION", "PostgresRows", "PostgresStore"]
@@ -93,11 +91,6 @@ CREATE TABLE IF NOT EXISTS cowconv_events (
 )
 """
 
-_COLUMNS = (
-    "key, id, parent, fork_len, event_count, state, generation, version, branch_of, branch_order"
-)
-_FIELDS = "id, parent, fork_len, event_count, state, generation, version, branch_of, branch_order"
-
 
 def _safe(dsn: str) -> str:
     """``dsn`` without its password, for messages."""
@@ -121,106 +114,28 @@ def _translated(name: str) -> Iterator[None]:
         raise StoreError(f"the store {name} failed: {error}") from error
 
 
-class _Transaction:
-    """The row operations (:class:`~cowconv.ports.RowTransaction`) on one connection."""
+class _Transaction(SQLTransaction):
+    """The row operations on one pooled connection; branches and tags have their own columns."""
 
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
-        self._db = connection
-
-    def _rows(self, query: str, parameters: Sequence[object]) -> list[Row]:
-        return [Row(*found) for found in self._db.execute(query, parameters).fetchall()]
-
-    def _one(self, where: str, parameters: Sequence[object]) -> Row | None:
-        found = self._rows(
-            f"SELECT {_COLUMNS} FROM cowconv_conversations WHERE {where}", parameters
-        )
-        return found[0] if found else None
-
-    def row(self, conversation_id: str) -> Row | None:
-        return self._one("id = %s", (conversation_id,))
-
-    def row_at(self, key: int) -> Row | None:
-        return self._one("key = %s", (key,))
+    conversations = "cowconv_conversations"
+    events = "cowconv_events"
+    mark = "%s"
+    columns = (*SQLTransaction.columns, "branch_of", "branch_order")
 
     def branch_rows(self, conversation_id: str) -> list[Row]:
-        return self._rows(
-            f"SELECT {_COLUMNS} FROM cowconv_conversations WHERE branch_of = %s "
-            "ORDER BY branch_order",
-            (conversation_id,),
-        )
-
-    def children(self, key: int) -> list[Row]:
-        return self._rows(
-            f"SELECT {_COLUMNS} FROM cowconv_conversations WHERE parent = %s ORDER BY key", (key,)
-        )
-
-    def insert(self, row: Row) -> int:
-        try:  # the tree store looked first; this is for a writer outside cowconv
-            found = self._db.execute(
-                f"INSERT INTO cowconv_conversations ({_FIELDS}) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING key",
-                row[1:],
-            ).fetchone()
-        except psycopg.errors.UniqueViolation as error:
-            raise ConversationExistsError(str(row.id)) from error
-        assert found is not None
-        return int(found[0])
-
-    def update(self, row: Row, *, expected: Row | None = None) -> bool:
-        query = (
-            "UPDATE cowconv_conversations SET id = %s, parent = %s, fork_len = %s, "
-            "event_count = %s, state = %s, generation = %s, version = %s, branch_of = %s, "
-            "branch_order = %s WHERE key = %s"
-        )
-        parameters: list[object] = [*row[1:], row.key]
-        if expected is not None:
-            query += " AND generation = %s AND version = %s"
-            parameters += [expected.generation, expected.version]
-        return self._db.execute(query, parameters).rowcount == 1
-
-    def delete(self, key: int) -> None:
-        self._db.execute("DELETE FROM cowconv_conversations WHERE key = %s", (key,))
-
-    def write_events(self, key: int, start: int, events: Iterable[Event]) -> None:
-        with self._db.cursor() as cursor:
-            with cursor.copy(
-                "COPY cowconv_events (conversation, position, event_id, body) FROM STDIN"
-            ) as copy:
-                for position, event in enumerate(events, start):
-                    copy.write_row((key, position, event.id, event.model_dump_json()))
-
-    def read_events(self, key: int, start: int, stop: int) -> tuple[list[str], LazyEvents]:
-        found = self._db.execute(
-            "SELECT event_id, body FROM cowconv_events WHERE conversation = %s "
-            "AND position >= %s AND position < %s ORDER BY position",
-            (key, start, stop),
-        ).fetchall()
-        return [event_id for event_id, _ in found], LazyEvents([body for _, body in found])
-
-    def event_id(self, key: int, position: int) -> str | None:
-        found = self._db.execute(
-            "SELECT event_id FROM cowconv_events WHERE conversation = %s AND position = %s",
-            (key, position),
-        ).fetchone()
-        return None if found is None else str(found[0])
-
-    def trim_events(self, key: int, keep: int) -> None:
-        self._db.execute(
-            "DELETE FROM cowconv_events WHERE conversation = %s AND position >= %s", (key, keep)
+        return self.rows(
+            "SELECT {cols} FROM {c} WHERE branch_of = ? ORDER BY branch_order", (conversation_id,)
         )
 
     def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> list[Row]:
         # The partial indexes answer this: a page costs its own rows, not the table's.
-        query = f"SELECT {_COLUMNS} FROM cowconv_conversations WHERE id IS NOT NULL"
+        query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
         parameters: list[object] = []
         if tags:
-            query += " AND tags @> %s::jsonb"
+            query += " AND tags @> ?::jsonb"
             parameters.append(json.dumps(dict(tags)))
-        query += " ORDER BY created_at, key LIMIT %s OFFSET %s"
-        return self._rows(query, [*parameters, limit, offset])
-
-    def epoch(self) -> object:
-        return 0  # identity keys are never reused
+        query += " ORDER BY created_at, key LIMIT ? OFFSET ?"
+        return self.rows(query, [*parameters, limit, offset])
 
 
 class PostgresRows:
@@ -262,7 +177,7 @@ class PostgresRows:
     def _set_up(self) -> None:
         """Create the tables if missing (one writer at a time), refuse a newer layout."""
         with self.transaction(write=True) as rows:
-            connection = rows._db
+            connection = rows.db
             connection.execute(_SCHEMA)
             found = connection.execute("SELECT max(version) FROM cowconv_schema").fetchone()
             version = None if found is None else found[0]
@@ -344,6 +259,3 @@ class PostgresStore(TreeStore):
         costs on disk; run nothing else against the server meanwhile.
         """
         return self._postgres.wal_bytes_during(action)
-
-    def __enter__(self) -> PostgresStore:
-        return self

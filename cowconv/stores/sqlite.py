@@ -4,9 +4,7 @@
 >>> from cowconv import LLM, Agent, Conversation
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "cowconv.db"
 >>> store = SQLiteStore(path)
->>> source = Conversation(
-...     agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".", store=store
-... )
+>>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".", store=store)
 >>> _ = source.send_message("Analyse the sales report.")
 >>> fork = source.fork(title="Follow-up")  # one row written, no event copied
 >>> [info.title for info in store.list()], len(store.load(fork.id).events)
@@ -27,22 +25,20 @@ import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 from cowconv._exceptions import (
-    ConversationExistsError,
     CorruptStoreError,
     InvalidValueError,
     SchemaVersionError,
     StoreError,
     StoreLockedError,
 )
-from cowconv.core.events import Event
 from cowconv.ports import Row
-from cowconv.stores.lazy import LazyEvents
+from cowconv.stores.sql import SQLTransaction
 from cowconv.stores.tree import TreeStore
 
 __all__ = ["SCHEMA_VERSION", "STORE_FILE_NAME", "SQLiteRows", "SQLiteStore", "store_file"]
@@ -94,6 +90,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
+# Any store gets this index when opened (not a new version: a cowconv that does not know it
+# reads the file as before; SQLite keeps it up to date). A listing page is read off it.
+_LISTING_INDEX = (
+    "CREATE INDEX IF NOT EXISTS conversations_listing ON conversations "
+    "(json_extract(state, '$.created_at'), key) WHERE id IS NOT NULL"
+)
+
 Synchronous = Literal["full", "normal"]
 
 
@@ -128,22 +131,6 @@ def store_file(path: str | os.PathLike[str]) -> Path:
                 moved.rename(f"{current}{suffix}")
         logger.warning("renamed the store %s to %s", old, current)
     return current
-
-
-def _file_is_empty(path: Path) -> bool:
-    try:
-        return path.stat().st_size == 0
-    except FileNotFoundError:
-        return True
-
-
-def _create_private_file(path: Path) -> None:
-    # The store holds API keys: only the owner may read it (SQLite gives the
-    # -wal and -shm files the database file's permissions).
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except FileExistsError:
-        pass
 
 
 @contextmanager
@@ -198,120 +185,36 @@ def _check_existing(path: Path, lock_timeout: float) -> int:
     return int(version)
 
 
-_COLUMNS = "key, id, parent, fork_len, event_count, state, generation, version"
+class _Transaction(SQLTransaction):
+    """The row operations on the SQLite connection: a branch row's state is its marker."""
 
-
-def _row(found: Sequence[Any]) -> Row:
-    """A ``conversations`` row as a :class:`Row`: a branch's state is its marker."""
-    key, conversation_id, parent, fork_len, event_count, state, generation, version = found
-    if conversation_id is None and state is not None:
+    def decode(self, found: Sequence[Any]) -> Row:
+        key, conversation_id, parent, fork_len, event_count, state, generation, version = found
+        if conversation_id is not None or state is None:
+            return Row(*found)
         try:
             marker = json.loads(state)
-            return Row(
-                key, None, parent, fork_len, event_count, None, generation, version,
-                str(marker["branch_of"]), int(marker["order"]),
-            )  # fmt: skip
+            branch_of, order = str(marker["branch_of"]), int(marker["order"])
         except (ValueError, TypeError, KeyError) as error:
             raise CorruptStoreError(f"conversation row {key} holds a damaged branch") from error
-    return Row(key, conversation_id, parent, fork_len, event_count, state, generation, version)
+        return Row(key, None, parent, fork_len, event_count, None, generation, version,
+                   branch_of, order)  # fmt: skip
 
-
-def _state_column(row: Row) -> str | None:
-    if row.branch_of is not None:
-        return json.dumps({"branch_of": row.branch_of, "order": row.branch_order})
-    return row.state
-
-
-class _Transaction:
-    """The row operations (:class:`~cowconv.ports.RowTransaction`) on one SQLite connection."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def _one(self, where: str, parameters: Sequence[object]) -> Row | None:
-        found = self._db.execute(
-            f"SELECT {_COLUMNS} FROM conversations WHERE {where}", parameters
-        ).fetchone()
-        return None if found is None else _row(found)
-
-    def _many(self, query: str, parameters: Sequence[object]) -> list[Row]:
-        return [_row(found) for found in self._db.execute(query, parameters)]
-
-    def row(self, conversation_id: str) -> Row | None:
-        return self._one("id = ?", (conversation_id,))
-
-    def row_at(self, key: int) -> Row | None:
-        return self._one("key = ?", (key,))
+    def encode(self, row: Row) -> list[Any]:
+        if row.branch_of is None:
+            return super().encode(row)
+        marker = json.dumps({"branch_of": row.branch_of, "order": row.branch_order})
+        return [*row[1:5], marker, row.generation, row.version]
 
     def branch_rows(self, conversation_id: str) -> list[Row]:
-        return self._many(
-            f"SELECT {_COLUMNS} FROM conversations WHERE id IS NULL AND state IS NOT NULL "
-            "AND json_extract(state, '$.branch_of') = ? ORDER BY json_extract(state, '$.order')",
+        return self.rows(
+            "SELECT {cols} FROM {c} WHERE id IS NULL AND state IS NOT NULL AND "
+            "json_extract(state, '$.branch_of') = ? ORDER BY json_extract(state, '$.order')",
             (conversation_id,),
         )
 
-    def children(self, key: int) -> list[Row]:
-        return self._many(
-            f"SELECT {_COLUMNS} FROM conversations WHERE parent = ? ORDER BY key", (key,)
-        )
-
-    def insert(self, row: Row) -> int:
-        try:
-            cursor = self._db.execute(
-                "INSERT INTO conversations (id, parent, fork_len, event_count, state, generation, "
-                "version) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (*row[1:5], _state_column(row), row.generation, row.version),
-            )
-        except sqlite3.IntegrityError as error:
-            if row.id is not None and self.row(row.id) is not None:
-                raise ConversationExistsError(row.id) from error
-            raise
-        assert cursor.lastrowid is not None
-        return cursor.lastrowid
-
-    def update(self, row: Row, *, expected: Row | None = None) -> bool:
-        query = (
-            "UPDATE conversations SET id = ?, parent = ?, fork_len = ?, event_count = ?, "
-            "state = ?, generation = ?, version = ? WHERE key = ?"
-        )
-        parameters: list[object] = [*row[1:5], _state_column(row), row.generation, row.version]
-        parameters.append(row.key)
-        if expected is not None:
-            query += " AND generation = ? AND version = ?"
-            parameters += [expected.generation, expected.version]
-        return self._db.execute(query, parameters).rowcount == 1
-
-    def delete(self, key: int) -> None:
-        self._db.execute("DELETE FROM conversations WHERE key = ?", (key,))
-
-    def write_events(self, key: int, start: int, events: Iterable[Event]) -> None:
-        self._db.executemany(
-            "INSERT INTO events (conversation, position, event_id, body) VALUES (?, ?, ?, ?)",
-            (
-                (key, position, event.id, event.model_dump_json())
-                for position, event in enumerate(events, start)
-            ),
-        )
-
-    def read_events(self, key: int, start: int, stop: int) -> tuple[list[str], LazyEvents]:
-        found = self._db.execute(
-            "SELECT event_id, body FROM events WHERE conversation = ? "
-            "AND position >= ? AND position < ? ORDER BY position",
-            (key, start, stop),
-        ).fetchall()
-        return [event_id for event_id, _ in found], LazyEvents([body for _, body in found])
-
-    def event_id(self, key: int, position: int) -> str | None:
-        found = self._db.execute(
-            "SELECT event_id FROM events WHERE conversation = ? AND position = ?", (key, position)
-        ).fetchone()
-        return None if found is None else str(found[0])
-
-    def trim_events(self, key: int, keep: int) -> None:
-        self._db.execute("DELETE FROM events WHERE conversation = ? AND position >= ?", (key, keep))
-
     def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> list[Row]:
-        query = f"SELECT {_COLUMNS} FROM conversations WHERE id IS NOT NULL"
+        query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
         parameters: list[object] = []
         for key, value in tags.items():
             query += (
@@ -320,20 +223,19 @@ class _Transaction:
             )
             parameters += [key, value]
         query += " ORDER BY json_extract(state, '$.created_at'), key LIMIT ? OFFSET ?"
-        return self._many(query, [*parameters, -1 if limit is None else limit, offset])
+        return self.rows(query, [*parameters, -1 if limit is None else limit, offset])
 
     def epoch(self) -> object:
         # Without AUTOINCREMENT (it costs every fork a write of sqlite_sequence's page) a
         # deleted key can come back; only a commit by another connection can have done that.
-        return self._db.execute("PRAGMA data_version").fetchone()[0]
+        return self.db.execute("PRAGMA data_version").fetchone()[0]
 
 
 class SQLiteRows:
     """The rows of a cowconv store in one SQLite file (a :class:`~cowconv.ports.RowStore`).
 
-    One connection, shared by the threads of the process under a lock;
-    writers take SQLite's write lock (``BEGIN IMMEDIATE``), so each write
-    transaction sees every commit before it.
+    One connection shared by the process's threads under a lock; a writer
+    takes SQLite's write lock (``BEGIN IMMEDIATE``), so it sees every commit.
 
     >>> with SQLiteStore(":memory:") as store:
     ...     isinstance(store.rows, SQLiteRows)
@@ -350,23 +252,23 @@ class SQLiteRows:
         path = self.path
         in_memory = str(path) == ":memory:"
         try:
-            if in_memory or _file_is_empty(path):
+            if in_memory or not path.exists() or path.stat().st_size == 0:
                 version = 0
-                if not in_memory:
-                    _create_private_file(path)
+                if not in_memory:  # it holds API keys: the owner's only (-wal, -shm follow)
+                    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
             else:
                 version = _check_existing(path, lock_timeout)
         except OSError as error:
             raise StoreError(f"cannot open the store {path}: {error}") from error
         with _translated(path):
-            connection = sqlite3.connect(
-                path, timeout=lock_timeout, isolation_level=None, check_same_thread=False
-            )
+            connection = sqlite3.connect(path, timeout=lock_timeout, isolation_level=None,
+                                         check_same_thread=False)  # fmt: skip
         try:
             with _translated(path):
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
-                if version != SCHEMA_VERSION:
+                listed = "SELECT 1 FROM sqlite_master WHERE name = 'conversations_listing'"
+                if version != SCHEMA_VERSION or not connection.execute(listed).fetchone():
                     self._set_up(connection)
         except BaseException:
             connection.close()
@@ -386,10 +288,9 @@ class SQLiteRows:
             elif application_id != _APPLICATION_ID:
                 raise CorruptStoreError(f"{self.path} is not a cowconv store")
             else:
-                statements = [
-                    s for step in range(version, SCHEMA_VERSION) for s in _MIGRATIONS[step]
-                ]
-            for statement in statements:
+                steps = range(version, SCHEMA_VERSION)
+                statements = [s for step in steps for s in _MIGRATIONS[step]]
+            for statement in (*statements, _LISTING_INDEX):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             connection.execute("COMMIT")
@@ -420,9 +321,8 @@ class SQLiteRows:
     def close(self) -> None:
         """Close the connection. Idempotent."""
         with self._lock:
-            if self._connection is not None:
-                self._finalizer()
-                self._connection = None
+            self._finalizer()
+            self._connection = None
 
     def __repr__(self) -> str:
         return str(self.path)
@@ -452,19 +352,15 @@ class SQLiteStore(TreeStore):
     """
 
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        lock_timeout: float = 5.0,
+        self, path: str | os.PathLike[str], *, lock_timeout: float = 5.0,
         synchronous: Synchronous = "full",
-    ) -> None:
+    ) -> None:  # fmt: skip
         if synchronous not in ("full", "normal"):
             raise InvalidValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         if lock_timeout < 0:
             raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
-        self._sqlite = SQLiteRows(
-            store_file(path), lock_timeout=lock_timeout, synchronous=synchronous
-        )
+        self._sqlite = SQLiteRows(store_file(path), lock_timeout=lock_timeout,
+                                  synchronous=synchronous)  # fmt: skip
         super().__init__(self._sqlite, name=str(self._sqlite.path))
 
     @property
@@ -502,6 +398,3 @@ class SQLiteStore(TreeStore):
             finally:
                 db.execute(f"PRAGMA wal_autocheckpoint={int(automatic)}")
             return (wal.stat().st_size if wal.exists() else 0) - before
-
-    def __enter__(self) -> SQLiteStore:
-        return self

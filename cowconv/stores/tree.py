@@ -32,6 +32,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Self
 
 from cowconv._exceptions import (
     ConversationExistsError,
@@ -79,12 +80,17 @@ class TreeStore:
     def __init__(self, rows: RowStore, *, name: str = "") -> None:
         self._rows = rows
         self._name = name or repr(rows)
+        # Writers hold _lock (outermost: before the database's own lock); _cache_lock is
+        # the innermost, held only to touch what this store remembers.
         self._lock = threading.RLock()
+        self._cache_lock = threading.Lock()
         self._cache: OrderedDict[int, EventLog] = OrderedDict()
         self._cache_epoch: object = None
         # id(snapshot) -> the stored write it is, for every snapshot this store loaded or
         # saved and that is still alive: the base a writer's next save must match.
         self._bases: dict[int, _Token] = {}
+        # Row key -> (generation, version) of a state found readable there.
+        self._readable: dict[int, tuple[int, ...]] = {}
 
     @property
     def rows(self) -> RowStore:
@@ -118,7 +124,7 @@ class TreeStore:
         # Rows at (key, position) are written once, and a key is reused only after the
         # row holding it was deleted: _history drops what it remembers whenever another
         # connection may have reused one (and delete() does for this one).
-        with self._lock:
+        with self._cache_lock:
             known = self._cache.get(key)
             if known is None or len(known) <= len(events):
                 self._cache[key] = events
@@ -127,7 +133,7 @@ class TreeStore:
                 self._cache.popitem(last=False)
 
     def _forget(self) -> None:
-        with self._lock:
+        with self._cache_lock:
             self._cache.clear()
 
     # -- reading -------------------------------------------------------------------
@@ -180,7 +186,7 @@ class TreeStore:
     def _track(self, state: ConversationState, token: _Token) -> None:
         """Remember that ``state`` is the stored write ``token``, for as long as it lives."""
         key = id(state)
-        with self._lock:
+        with self._cache_lock:
             if key not in self._bases:
                 weakref.finalize(state, self._bases.pop, key, None)
             self._bases[key] = token
@@ -310,9 +316,30 @@ class TreeStore:
         >>> MemoryStore().unreadable()
         []
         """
+        unreadable = []
         with self._transaction(write=False) as rows:
-            named = sorted(rows.named_rows({}, None, 0), key=lambda row: row.key)
-            return self._infos(rows, named)[1]
+            # A state this store found readable is not read again while its row keeps its
+            # generation and version (every cowconv write changes them): a server that asks
+            # on every listing reads and validates each stored state once.
+            unknown = [
+                (key, name, (generation, version))
+                for key, name, generation, version in sorted(rows.named_versions())
+                if self._readable.get(key) != (generation, version)
+            ]
+            # Many unknown (a store just opened): one query for every state, not one each.
+            held = (
+                {row.key: row for row in rows.named_rows({}, None, 0)} if len(unknown) > 64 else {}
+            )
+            for key, name, version in unknown:
+                row = held.get(key) or rows.row_at(key)
+                try:
+                    self._state(None if row is None else row.state, EventLog(), name)
+                except CorruptStoreError:
+                    unreadable.append(name)
+                    continue
+                with self._cache_lock:
+                    self._readable[key] = version
+        return unreadable
 
     # -- writing -------------------------------------------------------------------
 
@@ -617,18 +644,31 @@ class TreeStore:
         """
         with self._transaction(write=False) as rows:
             root = self._row(rows, conversation_id)
-            records = [ExportRecord(self._tree_state(rows, root, id_text(conversation_id)))]
-            # Forks of tombstones and branch rows belong to the nearest exported ancestor.
-            pending = [(root.key, id_text(conversation_id), root.event_count)] if with_forks else []
+            state = self._tree_state(rows, root, id_text(conversation_id))
+            records = [ExportRecord(state)]
+            # Forks hang off the rows of the active branch and of the other branches, and
+            # forks of tombstones and branch rows belong to the nearest exported ancestor;
+            # each shares with its exported parent what it reaches of the active branch.
+            pending = [(root.key, str(state.id), root.event_count)] if with_forks else []
+            if with_forks:
+                branches = zip(rows.branch_rows(str(state.id)), state.other_branches, strict=True)
+                pending += [
+                    (branch.key, str(state.id), state.events.common_prefix_length(log))
+                    for branch, log in branches
+                ]
+            visited = {key for key, _, _ in pending}
             while pending:
                 key, ancestor, shared = pending.pop(0)
                 for child in rows.children(key):
+                    if child.key in visited:
+                        continue
+                    visited.add(child.key)
                     reach = min(shared, child.fork_len)
                     if child.id is None:
                         pending.append((child.key, ancestor, reach))
                         continue
-                    state = self._tree_state(rows, child, child.id)
-                    records.append(ExportRecord(state, ancestor, reach))
+                    child_state = self._tree_state(rows, child, child.id)
+                    records.append(ExportRecord(child_state, ancestor, reach))
                     pending.append((child.key, child.id, child.event_count))
         return export_document(records, include_secrets=include_secrets)
 
@@ -660,7 +700,7 @@ class TreeStore:
         self._rows.close()
         self._forget()
 
-    def __enter__(self) -> TreeStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
