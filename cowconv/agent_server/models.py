@@ -225,7 +225,15 @@ def _residue(sent: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
 
 
 def _openhands_shaped(agent: dict[str, Any]) -> bool:
-    """Whether an agent's JSON is OpenHands' (a ``kind``, or a field cowconv's Agent lacks)."""
+    """Whether an agent's JSON is OpenHands' (a ``kind``, or a field cowconv's Agent lacks).
+
+    >>> _openhands_shaped({"llm": {"model": "m"}, "tools": [{"name": "terminal"}]})
+    False
+    >>> _openhands_shaped({"llm": [], "tools": True})  # malformed: cowconv's Agent says why
+    False
+    """
+    if not isinstance(agent.get("tools") or [], list):
+        return False
     return (
         "kind" in agent
         or any(key not in Agent.model_fields for key in agent)

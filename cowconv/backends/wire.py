@@ -224,8 +224,17 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     pattern = data.get("filter_tools_regex")
     if pattern is not None and not isinstance(pattern, str):
         raise unsupported("agent.filter_tools_regex", "must be a string")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise unsupported(
+                "agent.filter_tools_regex", f"not a regular expression: {error}"
+            ) from None
     agent: dict[str, Any] = {"llm": _llm_to_openhands(dict(llm))}
     tools = []
+    if not isinstance(data.get("tools") or [], list):
+        raise unsupported("agent.tools", "a list of tools")
     for tool in data.get("tools") or ():
         if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
             raise unsupported("agent.tools", "each tool is an object with a name")
@@ -241,6 +250,8 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(condenser, Mapping) and condenser.get("kind", "LLMSummarizingCondenser") == (
         "LLMSummarizingCondenser"
     ):
+        if not isinstance(condenser.get("llm"), Mapping):
+            raise unsupported("agent.condenser.llm", "a condenser needs an llm object")
         agent["condenser"] = {
             "llm": _llm_to_openhands(dict(condenser["llm"])),
             **{key: condenser[key] for key in ("max_size", "keep_first") if key in condenser},
