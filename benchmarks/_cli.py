@@ -165,12 +165,40 @@ def run(config: Config, scenarios: Sequence[Scenario], command: str) -> dict[str
             workload.events(config.largest)
             results["build_seconds"] = time.perf_counter() - seconds
             settle()
+        done: list[Scenario] = []
         for scenario in scenarios:
             results["scenarios"][scenario.name] = _run_one(scenario, config, workload, tick)
+            done.append(scenario)
+            if len(done) < len(scenarios):
+                checkpoint(results, done, config.output, time.perf_counter() - started)
     results["duration_s"] = time.perf_counter() - started
+    results["partial"] = False
     results["load_at_end"] = load_average()
     judge(results, scenarios)
     return results
+
+
+def checkpoint(
+    results: dict[str, Any], done: Sequence[Scenario], out: Path, seconds: float
+) -> None:
+    """Write ``results.json`` and ``report.md`` of the scenarios run so far (no plots).
+
+    A run that is stopped (Ctrl-C, a killed job, a full disk later on) leaves the figures
+    of every scenario that finished; ``results.json`` says ``"partial": true`` and
+    ``--replot`` turns it into plots. Each file is replaced whole (written beside it, then
+    renamed), so a reader never sees half of one.
+    """
+    partial = {**results, "partial": True, "duration_s": seconds, "load_at_end": load_average()}
+    judge(partial, done)
+    partial["plots"] = {}
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (
+        ("results.json", json.dumps(partial, indent=2, default=str) + "\n"),
+        ("report.md", markdown(partial, done, {})),
+    ):
+        scratch = out / f".{name}.partial"
+        scratch.write_text(text)
+        scratch.replace(out / name)
 
 
 def judge(results: dict[str, Any], scenarios: Sequence[Scenario]) -> None:

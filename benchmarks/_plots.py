@@ -26,6 +26,12 @@ class Line:
     series: Sequence[dict[str, Any]]
     """Points as stored in results.json: size, median, min, max, extrapolated."""
     x: str = "size"
+    marker: str = "o"
+    linestyle: str = "-"
+    """Marker and line style: lines that may run close together (two copying baselines)
+    take different ones, so neither hides the other."""
+    zorder: float = 2.0
+    """Drawing order: a higher value is drawn over lines that run close to it."""
 
 
 @dataclass
@@ -147,7 +153,15 @@ def _draw(ax: Any, line: Line, colour: str, handles: list[tuple[Any, str]]) -> s
             for y, entry in zip(ys, real, strict=True)
         ]
         drawn = ax.errorbar(
-            xs, ys, yerr=[low, high], color=colour, marker="o", markersize=4, capsize=3
+            xs,
+            ys,
+            yerr=[low, high],
+            color=colour,
+            marker=line.marker,
+            markersize=4 if line.marker == "o" else 6,
+            linestyle=line.linestyle,
+            capsize=3,
+            zorder=line.zorder,
         )
         handles.append((drawn, line.label))
     if guessed:
@@ -157,9 +171,10 @@ def _draw(ax: Any, line: Line, colour: str, handles: list[tuple[Any, str]]) -> s
             [entry["median"] for entry in bridge],
             color=colour,
             linestyle="--",
-            marker="o",
+            marker=line.marker,
             markerfacecolor="none",
             markersize=5,
+            zorder=line.zorder,
         )
         handles.append((dashed, f"{line.label} (extrapolated)"))
     return {float(entry[line.x]) for entry in points if math.isfinite(entry[line.x])}

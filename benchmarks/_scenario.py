@@ -70,11 +70,14 @@ class Target:
     machine it is information; the ratios measured side by side beside it are judged."""
     busy: bool = False
     """Set by the runner when the machine was busy while this target's scenario ran."""
+    unjudged: str = ""
+    """Why a figure that was measured (``passed`` is ``None``) is not judged, e.g. "quick run"
+    or "baseline extrapolated": such a row says NOT JUDGED, never NOT MEASURED."""
 
     @property
     def status(self) -> str:
         if self.passed is None:
-            return "NOT MEASURED"
+            return f"NOT JUDGED ({self.unjudged})" if self.unjudged else "NOT MEASURED"
         if self.passed:
             return "PASS"
         return "NOT JUDGED (busy machine)" if self.absolute and self.busy else "FALLS SHORT"

@@ -62,6 +62,7 @@ _LAZY = {
     "EventCallback": "cowconv.ports",
     "BranchRow": "cowconv.branches.report",
     "SuiteReport": "cowconv.branches.report",
+    "GroupTotals": "cowconv.branches.report",
     "BranchExecutor": "cowconv.ports",
     "BranchJob": "cowconv.branches.wire",
     "BranchOutcome": "cowconv.branches.wire",
@@ -138,7 +139,7 @@ if TYPE_CHECKING:
         registered_tools,
         resolve_tool,
     )
-    from cowconv.branches.report import BranchRow, SuiteReport
+    from cowconv.branches.report import BranchRow, GroupTotals, SuiteReport
     from cowconv.branches.suite import (
         Branch,
         BranchResult,
@@ -241,6 +242,7 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "FrozenInstanceError",
+    "GroupTotals",
     "ImageContent",
     "InvalidTypeError",
     "InvalidValueError",

@@ -117,7 +117,7 @@ class ConversationNotFoundError(CowconvError, KeyError):
 class EventNotFoundError(CowconvError, ValueError, KeyError):
     """No branch of the conversation has the event (``navigate_to``, ``fork(from_event_id=)``).
 
-    A ``ValueError`` as the seed SDK raises, and a ``KeyError`` as a lookup.
+    A ``ValueError`` as OpenHands' SDK raises, and a ``KeyError`` as a lookup.
 
     >>> from cowconv import LLM, Agent, Conversation
     >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")

@@ -351,7 +351,7 @@ class Conversation:
     def state(self) -> ConversationState:
         """The current snapshot. It never changes; read it again for news.
 
-        Seed idioms that would change it in place do not get lost:
+        OpenHands' SDK idioms that would change it in place do not get lost:
         ``state.events.append(event)`` records the event on this
         conversation, and writes to ``state.tags`` or ``state.agent_state``
         raise ``TypeError`` naming the method to call.
@@ -364,7 +364,7 @@ class Conversation:
 
     @property
     def id(self) -> ConversationID:
-        """The conversation id: a ``uuid.UUID`` (as in the seed SDK) or the string it was given.
+        """The conversation id: a ``uuid.UUID`` (as in OpenHands' SDK) or the string it was given.
 
         Auto-generated ids are UUIDs. ``str(conversation.id)`` is its text
         form everywhere (``state.id``, stores, URLs).
@@ -720,11 +720,12 @@ class _BackgroundRun:
 
 
 LocalConversation = Conversation
-"""The seed SDK's name for a conversation run in this process: an alias of :class:`Conversation`."""
+"""OpenHands' SDK's name for a conversation run in this process (an alias of
+:class:`Conversation`)."""
 
 
 class RemoteConversation(Conversation):
-    """A :class:`Conversation` on an agent server (the seed SDK's name for one).
+    """A :class:`Conversation` on an agent server (OpenHands' SDK's name for one).
 
     ``Conversation(agent, Workspace(host=url, ...))`` returns one; it is the
     same class underneath, with :meth:`attach` added. ``workspace.api_key``

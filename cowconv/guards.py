@@ -1,11 +1,11 @@
-"""What ``conversation.state`` hands out: the snapshot, guarded against seed idioms.
+"""What ``conversation.state`` hands out: the snapshot, guarded against OpenHands' SDK idioms.
 
-In the seed SDK ``conversation.state`` is live and mutable; in cowconv it is
-an immutable snapshot, so the seed's in-place idioms would build a new value
+In OpenHands' SDK ``conversation.state`` is live and mutable; in cowconv it is
+an immutable snapshot, so OpenHands' SDK's in-place idioms would build a new value
 and drop it. None of them is silently lost here:
 
 * ``conversation.state.events.append(event)`` (and ``extend``) records the
-  event on the conversation, as in the seed, and returns the conversation's
+  event on the conversation, as in OpenHands' SDK, and returns the conversation's
   new history; the snapshot itself still never changes;
 * ``state.tags[key] = value``, ``state.agent_state[key] = value``, ``del``,
   ``update``, ``pop``, ``clear``, ``setdefault`` raise ``TypeError`` naming

@@ -67,7 +67,7 @@ DEFAULT_VISUALIZER: Final = _Default()
 class ConversationVisualizerBase(ABC):
     """Base class of visualisers: ``on_event`` is called with each recorded event.
 
-    The seed SDK's name. A conversation calls ``initialize(conversation)``
+    OpenHands' SDK's name. A conversation calls ``initialize(conversation)``
     once, so a visualiser can read the current ``conversation_stats``.
 
     >>> class Counter(ConversationVisualizerBase):
@@ -119,7 +119,7 @@ _MESSAGE_TITLES = {
 
 
 def _describe(event: Event) -> tuple[str, str, str]:
-    """(title, colour, body) of an event, as the seed SDK titles them."""
+    """(title, colour, body) of an event, as OpenHands' SDK titles them."""
     if isinstance(event, MessageEvent):
         title, colour = _MESSAGE_TITLES[event.source]
         return title, colour, event.text
@@ -149,7 +149,7 @@ def _plain(value: Any) -> Any:
 
 
 class DefaultConversationVisualizer(ConversationVisualizerBase):
-    """Prints every event as a titled, coloured block (rich), like the seed SDK's.
+    """Prints every event as a titled, coloured block (rich), like OpenHands' SDK's.
 
     ``file`` defaults to standard output; ``width`` to the terminal's.
     ``skip_user_messages`` leaves out the messages the user sent.

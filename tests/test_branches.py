@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import subprocess
 import sys
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
+from rich.cells import cell_len
 from rich.console import Console
 
 from cowconv import (
@@ -17,11 +21,13 @@ from cowconv import (
     Agent,
     Branch,
     BranchesError,
+    BranchRow,
     BranchRunError,
     Conversation,
     ExecutionStatus,
     MessageEvent,
     SQLiteStore,
+    SuiteReport,
     Tool,
     ToolDefinition,
     ToolResult,
@@ -357,3 +363,44 @@ class TestSuiteReport:
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
         )
         assert result.stdout == "False\n", result.stderr
+
+
+_rows = st.lists(
+    st.builds(
+        BranchRow,
+        index=st.integers(0, 99),
+        conversation_id=st.uuids().map(str),
+        title=st.none() | st.text(max_size=8),
+        tags=st.dictionaries(st.sampled_from(["variant", "arm"]), st.sampled_from("AB")),
+        status=st.sampled_from(["finished", "error", "stuck"]),
+        steps=st.integers(0, 5),
+        cost=st.floats(0, 1, allow_nan=False),
+        tokens=st.fixed_dictionaries(
+            {"prompt_tokens": st.integers(0, 10**6), "completion_tokens": st.integers(0, 10**4)}
+        ),
+        wall_seconds=st.none() | st.floats(0, 100, allow_nan=False),
+        final_answer=st.none() | st.text(max_size=300),
+        error=st.none(),
+        model=st.sampled_from(["openai/a", "anthropic/b"]),
+    ),
+    max_size=12,
+)
+
+
+class TestTotalsProperties:
+    @settings(max_examples=40)
+    @given(rows=_rows, by=st.sampled_from(["variant", "arm", "model"]))
+    def test_totals_partition_the_rows(self, rows, by):
+        """Each branch is in exactly one group, in order of first appearance; the totals
+        add up to the suite's, and the table of any rows fits 80 columns."""
+        report = SuiteReport(rows=tuple(rows))
+        totals = report.totals(by=by)
+        assert [t.group for t in totals] == list(dict.fromkeys(r.group(by) for r in rows))
+        assert sum(t.branches for t in totals) == len(rows)
+        assert sum(t.finished for t in totals) == sum(r.status == "finished" for r in rows)
+        assert sum(t.total_tokens for t in totals) == sum(r.total_tokens for r in rows)
+        assert math.isclose(sum(t.cost for t in totals), sum(r.cost for r in rows), abs_tol=1e-9)
+        console = Console(width=80, record=True, file=io.StringIO())
+        console.print(report.table(by=by), report.totals_table(by=by))
+        lines = console.export_text().splitlines()
+        assert max((cell_len(line) for line in lines), default=0) <= 80  # terminal cells

@@ -109,7 +109,7 @@ class TestTree:
         result = cowconv("tree", str(tmp_path))
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
-        # The whole fork carries the branches too (as the seed's fork does): two of each.
+        # The whole fork carries the branches too (as OpenHands' SDK's fork does): two of each.
         old, _ = [line for line in lines if line.lstrip(" │├└─").startswith("branch ")]
         active, _ = [line for line in lines if "active branch" in line]
         assert "3 events" in old and a1.id in old  # the system prompt, root, a1

@@ -37,8 +37,8 @@ def condenser(max_size: int = 8, keep_first: int = 2) -> LLMSummarizingCondenser
     )
 
 
-def seed_view(events: list[Event]) -> list[Event]:
-    """The seed SDK's view: every event not forgotten by any condensation, summary at its offset."""
+def openhands_view(events: list[Event]) -> list[Event]:
+    """OpenHands' SDK's view: every event no condensation forgot, the summary at its offset."""
     forgotten = {
         i for e in events if isinstance(e, CondensationEvent) for i in e.forgotten_event_ids
     }
@@ -75,10 +75,10 @@ class TestView:
         st.integers(4, 12),
         st.integers(0, 3),
     )
-    def test_condensing_keeps_pairs_and_matches_the_seed_view(
+    def test_condensing_keeps_pairs_and_matches_the_openhands_view(
         self, batches: list[list[Event]], max_size: int, keep_first: int
     ) -> None:
-        """After any sequence of condensations the view is the seed's, and no pair is split."""
+        """After any condensations the view is OpenHands' SDK's, and no pair is split."""
         keep_first = min(keep_first, max_size // 2 - 1)
         chosen = condenser(max_size, keep_first)
         log = EventLog()
@@ -91,7 +91,7 @@ class TestView:
                     log = log.append(plan.event(f"summary {number}"))
                     assert len(condenser_view(chosen, log)) < len(view)
             assert build_messages(condenser_view(chosen, log).events()) == build_messages(
-                seed_view(list(log))
+                openhands_view(list(log))
             )
 
     @settings(max_examples=200, deadline=None)

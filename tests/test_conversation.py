@@ -364,7 +364,7 @@ def test_fork_isolation(kind, agents, request, tmp_path: Path):
     )
 
 
-# -- fork, rule by rule (the seed's table) -----------------------------------------------
+# -- fork, rule by rule (OpenHands' SDK's table) -----------------------------------------------
 
 
 class TestFork:
@@ -388,7 +388,7 @@ class TestFork:
         assert fork.state.agent is source.state.agent  # .agent is a view with its own metrics
 
     def test_source_stays_unchanged(self, backend, agents):
-        """Anything done on the fork never touches the source (seed example)."""
+        """Anything done on the fork never touches the source (OpenHands' SDK example)."""
         source = backend.new(agents[0])
         source.send_message("one")
         before = len(source.state.events)
@@ -447,7 +447,7 @@ class TestFork:
         source = backend.new(agents[0])
         with pytest.raises(TypeError):
             source.fork(agent="gpt-4o")  # type: ignore[arg-type]
-        if backend.kind == "remote":  # documented in docs/remote.md, as in the seed
+        if backend.kind == "remote":  # documented in docs/remote.md, as in OpenHands' SDK
             with pytest.raises(NotImplementedError, match="not supported"):
                 source.fork(agent=agents[1])
             return
@@ -493,7 +493,7 @@ class TestFork:
         tip = source.fork()
         early = source.fork(from_event_id=first.id)
         assert tip.state.forked_from_conversation_id == source.id
-        # As the seed: a whole-conversation fork names no event; the count says where.
+        # As OpenHands' SDK: a whole-conversation fork names no event; the count says where.
         assert tip.state.forked_from_event_id is None
         assert tip.state.forked_from_event_count == 3 and tip.state.events[-1] == last  # + prompt
         assert early.state.forked_from_event_id == first.id
@@ -680,7 +680,7 @@ class TestConcurrency:
         assert conversation.state.events[0].kind == "SystemPromptEvent"
 
 
-# -- the system prompt: recorded before the first message, as the seed does --------------
+# -- the system prompt: recorded before the first message, as OpenHands' SDK does --------------
 
 
 def kinds(state: ConversationState) -> list[str]:

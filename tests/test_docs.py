@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cowconv import Conversation, ExecutionStatus
+from cowconv import Conversation, ExecutionStatus, RemoteConversation
 from cowconv.testing import StubLLMServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,9 +181,66 @@ class TestCodeBlocks:
         # A run that failed records it rather than raising: no conversation ended in error.
         for value in list(namespace.values()):
             for conversation in value if isinstance(value, list) else [value]:
-                if isinstance(conversation, Conversation):
+                # (Remote ones are left out: their server stopped with the block.)
+                if isinstance(conversation, Conversation) and not isinstance(
+                    conversation, RemoteConversation
+                ):
                     status = conversation.state.execution_status
                     assert status is not ExecutionStatus.ERROR, conversation.state.events[-1]
         # Nothing written outside the temporary directory's home: no ~/.cowconv.
         assert not (home / ".cowconv").exists()
         assert os.getcwd() == str(work)
+
+
+# -- figures quoted against the committed benchmark report --------------------------------------
+
+UNIT = r"(ns|µs|ms|KiB|MiB|GiB|B|×)"
+NUMBER = r"(\d[\d,]*(?:\.\d+)?)"
+FIGURE = re.compile(rf"(?<![\w.,]){NUMBER}(?:\s?{UNIT}?\s?[–-]\s?{NUMBER})?\s?{UNIT}(?!\w)")
+
+
+def figures(text: str) -> set[str]:
+    """Every figure with a unit of time, memory or ratio in ``text``; a range counts as both
+    ends ("5.62–5.83 µs" is 5.62 µs and 5.83 µs, "996 B–1 KiB" is 996 B and 1 KiB)."""
+    found = set()
+    for match in FIGURE.finditer(text):
+        first, first_unit, second, unit = match.groups()
+        found.add(f"{first} {first_unit or unit}")
+        if second:
+            found.add(f"{second} {unit}")
+    return found
+
+
+def prose(path: Path) -> str:
+    """A page without its code blocks (their numbers are code, not claims)."""
+    return re.sub(r"```.*?```", "", path.read_text(), flags=re.DOTALL)
+
+
+class TestQuotedFigures:
+    REPORT = DOCS / "benchmarks.md"
+
+    def test_figures_are_read(self) -> None:
+        """The parser reads figures, ranges and ratios the way the report writes them."""
+        assert figures("takes 5.62–5.83 µs, 996 B–1 KiB, 20,212× and 1/64×.") == {
+            "5.62 µs",
+            "5.83 µs",
+            "996 B",
+            "1 KiB",
+            "20,212 ×",
+            "64 ×",
+        }
+
+    @pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+    def test_every_figure_is_in_the_report(self, page: str) -> None:
+        """Each figure README.md and the docs' home page quote is one the committed
+        docs/benchmarks.md measured, written the same way (no rounding, no older run)."""
+        quoted = figures(prose(ROOT / page))
+        assert quoted, f"{page} quotes no figure: is the parser broken?"
+        measured = figures(self.REPORT.read_text())
+        assert quoted - measured == set()
+
+    @pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+    def test_no_claim_the_report_contradicts(self, page: str) -> None:
+        """Words that once contradicted the report stay out."""
+        text = prose(ROOT / page).lower()
+        assert "under a kilobyte" not in text and "microseconds and" not in text

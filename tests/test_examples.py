@@ -71,8 +71,8 @@ def test_example_runs_offline(example: Path, runs: dict[str, ExampleRun]):
 
 
 class TestForkExample:
-    def test_seed_asserts_and_output(self, runs: dict[str, ExampleRun]):
-        """The ported seed example holds its asserts and shows the fork's title and the cost."""
+    def test_openhands_example_asserts_and_output(self, runs: dict[str, ExampleRun]):
+        """The ported example of OpenHands' SDK holds its asserts, shows the fork's title, cost."""
         run = runs["48_conversation_fork.py"]
         out = run.result.stdout
         assert run.result.returncode == 0, out + run.result.stderr

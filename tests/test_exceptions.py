@@ -17,7 +17,7 @@ PACKAGE = Path(cowconv.__file__).resolve().parent
 PROTOCOL = {
     "AttributeError": "a module's __getattr__ for a name it does not have",
     "ImportError": "an optional extra that is not installed",
-    "NotImplementedError": "what the seed SDK raises for a remote fork(agent=...)",
+    "NotImplementedError": "what OpenHands' SDK raises for a remote fork(agent=...)",
     "SystemExit": "the command line's exit status",
     "BaseExceptionGroup": "branch runs that raised KeyboardInterrupt or SystemExit, grouped",
 }

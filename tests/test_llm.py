@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
 import logging
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -293,6 +295,43 @@ class TestSecrets:
             llm.completion(HELLO)
         assert "sk-very-secret" not in str(raised.value)
         assert "**********" in str(raised.value)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class TestLoadingNotice:
+    def test_on_a_terminal_the_line_ends_with_the_time_taken(self, monkeypatch):
+        """On a terminal the notice is one line (a spinner turns at its end, rewriting it)
+        that ends with how long the wait was."""
+        from cowconv.core.llm import _loading_notice
+
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        monkeypatch.delenv("COWCONV_QUIET", raising=False)
+        with _loading_notice(True):
+            pass
+        written = terminal.getvalue()
+        assert written.count("\n") == 1 and written.endswith("\n")
+        line = written.rsplit("\r", 1)[-1].rstrip("\n")  # what the terminal shows at the end
+        assert line.startswith("cowconv: loading litellm for the first LLM call")
+        assert re.search(r"\.\.\. done in \d+\.\d s$", line)
+
+    def test_quiet_and_already_loaded_say_nothing(self, monkeypatch):
+        """COWCONV_QUIET=1, or litellm imported already: nothing is written."""
+        from cowconv.core.llm import _loading_notice
+
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        monkeypatch.setenv("COWCONV_QUIET", "1")
+        with _loading_notice(True):
+            pass
+        monkeypatch.delenv("COWCONV_QUIET")
+        with _loading_notice(False):
+            pass
+        assert terminal.getvalue() == ""
 
 
 class TestLazyImport:

@@ -403,7 +403,7 @@ class TestList:
         assert infos[0].event_count == 4 and infos[1].event_count == 4  # prompt + 3 messages
         assert infos[1].title == "Fork"
         assert infos[1].forked_from_conversation_id == "a"
-        assert infos[1].forked_from_event_id is None  # a whole fork, as the seed says
+        assert infos[1].forked_from_event_id is None  # a whole fork, as OpenHands' SDK says
         assert infos[1].forked_from_event_count == 4
         assert infos[1].created_at == fork.state.created_at
         assert infos[0].updated_at == source.state.updated_at

@@ -143,7 +143,8 @@ class TestNavigateTo:
 
     @pytest.mark.parametrize("operation", ["navigate_to", "fork"])
     def test_unknown_event_id_raises(self, conversation, operation):
-        """An unknown id is a ValueError (the seed's) and a KeyError naming it; nothing changes."""
+        """An unknown id is a ValueError (as in OpenHands' SDK) and a KeyError naming it; nothing
+        changes."""
         three(conversation)
         with pytest.raises((ValueError, RemoteError), match="nope") as raised:
             if operation == "navigate_to":
@@ -196,7 +197,8 @@ class TestForkAndTheTree:
         fork.close()
 
     def test_whole_fork_keeps_every_branch_and_the_leaf(self, conversation):
-        """A whole-conversation fork carries all branches and the source's leaf (as the seed)."""
+        """A whole-conversation fork carries all branches and the source's leaf (as in OpenHands'
+        SDK)."""
         e0, e1, e2 = three(conversation)
         conversation.navigate_to(e0.id)
         fork = conversation.fork()

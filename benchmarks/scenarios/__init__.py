@@ -15,16 +15,16 @@ from benchmarks.scenarios.fork_latency import ForkLatency
 from benchmarks.scenarios.fork_memory import ForkMemory
 from benchmarks.scenarios.history_ops import HistoryOps
 from benchmarks.scenarios.import_time import ImportTime
+from benchmarks.scenarios.openhands_fork import OpenHandsFork
 from benchmarks.scenarios.persisted_fork import PersistedFork
 from benchmarks.scenarios.remote_latency import RemoteLatency
 from benchmarks.scenarios.rest_fork import RestFork
-from benchmarks.scenarios.seed_fork import SeedFork
 from benchmarks.scenarios.store_bytes import StoreBytes
 from benchmarks.scenarios.vector_implementation import VectorImplementation
 
 SCENARIOS: tuple[Scenario, ...] = (
     ForkLatency(),
-    SeedFork(),
+    OpenHandsFork(),
     ForkMemory(),
     ForkFromEvent(),
     HistoryOps(),

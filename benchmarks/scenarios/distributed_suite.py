@@ -379,6 +379,7 @@ def targets(data: dict[str, Any]) -> list[Target]:
                 measured=f"{row['bytes_ratio']:.0f}×"
                 + ("" if full else f" at {data['events']:,} × {data['branches']} (quick run)"),
                 passed=row["bytes_ratio"] >= BYTES_TARGET if full else None,
+                unjudged="" if full else "quick run",
             )
         )
         loads = row["shared"]["max_prefix_loads_per_worker"]
@@ -426,6 +427,7 @@ def scaling_targets(data: dict[str, Any]) -> list[Target]:
                 measured=_ratio_text(row)
                 + ("" if full else f" at {sizes[1]:,} vs {sizes[0]:,} events (quick run)"),
                 passed=row["condensed"]["ratio"] <= SCALING_TARGET if full else None,
+                unjudged="" if full else "quick run",
             )
         )
     return found

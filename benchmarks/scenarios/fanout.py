@@ -129,8 +129,15 @@ class FanOut(Scenario):
                     "run_branches end to end (fork + send + 1 LLM step each)", series("end_to_end")
                 ),
                 Line("cowconv: the N forks alone", series("forks_only")),
-                Line("N × copy.deepcopy(events)", series("deepcopy_forks")),
-                Line("N × JSON round trip of every event", series("json_forks")),
+                # The two copying baselines run close together: deepcopy is drawn on top,
+                # with square markers, and the JSON line dashed under it, so both show.
+                Line("N × copy.deepcopy(events)", series("deepcopy_forks"), marker="s", zorder=3),
+                Line(
+                    "N × JSON round trip of every event",
+                    series("json_forks"),
+                    marker="^",
+                    linestyle="--",
+                ),
             ],
         )
         return [chart(directory / "fanout.png", [panel])]

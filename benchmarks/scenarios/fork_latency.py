@@ -41,7 +41,7 @@ LABELS = {
 
 
 def json_round_trip(events: Sequence[Event]) -> list[Event]:
-    """What the seed SDK's fork does to each event."""
+    """What OpenHands' SDK's fork does to each event."""
     return [Event.model_validate_json(event.model_dump_json()) for event in events]
 
 
@@ -148,6 +148,7 @@ class ForkLatency(Scenario):
                         f"≥ {factor:,}×",
                         f"{fmt_ratio(value)} (baseline extrapolated)",
                         None,
+                        unjudged="baseline extrapolated",
                     )
                 )
             else:

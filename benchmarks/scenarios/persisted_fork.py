@@ -54,7 +54,7 @@ def stored_bytes(path: Path) -> int:
 
 
 def write_event_files(directory: Path, events: Sequence[Event]) -> int:
-    """The seed SDK's persisted fork: every event re-serialised into a file of its own."""
+    """OpenHands' SDK's persisted fork: every event re-serialised into a file of its own."""
     folder = directory / "events"
     folder.mkdir(parents=True)
     written = 0
@@ -273,7 +273,7 @@ class PersistedFork(Scenario):
             "SQLite writes whole 4 KiB pages, so the bytes written are mostly page "
             "granularity, not data.",
             "",
-            "The baseline is the seed SDK's layout: a fork writes every event again as its own "
+            "The baseline is OpenHands' SDK's layout: a fork writes every event again as its own "
             "JSON file (`model_dump_json`, one file per event, in a new directory; no fsync, "
             "which favours it).",
             "",

@@ -2,7 +2,7 @@
 
 A :class:`~cowconv.SystemPromptEvent` holds the agent's system prompt and
 the specs of its tools. A new conversation is empty; the prompt is recorded
-when the conversation first takes content through the agent, as the seed
+when the conversation first takes content through the agent, as OpenHands' SDK
 SDK does: :meth:`Conversation.send_message <cowconv.Conversation.send_message>`
 records it just before the message, in the same commit.
 

@@ -269,7 +269,7 @@ class ForkRequest(_Request):
 class NavigateRequest(_Request):
     """Move a conversation's active branch to end at ``event_id`` (``null``: empty).
 
-    The seed SDK's body for ``POST /api/conversations/{id}/navigate``.
+    OpenHands' SDK's body for ``POST /api/conversations/{id}/navigate``.
 
     >>> NavigateRequest(event_id="e1").event_id
     'e1'

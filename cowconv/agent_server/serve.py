@@ -30,7 +30,7 @@ from cowconv.stores import Store, open_store
 
 __all__ = ["DEFAULT_DATA_DIR", "ENV_PREFIX", "ServerSettings", "run_server"]
 
-# Relative to the working directory, like the seed's server: a server started in a project
+# Relative to the working directory, like OpenHands' agent server: a server started in a project
 # keeps its conversations there, and a run in a scratch directory leaves nothing elsewhere.
 DEFAULT_DATA_DIR = Path(".cowconv/agent_server")
 ENV_PREFIX = "COWCONV_"

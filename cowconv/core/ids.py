@@ -1,9 +1,9 @@
-"""Conversation ids: ``uuid.UUID`` as the seed SDK has them, any other string as cowconv allows.
+"""Conversation ids: ``uuid.UUID`` as OpenHands' SDK has them, any other string as cowconv allows.
 
 Inside cowconv (snapshots, stores, URLs) an id is its text. Where an id is
 taken, a ``uuid.UUID`` and its text are the same id; where a conversation
 hands its id out (``conversation.id``), a UUID id comes back as a
-``uuid.UUID``, like the seed SDK's ``ConversationID``, and any other id as
+``uuid.UUID``, like OpenHands' SDK's ``ConversationID``, and any other id as
 the string it was given.
 
 >>> import uuid

@@ -97,28 +97,52 @@ def _litellm() -> ModuleType:
 
 
 class _loading_notice:  # noqa: N801 (used as a statement: ``with _loading_notice(...)``)
-    """One line on stderr while litellm loads: on a terminal it ends with the time taken,
-    elsewhere (a log, a pipe) it is a plain line. Nothing when ``COWCONV_QUIET`` is set."""
+    """One line on stderr while litellm loads. On a terminal a spinner turns at its end
+    and, once loaded, the line ends with the time taken; elsewhere (a log, a pipe) it is a
+    plain line. Nothing when ``COWCONV_QUIET`` is set."""
 
     _TEXT = "cowconv: loading litellm for the first LLM call (a few seconds, once per process)"
+    _FRAMES = "|/-\\"
 
     def __init__(self, needed: bool) -> None:
         self.shown = needed and os.environ.get("COWCONV_QUIET", "") in ("", "0")
         self.started = 0.0
+        self.interactive = False
+        self.done = threading.Event()
+        self.spinner: threading.Thread | None = None
 
     def __enter__(self) -> None:
         if not self.shown:
             return
         self.started = time.perf_counter()
         stream = sys.stderr
-        interactive = stream.isatty()
-        stream.write(self._TEXT + ("..." if interactive else "\n"))
-        stream.flush()
+        self.interactive = stream.isatty()
+        if not self.interactive:
+            stream.write(self._TEXT + "\n")
+            stream.flush()
+            return
+        self.spinner = threading.Thread(
+            target=self._spin, args=(stream,), name="cowconv-loading-litellm", daemon=True
+        )
+        self.spinner.start()
+
+    def _spin(self, stream: Any) -> None:
+        frame = 0
+        while not self.done.is_set():
+            stream.write(f"\r{self._TEXT} {self._FRAMES[frame % len(self._FRAMES)]}")
+            stream.flush()
+            frame += 1
+            self.done.wait(0.1)
 
     def __exit__(self, *exc_info: object) -> None:
-        if self.shown and sys.stderr.isatty():
-            sys.stderr.write(f" done in {time.perf_counter() - self.started:.1f} s\n")
-            sys.stderr.flush()
+        if not self.shown or not self.interactive:
+            return
+        self.done.set()
+        if self.spinner is not None:
+            self.spinner.join()
+        took = time.perf_counter() - self.started
+        sys.stderr.write(f"\r{self._TEXT}... done in {took:.1f} s\n")
+        sys.stderr.flush()
 
 
 def _usage(
@@ -399,7 +423,7 @@ class LLM(CheckedModel):
         ...); unset or empty variables leave the field's default. Only this
         constructor reads the environment: ``LLM(...)`` never does, so
         explicit arguments are never overridden behind your back.
-        ``LLM.load_from_env`` is the seed SDK's name for it.
+        ``LLM.load_from_env`` is OpenHands' SDK's name for it.
 
         >>> import os
         >>> os.environ.update(LLM_MODEL="openai/gpt-4o", LLM_API_KEY="sk-env")
@@ -434,7 +458,7 @@ class LLM(CheckedModel):
 
     @classmethod
     def load_from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:
-        """The seed SDK's name for :meth:`from_env` (the same call).
+        """OpenHands' SDK's name for :meth:`from_env` (the same call).
 
         >>> LLM.load_from_env(model="openai/gpt-4o").model
         'openai/gpt-4o'

@@ -91,12 +91,12 @@ def check_max_iteration_per_run(value: object) -> None:
 
 
 class ExecutionStatus(StrEnum):
-    """Where a conversation's run stands; the seed SDK calls it ``ConversationExecutionStatus``.
+    """Where a conversation's run stands; OpenHands' SDK calls it ``ConversationExecutionStatus``.
 
-    The values are the seed's. cowconv never sets ``waiting_for_confirmation``
+    The values are OpenHands' SDK's. cowconv never sets ``waiting_for_confirmation``
     (it has no confirmation mode) nor ``deleting`` (deleting is one step);
-    they exist so that seed code naming them, and a seed server's answers,
-    keep working.
+    they exist so that code written for OpenHands' SDK naming them, and an OpenHands
+    agent server's answers, keep working.
 
     >>> ExecutionStatus("paused") is ExecutionStatus.PAUSED
     True
@@ -121,7 +121,7 @@ class ExecutionStatus(StrEnum):
 _TERMINAL = frozenset({ExecutionStatus.FINISHED, ExecutionStatus.ERROR, ExecutionStatus.STUCK})
 
 ConversationExecutionStatus = ExecutionStatus
-"""The seed SDK's name for :class:`ExecutionStatus` (an alias: the same enum)."""
+"""OpenHands' SDK's name for :class:`ExecutionStatus` (an alias: the same enum)."""
 
 
 class ConversationStats(Usage):
@@ -151,7 +151,7 @@ class ConversationStats(Usage):
         return ConversationStats(**total.model_dump(), by_usage_id=by_usage_id)
 
     def get_combined_metrics(self) -> Usage:
-        """The totals over every LLM, as the seed SDK's ``stats.get_combined_metrics()``.
+        """The totals over every LLM, as OpenHands' SDK's ``stats.get_combined_metrics()``.
 
         >>> stats = ConversationStats().record("a", Usage(accumulated_cost=0.5, prompt_tokens=7))
         >>> stats = stats.record("b", Usage(accumulated_cost=0.25, completion_tokens=2))
@@ -167,7 +167,7 @@ class ConversationStats(Usage):
 
     @property
     def usage_to_metrics(self) -> Mapping[str, Usage]:
-        """``by_usage_id`` under the seed SDK's name (read only: stats are values)."""
+        """``by_usage_id`` under OpenHands' SDK's name (read only: stats are values)."""
         return self.by_usage_id
 
 
@@ -221,7 +221,7 @@ class ConversationState(CheckedModel):
         """The id of the last event of the active branch (``None`` when it is empty).
 
         ``Conversation.navigate_to`` moves it back; the next event extends the
-        branch from there. (The seed SDK's name.)
+        branch from there. (OpenHands' SDK's name.)
         """
         last = self.events.last
         return None if last is None else last.id

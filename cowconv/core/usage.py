@@ -17,7 +17,8 @@ __all__ = ["TokenUsage", "Usage"]
 
 
 class TokenUsage(CheckedModel):
-    """Tokens spent, shaped like the seed SDK's ``TokenUsage`` (``Usage.accumulated_token_usage``).
+    """Tokens spent, shaped like ``TokenUsage`` of OpenHands' SDK
+    (``Usage.accumulated_token_usage``).
 
     >>> TokenUsage(prompt_tokens=10, completion_tokens=3).completion_tokens
     3
@@ -53,7 +54,7 @@ class Usage(CheckedModel):
 
     @property
     def accumulated_token_usage(self) -> TokenUsage:
-        """The token counts, under the seed SDK's name for them.
+        """The token counts, under OpenHands' SDK's name for them.
 
         >>> Usage(prompt_tokens=10, completion_tokens=3).accumulated_token_usage.prompt_tokens
         10

@@ -13,7 +13,7 @@
 Each conversation gets one bash session (``/bin/sh`` where bash is missing)
 on a pseudo-terminal, started in the workspace's working directory, so
 ``cd``, ``export``, an activated virtualenv and shell functions carry over
-from one command to the next, as in the seed SDK. Standard output and error
+from one command to the next, as in OpenHands' SDK. Standard output and error
 are merged; commands read standard input from ``/dev/null``. A command is
 sourced from a file, so any text (quotes, heredocs, several lines) is one
 command, and a syntax error is reported without touching the session.

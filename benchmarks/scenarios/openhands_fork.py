@@ -1,10 +1,10 @@
-"""The seed SDK's ``fork()`` beside cowconv's, in memory and persisted, when it is installed.
+"""OpenHands' SDK's ``fork()`` beside cowconv's, in memory and persisted, when it is installed.
 
-The seed SDK is OpenHands' software-agent-sdk (``pip install openhands-sdk``,
+OpenHands' software-agent-sdk (``pip install openhands-sdk``,
 Python ≥ 3.12). Its ``LocalConversation.fork()`` re-serialises every event,
 copies the agent and the agent state, all under the conversation's lock;
 persisted, it writes every event again as a JSON file of its own. This
-scenario builds seed conversations from the same kinds of event as the rest
+scenario builds OpenHands conversations from the same kinds of event as the rest
 of the suite and times its fork next to cowconv's at each size, in this run.
 """
 
@@ -45,19 +45,20 @@ from benchmarks._scenario import (
     table,
 )
 
-SEED = "the seed SDK (openhands-sdk)"
+OPENHANDS = "OpenHands' software-agent-sdk (openhands-sdk)"
 ENABLE = (
-    "the seed SDK is not installed here. To measure its fork() beside cowconv's, use "
+    "OpenHands' SDK is not installed here. To measure its fork() beside cowconv's, use "
     "Python ≥ 3.12 and `pip install openhands-sdk` into the environment that runs the suite "
     "(cowconv's own extras leave it out: it needs Python ≥ 3.12), then run the suite again."
 )
 FACTOR_10K = 1_000
-"""cowconv's in-memory fork at 10k events against the seed's: at least this many times faster."""
+"""cowconv's in-memory fork at 10k events against OpenHands' SDK's: at least this many times
+faster."""
 TARGET_SIZE = 10_000
 
 
-def seed_version() -> str | None:
-    """The installed seed SDK's version, or None."""
+def openhands_version() -> str | None:
+    """The installed OpenHands' SDK's version, or None."""
     from importlib import metadata
 
     try:
@@ -66,8 +67,8 @@ def seed_version() -> str | None:
         return None
 
 
-class _SeedWorkload:
-    """Seed conversations that grow as sizes grow, one in memory and one persisted."""
+class _OpenHandsWorkload:
+    """OpenHands conversations that grow as sizes grow, one in memory and one persisted."""
 
     def __init__(self, scratch: Path) -> None:
         os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
@@ -84,7 +85,7 @@ class _SeedWorkload:
         self._conversation = Conversation
         self._workspace = scratch / "workspace"
         self._workspace.mkdir(exist_ok=True)
-        self.persisted_root = scratch / "seed-persisted"
+        self.persisted_root = scratch / "openhands-persisted"
 
     def new(self, *, persisted: bool) -> Any:
         with warnings.catch_warnings():
@@ -101,11 +102,11 @@ class _SeedWorkload:
     def grow(conversation: Any, size: int) -> None:
         events = conversation._state.events
         for position in range(len(events), size):
-            events.append(make_seed_event(position))
+            events.append(make_openhands_event(position))
 
 
-def make_seed_event(position: int) -> Any:
-    """The seed's version of the suite's event at ``position`` (same kinds, same text)."""
+def make_openhands_event(position: int) -> Any:
+    """OpenHands' SDK's version of the suite's event at ``position`` (same kinds, same text)."""
     from openhands.sdk import Message, TextContent
     from openhands.sdk.event import ActionEvent, MessageEvent, ObservationEvent
     from openhands.sdk.llm import MessageToolCall
@@ -151,12 +152,12 @@ def _tree_bytes(path: Path) -> int:
     return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
 
 
-class SeedFork(Scenario):
-    name = "seed"
-    title = "cowconv against the seed SDK's fork(), side by side"
+class OpenHandsFork(Scenario):
+    name = "openhands"
+    title = "cowconv against OpenHands' SDK's fork(), side by side"
 
     def _budget(self, config: Config) -> float:
-        """Most seconds (warm-up plus three calls) one seed point may take before it is
+        """Most seconds (warm-up plus three calls) one OpenHands point may take before it is
         extrapolated: longer than the copying baselines', since this is the comparison a
         reader comes for."""
         return 6.0 if config.quick else 60.0
@@ -177,9 +178,9 @@ class SeedFork(Scenario):
         settings = ctx.settings
         sizes = sorted(ctx.config.sizes)
         budget = self._budget(ctx.config)
-        ctx.tick("the seed SDK: start")
-        seed = _SeedWorkload(ctx.scratch)
-        memory_source = seed.new(persisted=False)
+        ctx.tick("OpenHands' SDK: start")
+        openhands = _OpenHandsWorkload(ctx.scratch)
+        memory_source = openhands.new(persisted=False)
 
         cowconv_forks = []
         for size in sizes:
@@ -187,28 +188,30 @@ class SeedFork(Scenario):
             conversation = ctx.workload.conversation(size)
             cowconv_forks.append(point(size, time_op(conversation.fork, settings)))
 
-        memory: dict[str, list[dict[str, Any]]] = {"cowconv": [], "seed": []}
+        memory: dict[str, list[dict[str, Any]]] = {"cowconv": [], "openhands": []}
 
-        def seed_fork(size: int) -> tuple[Sample, float]:
+        def openhands_fork(size: int) -> tuple[Sample, float]:
             # The source only grows: measure everything at a size while it has that many events.
-            seed.grow(memory_source, size)
+            openhands.grow(memory_source, size)
             sample = time_op(memory_source.fork, settings, max_seconds=budget)
             if sample.min * 5 <= budget:  # tracemalloc slows the copy several times
                 conversation = ctx.workload.conversation(size)
                 memory["cowconv"].append(
                     point(size, allocated_bytes(conversation.fork, settings.alloc_count, 3)[0])
                 )
-                memory["seed"].append(point(size, allocated_bytes(memory_source.fork, 1, 1)[0]))
+                memory["openhands"].append(
+                    point(size, allocated_bytes(memory_source.fork, 1, 1)[0])
+                )
             return sample, sample.min
 
-        seed_forks = sweep(
+        openhands_forks = sweep(
             sizes,
-            seed_fork,
+            openhands_fork,
             budget,
-            lambda size: ctx.tick(f"seed fork at {human_size(size)} events"),
+            lambda size: ctx.tick(f"OpenHands fork at {human_size(size)} events"),
         )
 
-        persisted = self._persisted(ctx, seed, sizes, budget)
+        persisted = self._persisted(ctx, openhands, sizes, budget)
         store = SQLiteStore(ctx.scratch / "cowconv.db")
         cowconv_persisted, cowconv_bytes = [], []
         try:
@@ -228,36 +231,36 @@ class SeedFork(Scenario):
             store.close()
         return {
             "sizes": sizes,
-            "seed_version": seed_version(),
-            "fork": {"cowconv": cowconv_forks, "seed": seed_forks},
+            "openhands_version": openhands_version(),
+            "fork": {"cowconv": cowconv_forks, "openhands": openhands_forks},
             "memory": memory,
             "persisted": {
                 "cowconv": cowconv_persisted,
-                "seed": persisted["fork"],
+                "openhands": persisted["fork"],
                 "cowconv_bytes": cowconv_bytes,
-                "seed_bytes": persisted["bytes"],
-                "seed_source_save": persisted["save"],
+                "openhands_bytes": persisted["bytes"],
+                "openhands_source_save": persisted["save"],
             },
         }
 
     def _persisted(
-        self, ctx: Context, seed: _SeedWorkload, sizes: Sequence[int], budget: float
+        self, ctx: Context, openhands: _OpenHandsWorkload, sizes: Sequence[int], budget: float
     ) -> dict[str, list[dict[str, Any]]]:
-        """The seed's persisted fork: a source that writes a file per event, forked in full."""
+        """OpenHands' SDK's persisted fork: a source writing a file per event, forked in full."""
         import time
 
-        source = seed.new(persisted=True)
+        source = openhands.new(persisted=True)
         forks: list[dict[str, Any]] = []
         written: list[dict[str, Any]] = []
         saves: list[dict[str, Any]] = []
         per_event_save: float | None = None
         for size in sizes:
-            ctx.tick(f"seed persisted fork at {human_size(size)} events")
+            ctx.tick(f"openhands persisted fork at {human_size(size)} events")
             grow = size - len(source._state.events)
             if per_event_save is not None and per_event_save * grow > budget:
                 break
             started = time.perf_counter()
-            seed.grow(source, size)
+            openhands.grow(source, size)
             seconds = time.perf_counter() - started
             per_event_save = seconds / max(grow, 1)
             saves.append(point(size, Sample.of([seconds])))
@@ -292,28 +295,31 @@ class SeedFork(Scenario):
 
     def targets(self, data: dict[str, Any]) -> list[Target]:
         fork = at_size(data["fork"]["cowconv"], TARGET_SIZE)
-        seed = at_size(data["fork"]["seed"], TARGET_SIZE)
-        promise = "in-memory fork at 10k events against the seed SDK's fork(), side by side"
+        openhands = at_size(data["fork"]["openhands"], TARGET_SIZE)
+        promise = "in-memory fork at 10k events against OpenHands' SDK's fork(), side by side"
         threshold = f"≥ {FACTOR_10K:,}× faster"
-        if fork is None or seed is None:
+        if fork is None or openhands is None:
             return [Target(promise, threshold, "10k not in --sizes", None)]
-        value = ratio(seed, fork)
-        if seed["extrapolated"] or value is None:
-            return [Target(promise, threshold, f"{fmt_ratio(value)} (seed extrapolated)", None)]
+        value = ratio(openhands, fork)
+        if openhands["extrapolated"] or value is None:
+            if value is None:
+                return [Target(promise, threshold, "not measured", None)]
+            measured = f"{fmt_ratio(value)} (OpenHands extrapolated)"
+            return [Target(promise, threshold, measured, None, unjudged="OpenHands extrapolated")]
         return [Target(promise, threshold, fmt_ratio(value), value >= FACTOR_10K)]
 
     def summary(self, data: dict[str, Any]) -> list[tuple[str, str]]:
         lines = []
         for entry in data["fork"]["cowconv"]:
             size = entry["size"]
-            seed = at_size(data["fork"]["seed"], size)
-            approx = "≈ " if seed and seed["extrapolated"] else ""
+            openhands = at_size(data["fork"]["openhands"], size)
+            approx = "≈ " if openhands and openhands["extrapolated"] else ""
             lines.append(
                 (
                     f"fork at {human_size(size)} events",
-                    f"cowconv {human_seconds(entry['median'])}, seed {approx}"
-                    f"{human_seconds(seed['median']) if seed else '—'} "
-                    f"({approx}{fmt_ratio(ratio(seed, entry))})",
+                    f"cowconv {human_seconds(entry['median'])}, openhands {approx}"
+                    f"{human_seconds(openhands['median']) if openhands else '—'} "
+                    f"({approx}{fmt_ratio(ratio(openhands, entry))})",
                 )
             )
         return lines
@@ -329,7 +335,7 @@ class SeedFork(Scenario):
                 ylabel="time per fork",
                 lines=[
                     Line("cowconv Conversation.fork()", data["fork"]["cowconv"]),
-                    Line("seed SDK LocalConversation.fork()", data["fork"]["seed"]),
+                    Line("OpenHands' SDK LocalConversation.fork()", data["fork"]["openhands"]),
                 ],
             ),
             Panel(
@@ -338,72 +344,77 @@ class SeedFork(Scenario):
                 ylabel="time per fork",
                 lines=[
                     Line("cowconv, SQLiteStore (fsync on)", persisted["cowconv"]),
-                    Line("seed SDK, one JSON file per event", persisted["seed"]),
+                    Line("OpenHands' SDK, one JSON file per event", persisted["openhands"]),
                 ],
             ),
         ]
-        return [chart(directory / "seed_fork.png", panels)]
+        return [chart(directory / "openhands_fork.png", panels)]
 
     def markdown(self, data: dict[str, Any], plots: Sequence[str]) -> str:
         fork, persisted, memory = data["fork"], data["persisted"], data["memory"]
         rows = []
         for size in data["sizes"]:
-            ours, seed = at_size(fork["cowconv"], size), at_size(fork["seed"], size)
+            ours, openhands = at_size(fork["cowconv"], size), at_size(fork["openhands"], size)
             rows.append(
                 [
                     f"{size:,}",
                     cell(ours, human_seconds),
-                    cell(seed, human_seconds),
-                    fmt_ratio(ratio(seed, ours)),
+                    cell(openhands, human_seconds),
+                    fmt_ratio(ratio(openhands, ours)),
                     cell(at_size(memory["cowconv"], size), human_bytes),
-                    cell(at_size(memory["seed"], size), human_bytes),
+                    cell(at_size(memory["openhands"], size), human_bytes),
                 ]
             )
         persisted_rows = []
         for size in data["sizes"]:
-            ours, seed = at_size(persisted["cowconv"], size), at_size(persisted["seed"], size)
-            if ours is None and seed is None:
+            ours, openhands = (
+                at_size(persisted["cowconv"], size),
+                at_size(persisted["openhands"], size),
+            )
+            if ours is None and openhands is None:
                 continue
             ours_bytes = at_size(persisted["cowconv_bytes"], size)
-            seed_bytes = at_size(persisted["seed_bytes"], size)
+            openhands_bytes = at_size(persisted["openhands_bytes"], size)
             persisted_rows.append(
                 [
                     f"{size:,}",
                     cell(ours, human_seconds),
-                    cell(seed, human_seconds),
-                    fmt_ratio(ratio(seed, ours)),
+                    cell(openhands, human_seconds),
+                    fmt_ratio(ratio(openhands, ours)),
                     cell(ours_bytes, human_bytes),
-                    cell(seed_bytes, human_bytes),
-                    fmt_ratio(ratio(seed_bytes, ours_bytes)),
+                    cell(openhands_bytes, human_bytes),
+                    fmt_ratio(ratio(openhands_bytes, ours_bytes)),
                 ]
             )
         return "\n".join(
             [
-                f"{SEED} {data['seed_version']}, installed in the interpreter that ran the suite, "
+                f"{OPENHANDS} {data['openhands_version']}, installed in the interpreter that ran "
+                "the suite, "
                 "forked in the same process and run as cowconv. Its conversations hold the same "
                 "kinds of event with the same text (its own event classes, so each event is a "
                 "little larger than ours). Its `LocalConversation.fork()` re-serialises every "
                 "event and copies the agent and agent state under the conversation's lock. "
                 "Ratios divide medians measured side by side; memory is the tracemalloc bytes "
-                "each fork keeps (one seed fork at a time; sizes whose seed fork is too slow to "
+                "each fork keeps (one fork of OpenHands' SDK at a time; sizes whose OpenHands "
+                "fork is too slow to "
                 "trace are left out).",
                 "",
                 table(
                     [
                         "events",
                         "cowconv fork",
-                        "seed fork",
-                        "seed / cowconv",
+                        "OpenHands fork",
+                        "openhands / cowconv",
                         "cowconv memory per fork",
-                        "seed memory per fork",
+                        "OpenHands memory per fork",
                     ],
                     rows,
                 ),
                 *(["", data["memory_note"]] if data.get("memory_note") else []),
                 "",
                 "Persisted: cowconv's `SQLiteStore` (fsync on; bytes = database growth per fork, "
-                "averaged over 100 forks) against the seed's file store (a fork writes every "
-                "event again as a JSON file of its own; bytes = the new fork's files). Seed "
+                "averaged over 100 forks) against OpenHands' SDK's file store (a fork writes every "
+                "event again as a JSON file of its own; bytes = the new fork's files). OpenHands "
                 "points whose cost would pass the suite's budget are extrapolated linearly, "
                 "its best case: its fork grows faster than linearly.",
                 "",
@@ -411,10 +422,10 @@ class SeedFork(Scenario):
                     [
                         "events",
                         "cowconv",
-                        "seed",
-                        "seed / cowconv",
+                        "openhands",
+                        "openhands / cowconv",
                         "cowconv bytes",
-                        "seed bytes",
+                        "OpenHands bytes",
                         "bytes ratio",
                     ],
                     persisted_rows,
