@@ -134,17 +134,50 @@ class TestCreate:
         assert first["id"] != second["id"]
 
     def test_id_taken(self, client: TestClient, conversation_id: str, stub_agent, tmp_path):
-        """409 when the id exists; the existing conversation is untouched."""
-        body = create_body(stub_agent, tmp_path, id=conversation_id)
+        """200 with the existing conversation, untouched (OpenHands' idempotent start)."""
+        body = create_body(stub_agent, tmp_path, id=conversation_id, tags={"other": "x"})
         response = client.post("/api/conversations", json=body)
-        assert response.status_code == 409 and conversation_id in response.json()["detail"]
-        assert client.get(f"/api/conversations/{conversation_id}").json()["event_count"] == 3
+        assert response.status_code == 200 and response.json()["id"] == conversation_id
+        info = client.get(f"/api/conversations/{conversation_id}").json()
+        assert info["event_count"] == 3 and "other" not in info["tags"]
+
+    def test_openhands_fields_kept(self, client: TestClient, tmp_path: Path):
+        """Fields cowconv does not implement are kept and shown again; secrets never."""
+        body = secret_body(tmp_path, stuck_detection=False, user_id="u1")
+        body["agent"] = {**body["agent"], "kind": "Agent", "mcp_config": {"x": 1}}
+        body["agent"]["llm"] = {**body["agent"]["llm"], "aws_secret_access_key": SECRET}
+        created = client.post("/api/conversations", json=body)
+        assert created.status_code == 201, created.text
+        info = client.get(f"/api/conversations/{created.json()['id']}").json()
+        assert info["stuck_detection"] is False and info["user_id"] == "u1"
+        assert info["agent"]["mcp_config"] == {"x": 1}
+        assert info["agent"]["llm"]["aws_secret_access_key"] == "**********"
+        assert SECRET not in created.text + json.dumps(info)
+
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("confirmation_policy", {"kind": "AlwaysConfirm"}),
+            ("security_analyzer", {"kind": "LLMSecurityAnalyzer"}),
+            ("hook_config", {"pre_tool_use": [{"matcher": "*"}]}),
+            ("plugins", [{"source": "github:x/y"}]),
+            ("secrets", {"TOKEN": "v"}),
+            ("conversation_runtime", "docker"),
+        ],
+    )
+    def test_unsafe_openhands_fields_refused(
+        self, client: TestClient, tmp_path: Path, field: str, value: Any
+    ):
+        """422 naming the field where ignoring it would be unsafe; nothing is created."""
+        response = client.post("/api/conversations", json={**secret_body(tmp_path), field: value})
+        assert response.status_code == 422 and field in response.text
+        assert client.get("/api/conversations").json()["items"] == []
 
     @pytest.mark.parametrize(
         "change",
         [
             {"agent": None},
-            {"agent": {"llm": {"model": "m", "api_key": SECRET, "bogus": 1}}},
+            {"agent": {"kind": "ACPAgent", "llm": {"model": "m", "api_key": SECRET}}},
             {
                 "agent": {
                     "llm": {"model": "m", "api_key": SECRET},
@@ -260,9 +293,10 @@ class TestGetAndDelete:
         assert response.status_code == 404
 
     def test_delete_keeps_forks(self, client: TestClient, conversation_id: str):
-        """204, then 404; a fork of the deleted conversation keeps its events."""
+        """200 ``{"success": true}``, then 404; its fork keeps its events."""
         fork = client.post(f"/api/conversations/{conversation_id}/fork").json()
-        assert client.delete(f"/api/conversations/{conversation_id}").status_code == 204
+        deleted = client.delete(f"/api/conversations/{conversation_id}")
+        assert deleted.status_code == 200 and deleted.json() == {"success": True}
         assert client.get(f"/api/conversations/{conversation_id}").status_code == 404
         events = client.get(f"/api/conversations/{fork['id']}/events").json()
         assert [e["kind"] for e in events["items"]] == [
@@ -373,7 +407,7 @@ class TestFork:
         client.post("/api/conversations", json=create_body(stub_agent, tmp_path, id="src"))
         client.post("/api/conversations/src/messages", json={"text": "Run `echo from-fork`."})
         fork_id = client.post("/api/conversations/src/fork").json()["id"]
-        assert client.post(f"/api/conversations/{fork_id}/run").status_code == 202
+        assert client.post(f"/api/conversations/{fork_id}/run").status_code == 200
         messages = wait_until_idle(client, fork_id)
         events = [data for kind, data, _ in messages if kind == "event"]
         assert not [e for e in events if e["kind"] == "AgentErrorEvent"]
@@ -385,10 +419,13 @@ class TestFork:
 
 class TestRunAndPause:
     def test_run_in_background(self, client: TestClient, conversation_id: str, stub):
-        """202 at once; the stream then delivers the run's events and ends finished."""
+        """200 ``{"success": true}`` at once; the stream then delivers the run's events."""
         stub.script(StubReply.text("Done.", delay=0.3))
         response = client.post(f"/api/conversations/{conversation_id}/run")
-        assert response.status_code == 202
+        assert response.status_code == 200 and response.json() == {
+            "success": True,
+            "event_count": 3,
+        }
         messages = wait_until_idle(client, conversation_id)
         texts = [
             d["llm_message"]["content"][0]["text"]
@@ -414,7 +451,8 @@ class TestRunAndPause:
             StubReply.text("never"),
         )
         client.post(f"/api/conversations/{conversation_id}/run")
-        assert client.post(f"/api/conversations/{conversation_id}/pause").status_code == 200
+        paused = client.post(f"/api/conversations/{conversation_id}/pause")
+        assert paused.status_code == 200 and paused.json() == {"success": True}
         messages = wait_until_idle(client, conversation_id)
         kinds = [d["kind"] for k, d, _ in messages if k == "event"]
         assert "PauseEvent" in kinds

@@ -6,12 +6,15 @@ speaks raw HTTP to it with httpx, as a browser or an attacker would.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect as ws_connect
 
 from cowconv.agent_server import (
     DEFAULT_MAX_BODY_SIZE,
@@ -236,3 +239,43 @@ class TestBodySize:
         """A nonsense limit is a ValueError at create_app."""
         with pytest.raises(ValueError, match="max_body_size"):
             create_app(max_body_size=0)
+
+
+class TestEventsWebSocket:
+    """OpenHands' events socket: the same Origin check as state-changing requests, and the key."""
+
+    @staticmethod
+    def socket_url(server: BackgroundServer, conversation_id: str = "c1") -> str:
+        return server.url.replace("http://", "ws://") + f"/sockets/events/{conversation_id}"
+
+    def test_foreign_origin_refused(self, server: BackgroundServer):
+        with pytest.raises(InvalidStatus) as refused:
+            ws_connect(self.socket_url(server), origin="https://evil.example", open_timeout=30)
+        assert refused.value.response.status_code == 403
+
+    def test_no_origin_connects(self, server: BackgroundServer):
+        with ws_connect(self.socket_url(server), open_timeout=30) as socket:
+            assert json.loads(socket.recv(timeout=30))["key"] == "full_state"
+
+    def test_session_key_first_message(self, tmp_path: Path):
+        app = create_app(data_dir=tmp_path / "data", session_api_key="k" * 32)
+        with BackgroundServer(app) as running:
+            headers = {"X-Session-API-Key": "k" * 32}
+            created = httpx.post(
+                f"{running.url}/api/conversations", json=body(tmp_path, id="c1"), headers=headers
+            )
+            assert created.status_code == 201
+            with ws_connect(self.socket_url(running), open_timeout=30) as socket:
+                socket.send(json.dumps({"type": "auth", "session_api_key": "k" * 32}))
+                assert json.loads(socket.recv(timeout=30))["key"] == "full_state"
+            with ws_connect(self.socket_url(running), open_timeout=30) as socket:
+                socket.send(json.dumps({"type": "auth", "session_api_key": "wrong"}))
+                with pytest.raises(ConnectionClosed) as closed:
+                    socket.recv(timeout=30)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 4001
+
+    def test_unknown_conversation(self, server: BackgroundServer):
+        with ws_connect(self.socket_url(server, "nope"), open_timeout=30) as socket:
+            with pytest.raises(ConnectionClosed) as closed:
+                socket.recv(timeout=30)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4004

@@ -534,8 +534,13 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
         start = known if known <= len(events) else 0
         if start and (last is None or events[start - 1].id != last):
             start = 0
+        dumped = dump_state(state, secrets="masked", branches=True)
+        if isinstance(dumped.get("agent_state"), dict):  # what OpenHands sent stays server-side
+            dumped["agent_state"] = {
+                k: v for k, v in dumped["agent_state"].items() if k != OPENHANDS_KEY
+            }
         return StateResponse(
-            state=dump_state(state, secrets="masked", branches=True),
+            state=dumped,
             ids_from=start,
             event_ids=[events[position].id for position in range(start, len(events))],
         )
@@ -607,7 +612,7 @@ def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
     ) -> Event:
         conversation = registry.get(conversation_id)
         before = conversation.state.events
-        event = conversation.send_message(request.message_text())
+        event = conversation.send_message(request.message_text(), request.sender)
         events = conversation.state.events
         position = events.position_of(event.id)
         if position:

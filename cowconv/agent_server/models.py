@@ -34,6 +34,7 @@ from cowconv.backends.wire import (
     LLM_FIELDS,
     TOOL_NAMES,
     agent_from_openhands,
+    agent_to_openhands,
     mask_secrets,
     unsupported,
 )
@@ -41,6 +42,7 @@ from cowconv.core.agent import Agent
 from cowconv.core.events import AnyEvent, Event
 from cowconv.core.frozen import CheckedModel
 from cowconv.core.kinds import kind_names
+from cowconv.core.message import ImageContent, Message, TextContent
 from cowconv.core.state import ConversationInfo, ExecutionStatus
 from cowconv.core.workspace import Workspace
 
@@ -166,14 +168,14 @@ class CreateConversationRequest(BaseModel):
     never show it.
 
     >>> body = {"agent": {"kind": "Agent", "llm": {"model": "openai/gpt-4o", "api_key": "sk-1",
-    ...                   "stream": False}, "tools": [{"name": "TerminalTool", "params": {}}]},
+    ...                   "stream": False}, "tools": [{"name": "terminal", "params": {}}]},
     ...         "workspace": {"kind": "LocalWorkspace", "working_dir": "/tmp"},
     ...         "max_iterations": 50, "stuck_detection": True}
     >>> request = CreateConversationRequest.model_validate(body)
     >>> request.agent.tools[0].name, request.max_iteration_per_run, request.kept
     ('terminal', 50, {'stuck_detection': True})
-    >>> request.openhands_agent["llm"]["api_key"]
-    '**********'
+    >>> request.openhands_agent  # kept: what cowconv's JSON of the agent does not say
+    {'llm': {'stream': False}}
     """
 
     # Built at once (see _Request); unknown fields are kept (model_extra), not refused.
@@ -191,7 +193,8 @@ class CreateConversationRequest(BaseModel):
     )
     initial_message: SendMessageRequest | None = None
     openhands_agent: dict[str, Any] | None = None
-    """The agent as OpenHands' SDK sent it, secrets masked (``None``: cowconv's JSON was sent)."""
+    """What the agent's JSON as sent says beyond cowconv's JSON of it, secrets masked (``None``:
+    nothing more)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -204,7 +207,9 @@ class CreateConversationRequest(BaseModel):
         agent = data.get("agent")
         if isinstance(agent, dict) and _openhands_shaped(agent):
             data["agent"] = agent_from_openhands(agent)
-            data["openhands_agent"] = mask_secrets(agent)
+            # Kept: only what cowconv's own JSON of the agent would not say again.
+            residue = _residue(mask_secrets(agent), agent_to_openhands(data["agent"]))
+            data["openhands_agent"] = residue or None
         workspace = data.get("workspace")
         if isinstance(workspace, dict) and "kind" in workspace:
             if workspace["kind"] != "LocalWorkspace":
@@ -235,8 +240,34 @@ class CreateConversationRequest(BaseModel):
         return dict(self.model_extra or {})
 
 
+def _residue(sent: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """The part of an agent's JSON as sent that ``ours`` (cowconv's JSON of it) does not repeat.
+
+    >>> _residue({"kind": "Agent", "llm": {"model": "m", "stream": True}, "critic": None},
+    ...          {"kind": "Agent", "llm": {"model": "m"}})
+    {'llm': {'stream': True}, 'critic': None}
+    """
+    residue: dict[str, Any] = {}
+    for key, value in sent.items():
+        if key == "llm" and isinstance(value, dict) and isinstance(ours.get("llm"), dict):
+            llm = {k: v for k, v in value.items() if k not in ours["llm"]}
+            if llm:
+                residue["llm"] = llm
+        elif key not in ours or ours[key] != value:
+            residue[key] = value
+    return residue
+
+
 def _openhands_shaped(agent: dict[str, Any]) -> bool:
-    """Whether an agent's JSON is OpenHands' (a ``kind``, or a field cowconv's Agent lacks)."""
+    """Whether an agent's JSON is OpenHands' (a ``kind``, or a field cowconv's Agent lacks).
+
+    >>> _openhands_shaped({"llm": {"model": "m"}, "tools": [{"name": "terminal"}]})
+    False
+    >>> _openhands_shaped({"llm": [], "tools": True})  # malformed: cowconv's Agent says why
+    False
+    """
+    if not isinstance(agent.get("tools") or [], list):
+        return False
     return (
         "kind" in agent
         or any(key not in Agent.model_fields for key in agent)
@@ -339,12 +370,12 @@ class SendMessageRequest(BaseModel):
     """A user message: OpenHands' body (``role``, ``content`` parts, ``run``) or cowconv's ``text``.
 
     ``run`` starts a run after recording it (as OpenHands' server does);
-    ``sender`` is accepted and not recorded.
+    ``sender`` is kept on the event. Only text parts can be sent.
 
     >>> SendMessageRequest.model_validate({"role": "user", "content": [{"type": "text",
     ...     "text": "Run `ls`."}], "run": False}).message_text()
     'Run `ls`.'
-    >>> SendMessageRequest(text="hi").message_text()
+    >>> SendMessageRequest(text="hi").create_message().text
     'hi'
     """
 
@@ -353,7 +384,7 @@ class SendMessageRequest(BaseModel):
     )
 
     role: str = "user"
-    content: list[dict[str, Any]] | str | None = None
+    content: list[TextContent | ImageContent] | str | None = None
     text: str | None = None
     run: bool = False
     sender: str | None = None
@@ -365,7 +396,7 @@ class SendMessageRequest(BaseModel):
         if (self.text is None) == (self.content is None):
             raise InvalidValueError("give the message as content parts or as text, not both")
         for part in self.content if isinstance(self.content, list) else ():
-            if part.get("type", "text") != "text" or not isinstance(part.get("text"), str):
+            if not isinstance(part, TextContent):
                 raise unsupported("content", "cowconv sends text parts only")
         return self
 
@@ -375,7 +406,12 @@ class SendMessageRequest(BaseModel):
             return self.text
         if isinstance(self.content, str):
             return self.content
-        return "".join(str(part["text"]) for part in self.content or ())
+        return "".join(part.text for part in self.content or () if isinstance(part, TextContent))
+
+    def create_message(self) -> Message:
+        """The message as an LLM message (OpenHands' method of the same name)."""
+        content = self.content if self.content is not None else self.text or ""
+        return Message(role="user", content=content)
 
 
 class Success(BaseModel):

@@ -276,8 +276,11 @@ class LocalBackend:
         """
         if isinstance(message, str):
             message = Message(role="user", content=message)
+        # The prompt first, so that its timestamp is not later than the message it precedes
+        # (OpenHands' client orders the events a WebSocket delivers by timestamp).
+        prompt = system_prompt_event(self.snapshot().agent)
         event = MessageEvent(source="user", llm_message=message, sender=sender)
-        self.commit(SendMessage(event, system_prompt_event(self.snapshot().agent)))
+        self.commit(SendMessage(event, prompt))
         return recorded(self.snapshot(), event)
 
     def _settle(self, status: ExecutionStatus) -> None:

@@ -55,7 +55,7 @@ from cowconv.backends.wire import (
 )
 from cowconv.core.agent import Agent
 from cowconv.core.changes import AppendEvent, Change, NavigateTo, SetTag
-from cowconv.core.events import Event, MessageEvent
+from cowconv.core.events import ROOT_PARENT_ID, Event, MessageEvent
 from cowconv.core.history import EventLog
 from cowconv.core.ids import id_text
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationInfo, ConversationState
@@ -69,6 +69,33 @@ _SEARCH_PAGE = 100  # OpenHands' largest page of /events/search
 # A quiet socket is checked over REST this often (seconds): a run that ended while the socket
 # was being reconnected elsewhere still ends the wait.
 _SOCKET_TIMEOUT = 30.0
+
+
+def _active_branch(events: EventLog, info: Mapping[str, Any]) -> EventLog:
+    """The events of the branch ending at the server's ``leaf_event_id`` (OpenHands sends all)."""
+    if info.get("head_is_empty"):
+        return EventLog()
+    leaf = info.get("leaf_event_id")
+    if not isinstance(leaf, str) or events.position_of(leaf) is None:
+        return events
+    path: list[Event] = []
+    current: str | None = leaf
+    while current is not None:
+        position = events.position_of(current)
+        if position is None:  # a parent the server did not send: keep the history as sent
+            return events
+        event = events[position]
+        path.append(event)
+        parent = getattr(event, "parent_id", None)
+        current = (
+            parent if isinstance(parent, str) and parent not in (current, ROOT_PARENT_ID) else None
+        )
+        if len(path) > len(events):  # a cycle: keep the history as sent
+            return events
+    path.reverse()
+    if len(path) == len(events):
+        return events
+    return EventLog(path)
 
 
 def _is_state_update(message: Any) -> bool:
@@ -489,7 +516,7 @@ class RemoteBackend:
         tags = dict(info.get("tags") or {})
         if info.get("title") is not None:
             tags["title"] = info["title"]
-        events = self._openhands_events()
+        events = _active_branch(self._openhands_events(), info)
         with self._events_lock:
             self._events = events
         fields = {

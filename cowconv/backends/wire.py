@@ -88,9 +88,12 @@ cowconv's additions to the protocol (``/state``, the SSE stream, ``/branches``).
 MASK = "**********"
 """How a secret is shown in an answer (OpenHands' SDK writes the same)."""
 
-#: cowconv tool name -> OpenHands' tool name, for the tools both have.
-TOOL_NAMES: Mapping[str, str] = {"terminal": "TerminalTool"}
-_TOOLS_BACK = {theirs: ours for ours, theirs in TOOL_NAMES.items()}
+#: cowconv tool name -> OpenHands' tool name, for the tools both have (OpenHands' SDK 1.58
+#: registers its ``TerminalTool`` as ``"terminal"``, cowconv's name).
+TOOL_NAMES: Mapping[str, str] = {"terminal": "terminal"}
+#: Other names OpenHands' agents have used for those tools (its class names, older releases).
+_TOOL_ALIASES = {"TerminalTool": "terminal", "BashTool": "terminal"}
+_TOOLS_BACK = {**_TOOL_ALIASES, **{theirs: ours for ours, theirs in TOOL_NAMES.items()}}
 
 #: Fields of OpenHands' ``LLM`` that cowconv's :class:`~cowconv.LLM` honours (same names).
 LLM_FIELDS = (
@@ -131,8 +134,8 @@ def mask_secrets(data: Any) -> Any:
 def tool_to_openhands(name: str) -> str:
     """OpenHands' name of a cowconv tool (unchanged when OpenHands has no such tool).
 
-    >>> tool_to_openhands("terminal"), tool_to_openhands("TerminalTool")
-    ('TerminalTool', 'TerminalTool')
+    >>> tool_to_openhands("terminal"), tool_to_openhands("FileEditorTool")
+    ('terminal', 'FileEditorTool')
     """
     return TOOL_NAMES.get(name, name)
 
@@ -143,8 +146,6 @@ def tool_from_openhands(name: str) -> str | None:
     >>> [tool_from_openhands(name) for name in ("TerminalTool", "terminal", "X")]
     ['terminal', 'terminal', None]
     """
-    if name in TOOL_NAMES:
-        return name
     return _TOOLS_BACK.get(name)
 
 
@@ -161,7 +162,7 @@ def agent_to_openhands(agent_json: Mapping[str, Any]) -> dict[str, Any]:
     >>> agent_to_openhands({"llm": {"model": "openai/gpt-4o", "api_key": "sk-1"},
     ...                     "tools": [{"name": "terminal", "params": {}}], "system_prompt": "Hi",
     ...                     "condenser": None})["tools"]
-    [{'name': 'TerminalTool', 'params': {}}]
+    [{'name': 'terminal', 'params': {}}]
     """
     data: dict[str, Any] = {
         "kind": "Agent",
@@ -223,11 +224,22 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     pattern = data.get("filter_tools_regex")
     if pattern is not None and not isinstance(pattern, str):
         raise unsupported("agent.filter_tools_regex", "must be a string")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise unsupported(
+                "agent.filter_tools_regex", f"not a regular expression: {error}"
+            ) from None
     agent: dict[str, Any] = {"llm": _llm_to_openhands(dict(llm))}
     tools = []
+    if not isinstance(data.get("tools") or [], list):
+        raise unsupported("agent.tools", "a list of tools")
     for tool in data.get("tools") or ():
         if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
             raise unsupported("agent.tools", "each tool is an object with a name")
+        if not isinstance(tool.get("params") or {}, Mapping):
+            raise unsupported("agent.tools", "a tool's params are an object")
         ours = tool_from_openhands(tool["name"])
         if ours is not None and _matches(pattern, tool_to_openhands(ours)):
             tools.append({"name": ours, "params": dict(tool.get("params") or {})})
@@ -238,6 +250,8 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(condenser, Mapping) and condenser.get("kind", "LLMSummarizingCondenser") == (
         "LLMSummarizingCondenser"
     ):
+        if not isinstance(condenser.get("llm"), Mapping):
+            raise unsupported("agent.condenser.llm", "a condenser needs an llm object")
         agent["condenser"] = {
             "llm": _llm_to_openhands(dict(condenser["llm"])),
             **{key: condenser[key] for key in ("max_size", "keep_first") if key in condenser},

@@ -95,6 +95,20 @@ def _candidates() -> Iterable[str]:
     for prefix in ("/usr/local/bin", "/usr/bin"):
         for name in ("python3.12", "python3.13", "python3.14", "python3"):
             yield f"{prefix}/{name}"
+    # Pythons uv manages (`uv python install 3.12`), found without downloading anything.
+    uv = shutil.which("uv")
+    if uv:
+        try:
+            found = subprocess.run(
+                [uv, "python", "find", "--no-python-downloads", ">=3.12"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        if found.returncode == 0 and found.stdout.strip():
+            yield found.stdout.strip()
 
 
 def find_python(minimum: tuple[int, int] = MINIMUM) -> tuple[Path, tuple[int, int]]:
@@ -103,8 +117,9 @@ def find_python(minimum: tuple[int, int] = MINIMUM) -> tuple[Path, tuple[int, in
     Looks at ``$COWCONV_OPENHANDS_PYTHON``, the running interpreter,
     ``python3.12``/``python3.13``/``python3.14`` on PATH, pyenv's 3.12/3.13/3.14
     versions (``$PYENV_ROOT/versions`` or ``~/.pyenv/versions``), then
-    /usr/local/bin and /usr/bin. A pyenv shim that cannot run its version is
-    skipped.
+    /usr/local/bin and /usr/bin, then the Pythons ``uv`` manages. A pyenv shim
+    that cannot run its version is skipped. None found: a ``RuntimeError``
+    that says where it looked and how to install one.
     """
     seen: set[str] = set()
     for candidate in _candidates():
@@ -115,8 +130,12 @@ def find_python(minimum: tuple[int, int] = MINIMUM) -> tuple[Path, tuple[int, in
         if version is not None and version >= minimum:
             return Path(candidate), version
     raise RuntimeError(
-        f"no Python >= {minimum[0]}.{minimum[1]} found (OpenHands' SDK needs one): install "
-        "one (e.g. `pyenv install 3.12`) or set COWCONV_OPENHANDS_PYTHON"
+        f"no Python >= {minimum[0]}.{minimum[1]} found: OpenHands' SDK 1.58.2 needs one, and "
+        "tests/test_openhands_wire.py and the ported OpenHands tests run it. Looked at "
+        "$COWCONV_OPENHANDS_PYTHON, this interpreter, python3.12/3.13/3.14 on PATH, pyenv's "
+        "versions, /usr/local/bin, /usr/bin and uv's Pythons. Install one (`uv python install "
+        "3.12`, `pyenv install 3.12`, or the system package `python3.12`) or point "
+        "COWCONV_OPENHANDS_PYTHON at one"
     )
 
 
