@@ -40,7 +40,7 @@ from cowconv.backends.wire import (
 )
 from cowconv.core.agent import Agent
 from cowconv.core.events import AnyEvent, Event
-from cowconv.core.frozen import CheckedModel
+from cowconv.core.frozen import CheckedModel, check_text
 from cowconv.core.kinds import kind_names
 from cowconv.core.message import ImageContent, Message, TextContent
 from cowconv.core.state import ConversationInfo, ExecutionStatus
@@ -344,6 +344,7 @@ def _send_message_schema(schema: dict[str, Any]) -> None:
         "type": "object",
         "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
         "required": ["text"],
+        "additionalProperties": False,
     }
     schema.clear()
     schema.update(
@@ -391,6 +392,14 @@ class SendMessageRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_text(self) -> SendMessageRequest:
+        # JSON can carry lone surrogates ("\\ud800"): refused here (422), not by the event
+        # built from this body later (a 500).
+        for name in ("role", "text", "sender"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                check_text(value, name)
+        if isinstance(self.content, str):
+            check_text(self.content, "content")
         if self.role != "user":
             raise unsupported("role", "only user messages can be sent to a conversation")
         if (self.text is None) == (self.content is None):
