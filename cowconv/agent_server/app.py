@@ -423,20 +423,20 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
             if existing is not None:
                 response.status_code = 200
                 return conversation_response(existing)
+        kept: dict[str, Any] = {}
+        if request.openhands_agent is not None:
+            kept["agent"] = request.openhands_agent
+        if request.kept:
+            kept["request"] = mask_secrets(request.kept)
+        # The kept JSON is part of the first snapshot: what cannot be stored refuses the create.
         conversation = registry.create(
             request.agent,
             request.workspace,
             conversation_id=request.id,
             tags=request.tags,
             max_iteration_per_run=request.max_iteration_per_run,
+            agent_state={OPENHANDS_KEY: kept} if kept else None,
         )
-        kept: dict[str, Any] = {}
-        if request.openhands_agent is not None:
-            kept["agent"] = request.openhands_agent
-        if request.kept:
-            kept["request"] = mask_secrets(request.kept)
-        if kept:
-            conversation.update_agent_state({OPENHANDS_KEY: kept})
         message = request.initial_message
         if message is not None:
             conversation.send_message(message.message_text())

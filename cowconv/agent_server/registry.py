@@ -22,11 +22,15 @@ import builtins
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
 
 from cowconv._exceptions import (
     ConversationConflictError,
     ConversationNotFoundError,
     CorruptStoreError,
+    InvalidValueError,
 )
 from cowconv.backends.local import LocalBackend
 from cowconv.conversation import Conversation, check_conversation_id
@@ -181,8 +185,13 @@ class ConversationRegistry:
         conversation_id: str | None = None,
         tags: Mapping[str, str] | None = None,
         max_iteration_per_run: int | None = None,
+        agent_state: Mapping[str, Any] | None = None,
     ) -> Conversation:
-        """A new conversation; :class:`~cowconv.ConversationExistsError` if the id is taken."""
+        """A new conversation; :class:`~cowconv.ConversationExistsError` if the id is taken.
+
+        ``agent_state`` is part of the first snapshot: a value that cannot be stored refuses
+        the whole conversation, which is then not stored at all.
+        """
         state_tags = check_tags(tags)
         options = (
             {}
@@ -191,9 +200,16 @@ class ConversationRegistry:
         )
 
         def make(chosen: ConversationID) -> Conversation:
-            state = ConversationState(
-                id=chosen, agent=agent, workspace=Workspace.coerce(workspace), tags=state_tags
-            )
+            try:
+                state = ConversationState(
+                    id=chosen,
+                    agent=agent,
+                    workspace=Workspace.coerce(workspace),
+                    tags=state_tags,
+                    agent_state=dict(agent_state or {}),
+                )
+            except ValidationError as error:  # a value from the request: the caller's fault
+                raise InvalidValueError(f"the conversation cannot be stored: {error}") from None
             # The one open path of a conversation held in this process; a taken id is refused.
             backend = LocalBackend.open(
                 state,
