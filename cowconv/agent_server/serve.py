@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from cowconv._exceptions import CowconvError, StartError, UnsafeExposureError
+from cowconv._exceptions import CowconvError, InvalidValueError, StartError, UnsafeExposureError
 from cowconv.agent_server.app import create_app
 from cowconv.agent_server.background import listening_socket
 from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, check_exposure
@@ -68,7 +68,7 @@ class ServerSettings(BaseSettings):
         # Path("") is ".": an empty --data-dir would silently put the store in the working
         # directory.
         if isinstance(value, str) and not value.strip():
-            raise ValueError("must not be empty")
+            raise InvalidValueError("must not be empty")
         return value
 
     @field_validator("allowed_hosts", "allowed_origins", mode="before")
