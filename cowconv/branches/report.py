@@ -174,6 +174,23 @@ class GroupTotals:
         )
 
 
+_TOTAL_COLUMNS = ("branches", "finished", "errors", "steps", "cost $", "tokens", "wall s")
+"""The columns of a group's totals, after the group's name (the table and the HTML page)."""
+
+
+def _total_cells(total: GroupTotals) -> list[str]:
+    """``total`` as the text of :data:`_TOTAL_COLUMNS`, in order."""
+    return [
+        str(total.branches),
+        str(total.finished),
+        str(total.errors),
+        str(total.steps),
+        f"{total.cost:.4f}",
+        f"{total.total_tokens:,}",
+        f"{total.wall_seconds:.2f}",
+    ]
+
+
 def _short_model(model: str) -> str:
     """The model's name without its provider: the table's column (JSON keeps it whole)."""
     return model.rsplit("/", 1)[-1] or model
@@ -303,19 +320,10 @@ class SuiteReport:
             padding=(0, 0, 0, 1),
         )
         table.add_column(by, no_wrap=True, max_width=36, overflow="ellipsis")
-        for name in ("branches", "finished", "errors", "steps", "cost $", "tokens", "wall s"):
+        for name in _TOTAL_COLUMNS:
             table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
         for total in self.totals(by):
-            table.add_row(
-                total.group,
-                str(total.branches),
-                str(total.finished),
-                str(total.errors),
-                str(total.steps),
-                f"{total.cost:.4f}",
-                f"{total.total_tokens:,}",
-                f"{total.wall_seconds:.2f}",
-            )
+            table.add_row(total.group, *_total_cells(total))
         return table
 
     def plot(self, path: str | Path, *, by: str = "variant", title: str | None = None) -> Path:
@@ -379,23 +387,11 @@ class SuiteReport:
             f"<h1>{heading}</h1>",
             f"<h2>Totals by {esc(by)}</h2>",
             "<table><tr>"
-            + "".join(
-                f"<th>{esc(name)}</th>"
-                for name in (by, "branches", "finished", "errors", "steps", "cost $", "tokens")
-            )
-            + "<th>wall s</th></tr>",
+            + "".join(f"<th>{esc(name)}</th>" for name in (by, *_TOTAL_COLUMNS))
+            + "</tr>",
         ]
         for total in self.totals(by):
-            cells = [
-                esc(total.group),
-                str(total.branches),
-                str(total.finished),
-                str(total.errors),
-                str(total.steps),
-                f"{total.cost:.4f}",
-                f"{total.total_tokens:,}",
-                f"{total.wall_seconds:.2f}",
-            ]
+            cells = [esc(total.group), *_total_cells(total)]
             out.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
         out.append("</table>")
         out.append("<h2>Branches</h2><table><tr>")
