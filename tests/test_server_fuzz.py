@@ -8,7 +8,9 @@ from typing import Any
 import schemathesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 from schemathesis.checks import negative_data_rejection
+from schemathesis.generation.meta import ParameterLocation
 
 from cowconv import LLMSummarizingCondenser, SQLiteStore
 from cowconv.agent_server import create_app
@@ -51,6 +53,9 @@ def _ensure_known(case: schemathesis.Case) -> None:
         from fastapi.testclient import TestClient
 
         TestClient(app).post("/api/conversations", json=_BODY)
+    # Only a valid id is replaced: replacing an invalid one would make the case valid.
+    if _negative(case) & {ParameterLocation.PATH}:
+        return
     if case.path_parameters and hash(str(case.path_parameters)) % 2 == 0:
         case.path_parameters = {**case.path_parameters, "conversation_id": KNOWN}
 
@@ -64,10 +69,17 @@ def _within_condenser_rule(body: Any) -> None:
         keep_first = condenser.get("keep_first")
         default = LLMSummarizingCondenser.model_fields["max_size"].default
         max_size = condenser.get("max_size", default)
-        numbers = (int, float)
-        if isinstance(keep_first, numbers) and not isinstance(keep_first, bool):
-            if isinstance(max_size, numbers) and not isinstance(max_size, bool):
-                condenser["max_size"] = max(int(max_size), 2 * int(keep_first) + 2)
+        # Only a body valid in both fields is adjusted: raising an invalid value into range
+        # would turn a case schemathesis generated as invalid into a valid one.
+        if _integer_at_least(keep_first, 0) and _integer_at_least(max_size, 4):
+            condenser["max_size"] = max(int(max_size), 2 * int(keep_first) + 2)
+
+
+def _integer_at_least(value: Any, minimum: int) -> bool:
+    # JSON Schema's integer includes 2.0 (a number without a fraction).
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return float(value).is_integer() and value >= minimum
 
 
 @schema.parametrize()
@@ -79,12 +91,74 @@ def test_no_server_errors(case: schemathesis.Case) -> None:
     if case.path.endswith("/events/append") and isinstance(case.body, dict):
         # Where an event may go depends on the conversation's state (its parent must be the
         # active branch's leaf), which no schema can say: let the server stamp it.
-        case.body.pop("parent_id", None)
-    # Every check schemathesis has but negative_data_rejection: the library's models
-    # (Agent, LLM, events) validate in pydantic's lax mode, so a body the schema calls
-    # invalid (false for an int, "3" for a number) can be accepted; request models of the
-    # server itself are strict.
-    case.call_and_validate(excluded_checks=[negative_data_rejection])
+        # Only a valid parent id goes: dropping an invalid one would make the case valid.
+        if isinstance(case.body.get("parent_id"), str):
+            case.body.pop("parent_id")
+    # Every check schemathesis has, negative_data_rejection included: the server checks each
+    # request against the schema it publishes (cowconv.agent_server.schema_check).
+    if _only_text_ambiguity(case):
+        case.call_and_validate(excluded_checks=[negative_data_rejection])
+    else:
+        case.call_and_validate()
+
+
+def _negative(case: schemathesis.Case) -> set[ParameterLocation]:
+    """The parts of the request schemathesis generated to break the schema."""
+    meta = case._meta
+    if meta is None:
+        return set()
+    return {
+        location
+        for location, info in meta.components.items()
+        if info.mode == schemathesis.GenerationMode.NEGATIVE
+    }
+
+
+def _wire_text(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_wire_text(item) for item in value]
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _only_text_ambiguity(case: schemathesis.Case) -> bool:
+    """True for a case made invalid only by a query value of the wrong JSON type whose text,
+    as the query string carries it, the schema accepts: ``ids=0.02`` (a number where the
+    schema says string) reaches the server as the string "0.02", so no server can refuse it.
+    Judged from the schema alone (jsonschema), not by the server's own check."""
+    if _negative(case) != {ParameterLocation.QUERY} or not isinstance(case.query, dict):
+        return False
+    openapi = app.openapi()
+    operation = openapi["paths"][case.path][case.method.lower()]
+    schemas = {
+        parameter["name"]: parameter["schema"]
+        for parameter in operation.get("parameters", ())
+        if parameter["in"] == "query"
+    }
+    if not set(case.query) <= set(schemas):
+        return False  # an unknown parameter: the server must refuse it
+
+    def parsed(text: Any) -> Any:
+        try:
+            return json.loads(text) if isinstance(text, str) else text
+        except ValueError:
+            return text
+
+    def readings(text: Any) -> list[Any]:
+        """What a query text can mean: itself, or the JSON value it spells ("3", "true")."""
+        if isinstance(text, list):
+            return [list(text), [parsed(item) for item in text]]
+        return [text, parsed(text)]
+
+    def accepted(name: str, value: Any) -> bool:
+        validator = Draft202012Validator({**schemas[name], "components": openapi["components"]})
+        candidates = readings(_wire_text(value))
+        # A repeatable parameter (an array) given once is an array of one value.
+        candidates += [[candidate] for candidate in candidates if not isinstance(candidate, list)]
+        return any(validator.is_valid(candidate) for candidate in candidates)
+
+    return all(accepted(name, value) for name, value in case.query.items())
 
 
 # -- bodies JSON allows but nothing can store: NaN, infinity, lone surrogates, deep nesting --

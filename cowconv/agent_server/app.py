@@ -74,6 +74,7 @@ from cowconv.agent_server.models import (
     UpdateConversationRequest,
 )
 from cowconv.agent_server.registry import ConversationRegistry
+from cowconv.agent_server.schema_check import check_request
 from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, add_security, check_exposure
 from cowconv.backends.wire import (
     CHANGE_ROUTES,
@@ -358,7 +359,9 @@ def _api_router(registry: ConversationRegistry, session_api_key: str | None) -> 
     api = APIRouter(
         prefix="/api/conversations",
         tags=["conversations"],
-        dependencies=_session_dependencies(session_api_key),
+        # The session key first (an outsider learns nothing), then the body against the
+        # published schema, then the route's own validation.
+        dependencies=[*_session_dependencies(session_api_key), Depends(check_request)],
         responses=_errors(*unauthorized, 422),
     )
     _add_conversation_routes(api, registry)

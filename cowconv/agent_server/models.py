@@ -107,6 +107,8 @@ _SERVER_WORKSPACE_SCHEMA: dict[str, Any] = {
         "working_dir": {"type": "string", "pattern": f"[^{ID_WHITESPACE}]"},
         "host": {"type": "null"},
         "api_key": {"type": "null"},
+        # OpenHands' client names the kind; a server-side conversation runs in this one.
+        "kind": {"const": "LocalWorkspace"},
     },
     "required": ["working_dir"],
     "additionalProperties": False,
@@ -151,6 +153,74 @@ def _refuse_unsafe(data: dict[str, Any]) -> None:
         raise unsupported("conversation_runtime", checks["container"])
 
 
+class _AgentOrOpenHandsAgent:
+    """The JSON schema of the agent the create route takes: cowconv's ``Agent`` JSON, or
+    OpenHands' ``Agent`` JSON (recognised by ``"kind": "Agent"``), whose fields cowconv
+    implements are checked as cowconv checks them and whose other fields are kept
+    (:func:`~cowconv.backends.wire.agent_from_openhands` says which). The server checks
+    bodies against its published schema, so this schema is the door, not a comment."""
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        ours = handler(core_schema)
+        agent = handler.resolve_ref_schema(ours)
+        properties = agent.get("properties", {})
+        llm = {**handler.resolve_ref_schema(properties["llm"]), "additionalProperties": True}
+        llm.pop("title", None)
+        condenser = next(
+            handler.resolve_ref_schema(choice)
+            for choice in properties["condenser"]["anyOf"]
+            if "$ref" in choice
+        )
+        summarizing = {
+            **condenser,
+            "properties": {
+                **condenser.get("properties", {}),
+                "kind": {"const": "LLMSummarizingCondenser"},
+                "llm": llm,
+            },
+            "additionalProperties": True,
+        }
+        summarizing.pop("title", None)
+        openhands = {
+            "type": "object",
+            "title": "OpenHands' Agent",
+            "required": ["kind", "llm"],
+            "properties": {
+                "kind": {"const": "Agent"},
+                "llm": llm,
+                "tools": {
+                    "type": ["array", "null"],
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "params": {"type": ["object", "null"]},
+                        },
+                    },
+                },
+                "filter_tools_regex": {"type": ["string", "null"], "format": "regex"},
+                "system_prompt": {"type": ["string", "null"]},
+                # Another kind of condenser, or no object at all, is left out (not run).
+                "condenser": {
+                    "anyOf": [
+                        summarizing,
+                        {
+                            "type": "object",
+                            "required": ["kind"],
+                            "properties": {"kind": {"not": {"const": "LLMSummarizingCondenser"}}},
+                        },
+                        {"not": {"type": "object"}},
+                    ]
+                },
+            },
+            "additionalProperties": True,
+        }
+        return {"anyOf": [ours, openhands]}
+
+
 class CreateConversationRequest(BaseModel):
     """Create a conversation: OpenHands' ``StartConversationRequest`` (or cowconv's older body).
 
@@ -181,7 +251,8 @@ class CreateConversationRequest(BaseModel):
     # Built at once (see _Request); unknown fields are kept (model_extra), not refused.
     model_config = ConfigDict(frozen=True, extra="allow", defer_build=False)
 
-    agent: Agent
+    # The schema says what the server takes: cowconv's Agent JSON or OpenHands' (below).
+    agent: Annotated[Agent, _AgentOrOpenHandsAgent()]
     # The schema says what the server takes: a working_dir on the server, nothing else.
     workspace: Annotated[Workspace, WithJsonSchema(_SERVER_WORKSPACE_SCHEMA)]
     id: ConversationId | None = Field(
@@ -342,7 +413,14 @@ def _send_message_schema(schema: dict[str, Any]) -> None:
     """The schema of what the server takes: a user message as text or as text parts, not both."""
     part = {
         "type": "object",
-        "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+        # TextContent's fields, as OpenHands' client sends them (enable_truncation: its older
+        # clients; dropped).
+        "properties": {
+            "type": {"const": "text"},
+            "text": {"type": "string"},
+            "cache_prompt": {"type": "boolean"},
+            "enable_truncation": {"type": "boolean"},
+        },
         "required": ["text"],
         "additionalProperties": False,
     }

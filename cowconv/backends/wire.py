@@ -233,12 +233,12 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
             ) from None
     agent: dict[str, Any] = {"llm": _llm_to_openhands(dict(llm))}
     tools = []
-    if not isinstance(data.get("tools") or [], list):
+    if not isinstance(data.get("tools", []), list | None):
         raise unsupported("agent.tools", "a list of tools")
     for tool in data.get("tools") or ():
         if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
             raise unsupported("agent.tools", "each tool is an object with a name")
-        if not isinstance(tool.get("params") or {}, Mapping):
+        if not isinstance(tool.get("params", {}), Mapping | None):
             raise unsupported("agent.tools", "a tool's params are an object")
         ours = tool_from_openhands(tool["name"])
         if ours is not None and _matches(pattern, tool_to_openhands(ours)):
