@@ -471,7 +471,8 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
         if ids is not None:
             found = [registry.find(conversation_id) for conversation_id in ids]
             return [None if c is None else conversation_response(c) for c in found]
-        return registry.page(tags=_tag_filter(tag), limit=limit, offset=offset, cursor=cursor)
+        page = registry.page(tags=_tag_filter(tag), limit=limit, offset=offset, cursor=cursor)
+        return ConversationPage(**page._asdict())
 
     @api.get("/search", response_model=ConversationSearchPage)
     def search_conversations(

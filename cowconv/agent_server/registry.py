@@ -27,7 +27,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -37,7 +37,6 @@ from cowconv._exceptions import (
     CorruptStoreError,
     InvalidValueError,
 )
-from cowconv.agent_server.models import ConversationPage
 from cowconv.backends.local import LocalBackend
 from cowconv.conversation import Conversation, check_conversation_id
 from cowconv.core.agent import Agent
@@ -48,7 +47,7 @@ from cowconv.core.workspace import Workspace
 from cowconv.stores import MemoryStore, Store
 from cowconv.stores.tree import TreeStore
 
-__all__ = ["DEFAULT_MAX_LIVE", "ConversationRegistry"]
+__all__ = ["DEFAULT_MAX_LIVE", "ConversationRegistry", "ListingPage"]
 
 DEFAULT_MAX_LIVE = 256
 """How many conversations a registry keeps in memory by default (``--max-live-conversations``).
@@ -91,6 +90,20 @@ class _Hub:
             wakers = tuple(self._wakers)
         for waker in wakers:
             waker()
+
+
+class ListingPage(NamedTuple):
+    """A page of the server's listing (:meth:`ConversationRegistry.page`), the fields of the
+    listing's response: ``ConversationPage(**page._asdict())``.
+
+    >>> ListingPage([], [], None, None).next_cursor is None
+    True
+    """
+
+    items: builtins.list[ConversationInfo]
+    unreadable: builtins.list[str]
+    next_cursor: str | None
+    next_offset: int | None
 
 
 class ConversationRegistry:
@@ -237,7 +250,7 @@ class ConversationRegistry:
         limit: int = 100,
         offset: int = 0,
         cursor: str | None = None,
-    ) -> ConversationPage:
+    ) -> ListingPage:
         """A page of summaries, oldest first, read off the store's listing index.
 
         ``cursor`` is the ``next_cursor`` of the page before (its cost does not
@@ -248,25 +261,23 @@ class ConversationRegistry:
         <cowconv.stores.tree.TreeStore.page>`).
 
         >>> ConversationRegistry().page(limit=5)
-        ConversationPage(items=[], next_offset=None, unreadable=[], next_cursor=None)
+        ListingPage(items=[], unreadable=[], next_cursor=None, next_offset=None)
         """
         if isinstance(self._store, TreeStore):
             found = self._store.page(tags=tags, limit=limit, offset=offset, cursor=cursor)
             more = found.next_cursor is not None
-            return ConversationPage(
-                items=found.items,
-                next_offset=offset + limit if more and cursor is None else None,
-                unreadable=found.unreadable,
-                next_cursor=found.next_cursor,
+            return ListingPage(
+                found.items,
+                found.unreadable,
+                found.next_cursor,
+                offset + limit if more and cursor is None else None,
             )
         if cursor is not None:  # a store of another kind pages by offset only
             raise InvalidValueError(f"the store {self._store!r} pages by offset, not by cursor")
         items = self._store.list(tags=tags, limit=limit + 1, offset=offset)
         more = len(items) > limit
-        return ConversationPage(
-            items=items[:limit],
-            next_offset=offset + limit if more else None,
-            unreadable=self._store.unreadable(),
+        return ListingPage(
+            items[:limit], self._store.unreadable(), None, offset + limit if more else None
         )
 
     def unreadable(self) -> builtins.list[str]:
