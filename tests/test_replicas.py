@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cowconv import LLM, Agent, InvalidValueError, StartError, StoreError, Workspace
 from cowconv.agent_server import create_app
@@ -36,6 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-replicas"))
 TIMEOUT = httpx.Timeout(120.0)
+_EXAMPLES = itertools.count()
 
 
 def free_port() -> int:
@@ -369,3 +372,44 @@ def test_a_stale_write_is_refused_then_reloaded_in_process(tmp_path: Path):
             registry.get("c")  # deleted by the other: not served from memory
         registry.close()
         other.close()
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    max_live=st.integers(1, 4),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["create", "fork", "send", "get"]), st.integers(0, 50)),
+        max_size=30,
+    ),
+)
+def test_eviction_never_changes_what_is_served(
+    tmp_path: Path, max_live: int, steps: list[tuple[str, int]]
+):
+    """Whatever the sequence of creates, forks, messages and reads, and the bound: at most
+    ``max_live`` conversations are live after each step, and each conversation served has
+    exactly the messages sent to it (and, for a fork, to its source before the fork)."""
+    with open_store(tmp_path / f"evict-{next(_EXAMPLES)}.db") as store:
+        registry = ConversationRegistry(store, max_live=max_live)
+        workspace = Workspace(working_dir=str(tmp_path))
+        model: dict[str, list[str]] = {}
+        for step, (action, number) in enumerate(steps):
+            names = sorted(model)
+            if action == "create" or not names:
+                name = f"c{step}"
+                registry.create(AGENT, workspace, conversation_id=name)
+                model[name] = []
+            elif action == "fork":
+                source = names[number % len(names)]
+                registry.fork(source, fork_id=f"f{step}")
+                model[f"f{step}"] = list(model[source])
+            elif action == "send":
+                name = names[number % len(names)]
+                registry.get(name).send_message(f"m{step}")
+                model[name].append(f"m{step}")
+            else:
+                name = names[number % len(names)]
+                assert message_texts(registry.get(name).state.events) == model[name]
+            assert registry.live_count <= max_live
+        for name, texts_sent in model.items():
+            assert message_texts(registry.get(name).state.events) == texts_sent
+        registry.close()
