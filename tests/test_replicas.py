@@ -413,3 +413,19 @@ def test_eviction_never_changes_what_is_served(
         for name, texts_sent in model.items():
             assert message_texts(registry.get(name).state.events) == texts_sent
         registry.close()
+
+
+class TestBenchmarksRun:
+    """The server benchmarks of issue 21 still run (small sizes; their figures are in docs)."""
+
+    def test_server_listing(self, capsys: pytest.CaptureFixture[str]):
+        from benchmarks import server_listing
+
+        server_listing.main(["300", "sqlite"])
+        assert "SQLiteStore: 300 conversations" in capsys.readouterr().out
+
+    def test_server_memory(self, capsys: pytest.CaptureFixture[str]):
+        from benchmarks import server_memory
+
+        server_memory.main(["120", "5"])
+        assert "--max-live-conversations 5: RSS after 100 forks" in capsys.readouterr().out
