@@ -145,7 +145,7 @@ class TestConflictsReload:
         with open_store(location) as store:
             assert message_texts(store.load("c").events) == expected
 
-    def test_after_a_409_the_server_serves_the_stored_state(
+    def test_racing_writes_lose_with_409_at_worst_then_both_serve_the_store(
         self, servers: tuple[Server, Server], location: str, tmp_path: Path
     ):
         """Both servers write one conversation at once: a write may lose (409, nothing
