@@ -181,6 +181,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    max_live_conversations: Annotated[
+        int | None,
+        typer.Option(
+            help="Conversations kept in memory at most; idle ones beyond are evicted and"
+            " reloaded from the store when asked for (else $COWCONV_MAX_LIVE_CONVERSATIONS,"
+            " else 256).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve conversations over a JSON REST API (see docs/server.md)."""
     try:
@@ -200,6 +209,7 @@ def serve(
         "allowed_origins": allowed_origin,
         "allow_unauthenticated": allow_unauthenticated or None,
         "max_body_size": max_body_size,
+        "max_live_conversations": max_live_conversations,
     }
     if store is not None and data_dir is not None:
         raise fail("give --data-dir or --store, not both")

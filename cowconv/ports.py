@@ -159,6 +159,10 @@ class RowTransaction(Protocol):
         """The row ``key``, whatever it holds."""
         ...
 
+    def written(self, conversation_id: str) -> tuple[int, int, int] | None:
+        """``(key, generation, version)`` of the conversation's row, without its state."""
+        ...
+
     def branch_rows(self, conversation_id: str) -> Sequence[Row]:
         """The rows of the other branches of a conversation, by ``branch_order``."""
         ...
@@ -206,10 +210,19 @@ class RowTransaction(Protocol):
         """Delete the events of row ``key`` from position ``keep`` on."""
         ...
 
-    def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> Sequence[Row]:
-        """Conversation rows carrying all ``tags``, by the ``created_at`` of their state, then key.
+    def named_rows(
+        self,
+        tags: Mapping[str, str],
+        limit: int | None,
+        offset: int,
+        after: tuple[str, str] | None = None,
+    ) -> Sequence[Row]:
+        """Conversation rows carrying all ``tags``, by the ``created_at`` of their state, then id.
 
-        ``limit`` and ``offset`` (both checked, ``offset < 2**63``) page through them.
+        ``limit`` and ``offset`` (both checked, ``offset < 2**63``) page through them;
+        ``after``, a ``(created_at, id)`` place in that order, starts just past it (a
+        cursor: read off an index, its cost does not grow with the rows before it). Ids
+        compare by code point, as Python compares strings.
         """
         ...
 

@@ -73,7 +73,7 @@ from cowconv.agent_server.models import (
     Success,
     UpdateConversationRequest,
 )
-from cowconv.agent_server.registry import ConversationRegistry
+from cowconv.agent_server.registry import DEFAULT_MAX_LIVE, ConversationRegistry
 from cowconv.agent_server.schema_check import check_request
 from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, add_security, check_exposure
 from cowconv.backends.wire import (
@@ -170,6 +170,7 @@ def create_app(
     allowed_origins: Sequence[str] = (),
     allow_unauthenticated: bool = False,
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    max_live_conversations: int = DEFAULT_MAX_LIVE,
 ) -> FastAPI:
     """The agent server as an ASGI app.
 
@@ -185,7 +186,8 @@ def create_app(
     own or ``allowed_origins`` cannot change anything (403). Serving a
     non-loopback address or host name without ``session_api_key`` raises
     :class:`~cowconv.agent_server.UnsafeExposureError` unless ``allow_unauthenticated``. Bodies
-    over ``max_body_size`` bytes are answered 413. See ``docs/server.md``.
+    over ``max_body_size`` bytes are answered 413. At most ``max_live_conversations`` idle
+    conversations stay in memory. See ``docs/server.md``.
 
     >>> from fastapi.testclient import TestClient
     >>> client = TestClient(create_app(session_api_key="s3cret"), base_url="http://localhost")
@@ -203,7 +205,7 @@ def create_app(
         allow_unauthenticated=allow_unauthenticated,
     )
     opened = None if data_dir is None else _open_store(data_dir)
-    registry = ConversationRegistry(opened or store)
+    registry = ConversationRegistry(opened or store, max_live=max_live_conversations)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -462,6 +464,7 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
             list[_IdText] | None,
             Query(max_length=99, description="OpenHands' batch get: these conversations"),
         ] = None,
+        cursor: Annotated[str | None, Query(max_length=4096, pattern=r"^[^\x00]*$")] = None,
     ) -> ConversationPage | list[ConversationResponse | None]:
         """Conversation summaries, oldest first, optionally only those with all given tags.
 
@@ -471,13 +474,8 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
         if ids is not None:
             found = [registry.find(conversation_id) for conversation_id in ids]
             return [None if c is None else conversation_response(c) for c in found]
-        items = registry.list(tags=_tag_filter(tag), limit=limit + 1, offset=offset)
-        more = len(items) > limit
-        return ConversationPage(
-            items=items[:limit],
-            next_offset=offset + limit if more else None,
-            unreadable=registry.unreadable(),
-        )
+        page = registry.page(tags=_tag_filter(tag), limit=limit, offset=offset, cursor=cursor)
+        return ConversationPage(**page._asdict())
 
     @api.get("/search", response_model=ConversationSearchPage)
     def search_conversations(

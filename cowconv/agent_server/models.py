@@ -638,8 +638,10 @@ class ConversationPage(BaseModel):
     items: list[ConversationInfo]
     next_offset: int | None = None
     unreadable: list[str] = []
-    """Ids of stored conversations that cannot be read (damaged rows), left out of ``items``;
-    ``DELETE`` removes them."""
+    """Ids of the stored conversations this page covers that cannot be read (damaged rows),
+    left out of ``items``; ``DELETE`` removes them."""
+    next_cursor: str | None = None
+    """Give it as ``cursor`` for the next page (read off an index; ``None`` after the last)."""
 
 
 class StreamStatus(BaseModel):

@@ -1,10 +1,14 @@
 """``ConversationRegistry``: the server's live conversations, backed by a store.
 
-Live :class:`~cowconv.Conversation` objects stay in memory; with a store
-every change is written through it, so after a restart each conversation is
-reopened from the store the first time it is asked for. Every live
-conversation reports its events to a :class:`_Hub`, which wakes the event
-streams subscribed to it.
+Live :class:`~cowconv.Conversation` objects stay in memory, at most
+``max_live`` of them (the least recently used idle ones are evicted); every
+change is written through the store, so a conversation is reopened from it
+the next time it is asked for, after an eviction or a restart. Before a live
+conversation is served, the store is asked whether it still holds that
+very write (three numbers of one row): when another server on the same
+store changed or deleted it, it is reloaded (or gone), never served stale.
+Every live conversation reports its events to a :class:`_Hub`, which wakes
+the event streams subscribed to it.
 
 >>> from cowconv import LLM, Agent, Workspace
 >>> registry = ConversationRegistry()
@@ -21,8 +25,9 @@ from __future__ import annotations
 import builtins
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -40,8 +45,16 @@ from cowconv.core.ids import ConversationID, id_text
 from cowconv.core.state import ConversationInfo, ConversationState, check_tags
 from cowconv.core.workspace import Workspace
 from cowconv.stores import MemoryStore, Store
+from cowconv.stores.tree import TreeStore
 
-__all__ = ["ConversationRegistry"]
+__all__ = ["DEFAULT_MAX_LIVE", "ConversationRegistry", "ListingPage"]
+
+DEFAULT_MAX_LIVE = 256
+"""How many conversations a registry keeps in memory by default (``--max-live-conversations``).
+
+A live conversation costs about 20 KiB besides what its history shares with
+its forks; one reopened from the store costs a read of its rows.
+"""
 
 logger = logging.getLogger("cowconv.agent_server")
 
@@ -79,6 +92,20 @@ class _Hub:
             waker()
 
 
+class ListingPage(NamedTuple):
+    """A page of the server's listing (:meth:`ConversationRegistry.page`), the fields of the
+    listing's response: ``ConversationPage(**page._asdict())``.
+
+    >>> ListingPage([], [], None, None).next_cursor is None
+    True
+    """
+
+    items: builtins.list[ConversationInfo]
+    unreadable: builtins.list[str]
+    next_cursor: str | None
+    next_offset: int | None
+
+
 class ConversationRegistry:
     """The conversations an agent server serves, by id.
 
@@ -97,10 +124,14 @@ class ConversationRegistry:
     (True, ['SystemPromptEvent', 'MessageEvent'])
     """
 
-    def __init__(self, store: Store | None = None) -> None:
+    def __init__(self, store: Store | None = None, *, max_live: int = DEFAULT_MAX_LIVE) -> None:
+        if not isinstance(max_live, int) or isinstance(max_live, bool) or max_live < 1:
+            raise InvalidValueError(f"max_live must be an int >= 1, got {max_live!r}")
         self._store: Store = MemoryStore() if store is None else store
+        self._max_live = max_live
         self._lock = threading.RLock()
-        self._live: dict[str, Conversation] = {}
+        # Least recently used first: the idle ones at the front are evicted first.
+        self._live: OrderedDict[str, Conversation] = OrderedDict()
         self._hubs: dict[str, _Hub] = {}
         self._runs: dict[str, threading.Thread] = {}
         self._closed = False
@@ -122,20 +153,82 @@ class ConversationRegistry:
                 del self._hubs[conversation_id]
 
     def get(self, conversation_id: ConversationID) -> Conversation:
-        """The live conversation ``conversation_id``, reopened from the store if needed."""
+        """The live conversation ``conversation_id``, reopened from the store if needed.
+
+        A live one that the store no longer holds as this process last wrote
+        or read it (another server wrote or deleted it) is reloaded first; a
+        running one is never replaced.
+        """
         conversation_id = id_text(conversation_id)
         with self._lock:
             conversation = self._live.get(conversation_id)
-            if conversation is None:
+            if conversation is not None:
+                self._live.move_to_end(conversation_id)
+                if conversation_id in self._runs or not self._stale(conversation):
+                    return conversation
+                # Another writer came in between: serve what the store holds now.
+                del self._live[conversation_id]
+                logger.info("conversation %s changed in the store: reloading it", conversation_id)
+            else:
+                conversation = None
+            try:
                 # The hub is kept only for a conversation that exists: a GET of an unknown
                 # id must not leave an entry behind (issue 22, part 4).
                 hub = self._hubs.get(conversation_id) or _Hub()
-                conversation = Conversation.resume(
-                    self._store, conversation_id, callbacks=[hub.notify]
-                )
-                self._hubs.setdefault(conversation_id, hub)
-                self._live[conversation_id] = conversation
-            return conversation
+                fresh = Conversation.resume(self._store, conversation_id, callbacks=[hub.notify])
+            except BaseException:
+                self._forget_hub(conversation_id)
+                raise
+            finally:
+                if conversation is not None:
+                    conversation.close()
+            self._hubs.setdefault(conversation_id, hub)
+            self._live[conversation_id] = fresh
+            self._evict()
+            return fresh
+
+    def _stale(self, conversation: Conversation) -> bool:
+        """Whether the store holds another write of ``conversation`` than its snapshot."""
+        if not isinstance(self._store, TreeStore):
+            return False  # a store of another kind: this process is its only writer
+        backend = conversation.backend
+        state = backend.snapshot()
+        if self._store.holds(state):
+            return False
+        # A write of this process that ended while the store was asked is not staleness.
+        return backend.snapshot() is state
+
+    def _evict(self) -> None:
+        """Drop the least recently used idle conversations beyond ``max_live`` (lock held).
+
+        A running one, or one an event stream follows, stays; the bound is
+        exceeded only while more than ``max_live`` are held so.
+        """
+        excess = len(self._live) - self._max_live
+        if excess <= 0:
+            return
+        evicted: builtins.list[Conversation] = []
+        for conversation_id in builtins.list(self._live):
+            if len(evicted) == excess:
+                break
+            hub = self._hubs.get(conversation_id)
+            if conversation_id in self._runs or (hub is not None and hub.followed):
+                continue
+            evicted.append(self._live.pop(conversation_id))
+            self._forget_hub(conversation_id)
+        for conversation in evicted:
+            conversation.close()  # its tools' processes, if it ever ran; the store keeps it
+
+    @property
+    def live_count(self) -> int:
+        """How many conversations are held in memory now (at most ``max_live`` when idle)."""
+        with self._lock:
+            return len(self._live)
+
+    @property
+    def max_live(self) -> int:
+        """How many idle conversations are kept in memory at most."""
+        return self._max_live
 
     def find(self, conversation_id: str) -> Conversation | None:
         """The conversation if it exists, else ``None``."""
@@ -150,8 +243,45 @@ class ConversationRegistry:
         """Summaries, oldest first, of the conversations carrying all ``tags``."""
         return self._store.list(tags=tags, limit=limit, offset=offset)
 
+    def page(
+        self,
+        *,
+        tags: Mapping[str, str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> ListingPage:
+        """A page of summaries, oldest first, read off the store's listing index.
+
+        ``cursor`` is the ``next_cursor`` of the page before (its cost does not
+        grow with the store); ``offset`` skips rows. ``unreadable`` names the
+        conversations the page covers whose state cannot be read: paging
+        through the listing reports each once, and a listing never reads a
+        row outside its page (see :meth:`TreeStore.page
+        <cowconv.stores.tree.TreeStore.page>`).
+
+        >>> ConversationRegistry().page(limit=5)
+        ListingPage(items=[], unreadable=[], next_cursor=None, next_offset=None)
+        """
+        if isinstance(self._store, TreeStore):
+            found = self._store.page(tags=tags, limit=limit, offset=offset, cursor=cursor)
+            more = found.next_cursor is not None
+            return ListingPage(
+                found.items,
+                found.unreadable,
+                found.next_cursor,
+                offset + limit if more and cursor is None else None,
+            )
+        if cursor is not None:  # a store of another kind pages by offset only
+            raise InvalidValueError(f"the store {self._store!r} pages by offset, not by cursor")
+        items = self._store.list(tags=tags, limit=limit + 1, offset=offset)
+        more = len(items) > limit
+        return ListingPage(
+            items[:limit], self._store.unreadable(), None, offset + limit if more else None
+        )
+
     def unreadable(self) -> builtins.list[str]:
-        """Ids of stored conversations the store cannot read (reported, never hidden)."""
+        """Ids of all stored conversations the store cannot read (reads every row's version)."""
         return self._store.unreadable()
 
     def is_running(self, conversation_id: str) -> bool:
@@ -175,6 +305,7 @@ class ConversationRegistry:
                 self._forget_hub(id_text(chosen))  # nothing was created: keep no hub for it
                 raise
             self._live[id_text(chosen)] = conversation
+            self._evict()
         return conversation
 
     def create(
@@ -254,8 +385,8 @@ class ConversationRegistry:
 
         :class:`ConversationConflictError` if a run is already going.
         """
-        conversation = self.get(conversation_id)
-        with self._lock:
+        with self._lock:  # got and marked running at once: never evicted or replaced between
+            conversation = self.get(conversation_id)
             if self._closed:
                 raise ConversationConflictError("the server is shutting down")
             if conversation_id in self._runs:

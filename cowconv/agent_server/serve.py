@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from cowconv._exceptions import CowconvError, InvalidValueError, StartError, UnsafeExposureError
 from cowconv.agent_server.app import create_app
 from cowconv.agent_server.background import listening_socket
+from cowconv.agent_server.registry import DEFAULT_MAX_LIVE
 from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, check_exposure
 from cowconv.stores import Store, open_store
 
@@ -61,6 +62,8 @@ class ServerSettings(BaseSettings):
     allow_unauthenticated: bool = False
     """Serve a non-loopback address without a session key (refused otherwise)."""
     max_body_size: int = Field(default=DEFAULT_MAX_BODY_SIZE, ge=1)
+    max_live_conversations: int = Field(default=DEFAULT_MAX_LIVE, ge=1)
+    """Conversations kept in memory at most (idle ones beyond are evicted, reloaded on use)."""
 
     @field_validator("data_dir", mode="before")
     @classmethod
@@ -172,6 +175,7 @@ def run_server(settings: ServerSettings) -> None:
             allowed_origins=settings.allowed_origins,
             allow_unauthenticated=settings.allow_unauthenticated,
             max_body_size=settings.max_body_size,
+            max_live_conversations=settings.max_live_conversations,
         )
     except (CowconvError, OSError) as error:
         listener.close()

@@ -54,7 +54,8 @@ class _Tables:
 
 def _summary(state: str) -> tuple[str, Mapping[str, Any]]:
     data = json.loads(state)
-    return str(data.get("created_at", "")), dict(data.get("tags") or {})
+    created = data.get("created_at")  # as a database's index reads it: text, else ""
+    return created if isinstance(created, str) else "", dict(data.get("tags") or {})
 
 
 def _without(index: PMap[Any, frozenset[int]], name: Any, key: int) -> PMap[Any, frozenset[int]]:
@@ -104,6 +105,10 @@ class _Transaction:
 
     def row_at(self, key: int) -> Row | None:
         return self.tables.rows.get(key)
+
+    def written(self, conversation_id: str) -> tuple[int, int, int] | None:
+        row = self.row(conversation_id)
+        return None if row is None else (row.key, row.generation, row.version)
 
     def branch_rows(self, conversation_id: str) -> list[Row]:
         keys = self.tables.branches.get(conversation_id, _NO_KEYS)
@@ -168,15 +173,23 @@ class _Transaction:
             events = events.set(key, (first, held[: keep - first]))
         self.tables = replace(self.tables, events=events)
 
-    def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> list[Row]:
-        summaries = self.tables.summaries
+    def named_rows(
+        self,
+        tags: Mapping[str, str],
+        limit: int | None,
+        offset: int,
+        after: tuple[str, str] | None = None,
+    ) -> list[Row]:
+        summaries, rows = self.tables.summaries, self.tables.rows
         chosen = sorted(
-            (summary[0], key)
+            (summary[0], str(rows[key].id), key)
             for key, summary in summaries.items()
             if all(summary[1].get(name) == value for name, value in tags.items())
         )
+        if after is not None:
+            chosen = [place for place in chosen if place[:2] > after]
         page = chosen[offset:] if limit is None else chosen[offset : offset + limit]
-        return [self.tables.rows[key] for _, key in page]
+        return [rows[key] for _, _, key in page]
 
     def named_versions(self) -> list[tuple[int, str, int, int]]:
         rows = self.tables.rows

@@ -75,8 +75,9 @@ CREATE TABLE IF NOT EXISTS cowconv_conversations (
     created_at text COLLATE "C" GENERATED ALWAYS AS ((state::jsonb) ->> 'created_at') STORED,
     tags jsonb GENERATED ALWAYS AS ((state::jsonb) -> 'tags') STORED
 );
-CREATE INDEX IF NOT EXISTS cowconv_conversations_listing
-    ON cowconv_conversations (created_at, key) WHERE id IS NOT NULL;
+DROP INDEX IF EXISTS cowconv_conversations_listing;
+CREATE INDEX IF NOT EXISTS cowconv_conversations_page
+    ON cowconv_conversations (coalesce(created_at, ''), (id COLLATE "C")) WHERE id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS cowconv_conversations_tags
     ON cowconv_conversations USING gin (tags) WHERE id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS cowconv_conversations_branches
@@ -114,6 +115,10 @@ def _translated(name: str) -> Iterator[None]:
         raise StoreError(f"the store {name} failed: {error}") from error
 
 
+# The listing's order, as the index cowconv_conversations_page holds it.
+_PLACE = """coalesce(created_at, ''), (id COLLATE "C")"""
+
+
 class _Transaction(SQLTransaction):
     """The row operations on one pooled connection; branches and tags have their own columns."""
 
@@ -127,14 +132,24 @@ class _Transaction(SQLTransaction):
             "SELECT {cols} FROM {c} WHERE branch_of = ? ORDER BY branch_order", (conversation_id,)
         )
 
-    def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> list[Row]:
-        # The partial indexes answer this: a page costs its own rows, not the table's.
+    def named_rows(
+        self,
+        tags: Mapping[str, str],
+        limit: int | None,
+        offset: int,
+        after: tuple[str, str] | None = None,
+    ) -> list[Row]:
+        # The partial index cowconv_conversations_page answers this: a page from a cursor
+        # costs its own rows, not the table's. Ids compare byte-wise ("C"), as in SQLite.
         query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
         parameters: list[object] = []
+        if after is not None:
+            query += f" AND ({_PLACE}) > (?, ?)"
+            parameters += list(after)
         if tags:
             query += " AND tags @> ?::jsonb"
             parameters.append(json.dumps(dict(tags)))
-        query += " ORDER BY created_at, key LIMIT ? OFFSET ?"
+        query += f" ORDER BY {_PLACE} LIMIT ? OFFSET ?"
         return self.rows(query, [*parameters, limit, offset])
 
 

@@ -86,6 +86,12 @@ class SQLTransaction:
         found = self.rows("SELECT {cols} FROM {c} WHERE key = ?", (key,))
         return found[0] if found else None
 
+    def written(self, conversation_id: str) -> tuple[int, int, int] | None:
+        found = self.execute(
+            "SELECT key, generation, version FROM {c} WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        return None if found is None else (int(found[0]), int(found[1]), int(found[2]))
+
     def children(self, key: int) -> list[Row]:
         return self.rows("SELECT {cols} FROM {c} WHERE parent = ? ORDER BY key", (key,))
 

@@ -91,10 +91,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 
 # Any store gets this index when opened (not a new version: a cowconv that does not know it
-# reads the file as before; SQLite keeps it up to date). A listing page is read off it.
-_LISTING_INDEX = (
-    "CREATE INDEX IF NOT EXISTS conversations_listing ON conversations "
-    "(json_extract(state, '$.created_at'), key) WHERE id IS NOT NULL"
+# reads the file as before; SQLite keeps it up to date). A listing page is read off it, from
+# an offset or from a cursor (created_at, id); the expression is the one named_rows orders by.
+_PLACE = "coalesce(json_extract(state, '$.created_at'), '')"
+_LISTING_INDEX_NAME = "conversations_page"
+_LISTING_INDEXES = (
+    # Ordered by key, it could not place a cursor: navigate_to moves an id to another key.
+    "DROP INDEX IF EXISTS conversations_listing",
+    f"CREATE INDEX IF NOT EXISTS {_LISTING_INDEX_NAME} ON conversations ({_PLACE}, id) "
+    "WHERE id IS NOT NULL",
 )
 
 Synchronous = Literal["full", "normal"]
@@ -213,16 +218,28 @@ class _Transaction(SQLTransaction):
             (conversation_id,),
         )
 
-    def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> list[Row]:
+    def named_rows(
+        self,
+        tags: Mapping[str, str],
+        limit: int | None,
+        offset: int,
+        after: tuple[str, str] | None = None,
+    ) -> list[Row]:
+        # The partial index conversations_page answers this: a page from a cursor costs its
+        # own rows (a tag filter skips the rows without the tags on the way).
         query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
         parameters: list[object] = []
+        if after is not None:
+            # Not a row value: SQLite would scan the index from its start to compare those.
+            query += f" AND {_PLACE} >= ? AND ({_PLACE} > ? OR id > ?)"
+            parameters += [after[0], after[0], after[1]]
         for key, value in tags.items():
             query += (
                 " AND EXISTS (SELECT 1 FROM json_each(state, '$.tags')"
                 " WHERE json_each.key = ? AND json_each.value = ?)"
             )
             parameters += [key, value]
-        query += " ORDER BY json_extract(state, '$.created_at'), key LIMIT ? OFFSET ?"
+        query += f" ORDER BY {_PLACE}, id LIMIT ? OFFSET ?"
         return self.rows(query, [*parameters, -1 if limit is None else limit, offset])
 
     def epoch(self) -> object:
@@ -267,7 +284,7 @@ class SQLiteRows:
             with _translated(path):
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
-                listed = "SELECT 1 FROM sqlite_master WHERE name = 'conversations_listing'"
+                listed = f"SELECT 1 FROM sqlite_master WHERE name = '{_LISTING_INDEX_NAME}'"
                 if version != SCHEMA_VERSION or not connection.execute(listed).fetchone():
                     self._set_up(connection)
         except BaseException:
@@ -290,7 +307,7 @@ class SQLiteRows:
             else:
                 steps = range(version, SCHEMA_VERSION)
                 statements = [s for step in steps for s in _MIGRATIONS[step]]
-            for statement in (*statements, _LISTING_INDEX):
+            for statement in (*statements, *_LISTING_INDEXES):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             connection.execute("COMMIT")

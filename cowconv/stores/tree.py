@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import json
 import logging
 import secrets
 import threading
@@ -32,7 +33,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Self
+from typing import NamedTuple, Self
 
 from cowconv._exceptions import (
     ConversationExistsError,
@@ -48,12 +49,15 @@ from cowconv.core.storable import check_storable, loaded_history
 from cowconv.ports import Row, RowStore, RowTransaction
 from cowconv.stores.base import ExportRecord, export_document, loaded_status, parse_export
 
-__all__ = ["TreeStore"]
+__all__ = ["StorePage", "TreeStore"]
 
 logger = logging.getLogger("cowconv")
 
 MAX_ROWS = 2**63 - 1
 """No database holds more rows than a 64-bit integer counts: paging is clamped to it."""
+
+MAX_CURSOR = 4096
+"""The longest listing cursor taken (a page's ``next_cursor``: a time stamp and an id)."""
 
 # Loaded histories kept so that loading a fork shares the parent's events.
 _CACHE_SIZE = 32
@@ -239,6 +243,33 @@ class TreeStore:
                 for branch in rows.branch_rows(id_text(conversation_id))
             ]
 
+    def holds(self, state: ConversationState) -> bool:
+        """Whether ``state`` is the very write the store holds for its conversation.
+
+        ``False`` once another writer (another process, another store object
+        on the same database) wrote or deleted the conversation, or for a
+        snapshot this store object neither loaded nor saved: the check a
+        server makes before serving a conversation it keeps in memory. It
+        reads three numbers of one row, not the state.
+
+        >>> from cowconv import LLM, Agent, Conversation, MemoryStore
+        >>> store = MemoryStore()
+        >>> mine = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".",
+        ...                     store=store)
+        >>> snapshot = mine.backend.snapshot()
+        >>> store.holds(snapshot)
+        True
+        >>> other = Conversation.resume(MemoryStore(store.rows), mine.id)  # another writer
+        >>> _ = other.send_message("hi")
+        >>> store.holds(snapshot)
+        False
+        """
+        token = self._bases.get(id(state))
+        if token is None:
+            return False
+        with self._transaction(write=False) as rows:
+            return rows.written(id_text(state.id)) == token
+
     def info(self, conversation_id: ConversationID) -> ConversationInfo:
         """The stored conversation's summary, without reading its events.
 
@@ -294,6 +325,45 @@ class TreeStore:
                 ", ".join(map(repr, unreadable)),
             )
         return infos
+
+    def page(
+        self,
+        *,
+        tags: Mapping[str, str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> StorePage:
+        """One page of the listing: the next ``limit`` stored conversations, oldest first.
+
+        The page is read off the listing index (``created_at``, then id):
+        ``limit + 1`` rows from ``cursor`` (the ``next_cursor`` of the page
+        before), so its cost does not grow with the store; ``offset`` skips
+        rows first (it costs the rows it skips). The rows the page covers
+        whose state cannot be read are in ``unreadable``, not in ``items``:
+        paging through the whole listing reports each of them once, and no
+        listing reads a row outside its page. From a cursor, every
+        conversation stored before the first page and not deleted meanwhile
+        is listed exactly once, whatever is created or deleted between
+        pages; an id is never listed twice.
+
+        >>> from cowconv import MemoryStore
+        >>> MemoryStore().page(limit=20)
+        StorePage(items=[], unreadable=[], next_cursor=None)
+        """
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise InvalidValueError(f"limit must be an int >= 1, got {limit!r}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidValueError(f"offset must be an int >= 0, got {offset!r}")
+        wanted = check_tags(tags)
+        after = None if cursor is None else _place_of(cursor)
+        limit = min(limit, MAX_ROWS - 1)
+        with self._transaction(write=False) as rows:
+            named = rows.named_rows(wanted, limit + 1, min(offset, MAX_ROWS), after)
+            covered = named[:limit]
+            infos, unreadable = self._infos(rows, covered)
+        more = len(named) > limit
+        return StorePage(infos, unreadable, _cursor_of(covered[-1]) if more else None)
 
     def _infos(
         self, rows: RowTransaction, named: Sequence[Row]
@@ -708,6 +778,48 @@ class TreeStore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._name!r})"
+
+
+class StorePage(NamedTuple):
+    """A page of a store's listing (:meth:`TreeStore.page`).
+
+    ``next_cursor`` is where the next page starts, ``None`` after the last.
+    """
+
+    items: builtins.list[ConversationInfo]
+    unreadable: builtins.list[str]
+    next_cursor: str | None
+
+
+def _cursor_of(row: Row) -> str:
+    """The cursor just past ``row`` in the listing's order: its ``created_at``, a space, its id.
+
+    Readable, and any text is a place in that order (a cursor never fails to parse).
+    """
+    try:
+        created = json.loads(row.state or "").get("created_at")
+    except (ValueError, AttributeError):
+        created = None  # a database's index cannot hold such a row; be safe all the same
+    return f"{created if isinstance(created, str) else ''} {row.id}"
+
+
+def _place_of(cursor: object) -> tuple[str, str]:
+    """The ``(created_at, id)`` a cursor names: the text before its first space, and after.
+
+    >>> _place_of(_cursor_of(Row(1, "c 1", None, 0, 0, '{"created_at": "2026-12-02T16:12Z"}')))
+    ('2026-12-02T16:12Z', 'c 1')
+    >>> _place_of(5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: a listing cursor is text of up to 4096 characters ...
+    """
+    if not isinstance(cursor, str) or len(cursor) > MAX_CURSOR or "\x00" in cursor:
+        raise InvalidValueError(
+            f"a listing cursor is text of up to {MAX_CURSOR} characters without NUL, "
+            f"got {repr(cursor)[:80]}"
+        )
+    created, _, name = cursor.partition(" ")
+    return created, name
 
 
 def _only_grows(previous: ConversationState, current: ConversationState) -> bool:
