@@ -121,7 +121,10 @@ _LAZY = {
     "SQLiteStore": "cowconv.stores",
     "Store": "cowconv.stores",
     "ToolDefinition": "cowconv.agent.tools",
+    "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
+    "Action": "cowconv.core.schema",
+    "Observation": "cowconv.core.schema",
     "register_tool": "cowconv.agent.tools",
     "registered_tools": "cowconv.agent.tools",
     "resolve_tool": "cowconv.agent.tools",
@@ -134,6 +137,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from cowconv.agent.tools import (
         ToolDefinition,
+        ToolExecutor,
         ToolResult,
         register_tool,
         registered_tools,
@@ -176,6 +180,7 @@ if TYPE_CHECKING:
     from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
     from cowconv.core.history import EventLog
     from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.schema import Action, Observation
     from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
@@ -196,6 +201,7 @@ __getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [
+    "Action",
     "ActionEvent",
     "Agent",
     "AgentErrorEvent",
@@ -259,6 +265,7 @@ __all__ = [
     "Message",
     "MessageEvent",
     "MessageToolCall",
+    "Observation",
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",
@@ -283,6 +290,7 @@ __all__ = [
     "Tool",
     "ToolArgumentError",
     "ToolDefinition",
+    "ToolExecutor",
     "ToolResult",
     "UnsafeExposureError",
     "Usage",
