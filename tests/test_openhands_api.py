@@ -299,7 +299,7 @@ class TestView:
         conversation = make()
 
         def fresh() -> list[str]:
-            return [e.id for e in View.from_events(list(conversation.state.events)).events]
+            return [e.id for e in View.from_events(conversation.state.active_branch()).events]
 
         e0 = conversation.append_event(_message("root"))
         assert _view_ids(conversation) == fresh()

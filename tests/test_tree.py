@@ -112,9 +112,14 @@ class TestNavigateTo:
         e0, e1, e2 = three(conversation)
         conversation.navigate_to(e0.id)
         assert conversation.state.leaf_event_id == e0.id
-        assert texts(conversation.state.events) == ["root"]
+        assert texts(conversation.state.branch) == ["root"]
+        assert texts(conversation.state.events) == ["root", "a1", "a2"]  # a1, a2 kept
         conversation.send_message("b1")
-        assert texts(conversation.state.events) == ["root", "b1"]
+        assert texts(conversation.state.branch) == ["root", "b1"]
+        assert texts(conversation.state.active_branch()) == ["root", "b1"]
+        assert texts(conversation.state.view.events) == ["root", "b1"]
+        assert texts(conversation.state.events) == ["root", "a1", "a2", "b1"]
+        assert e1.id in conversation.state.events and e2 in conversation.state.events
         assert [texts(b) for b in conversation.state.branches] == [
             ["root", "a1", "a2"],
             ["root", "b1"],
@@ -126,7 +131,8 @@ class TestNavigateTo:
         conversation.navigate_to(e0.id)
         b1 = conversation.send_message("b1")
         conversation.navigate_to(e2.id)
-        assert texts(conversation.state.events) == ["root", "a1", "a2"]
+        assert texts(conversation.state.branch) == ["root", "a1", "a2"]
+        assert texts(conversation.state.events) == ["root", "b1", "a1", "a2"]  # b1's branch first
         assert list(conversation.state.other_branches[0])[-1] == b1
         assert len(conversation.state.branches) == 2
 
@@ -134,7 +140,9 @@ class TestNavigateTo:
         """navigate_to(None) leaves an empty active branch; the next event is a new root."""
         three(conversation)
         conversation.navigate_to(None)
-        assert conversation.state.leaf_event_id is None and len(conversation.state.events) == 0
+        assert conversation.state.leaf_event_id is None and len(conversation.state.branch) == 0
+        assert len(conversation.state.events) == 4  # the system prompt, root, a1, a2: all kept
+        assert list(conversation.state.view.events) == []
         conversation.send_message("fresh")
         assert [texts(b) for b in conversation.state.branches] == [
             ["root", "a1", "a2"],
@@ -161,9 +169,9 @@ class TestNavigateTo:
         """Navigating copies nothing: the new active branch is a prefix view of the old one."""
         for n in range(100):
             local.send_message(f"m{n}")
-        old = local.state.events
+        old = local.state.branch
         local.navigate_to(old[49].id)
-        new = local.state.events
+        new = local.state.branch
         assert len(new) == 50 and new._chunks[0] is old._chunks[0]
         assert local.state.other_branches[0]._chunks is old._chunks
 
@@ -193,7 +201,7 @@ class TestForkAndTheTree:
         assert texts(fork.state.events) == ["root", "a1", "a2"]
         assert fork.state.leaf_event_id == e2.id
         assert fork.state.other_branches == ()
-        assert texts(conversation.state.events) == ["root", "b1"]  # the source is untouched
+        assert texts(conversation.state.branch) == ["root", "b1"]  # the source is untouched
         fork.close()
 
     def test_whole_fork_keeps_every_branch_and_the_leaf(self, conversation):
@@ -215,7 +223,7 @@ class TestForkAndTheTree:
                 fork = conversation.fork(from_event_id=event.id)
                 probe = conversation.fork()
                 probe.navigate_to(event.id)
-                assert list(fork.state.events) == list(probe.state.events)
+                assert list(fork.state.events) == list(probe.state.branch)
                 assert list(fork.state.events)[-1] == event
                 fork.close(), probe.close()
 
@@ -252,7 +260,8 @@ class TestPersistedTree:
             ]
             assert again.state.leaf_event_id == b1.id
             again.send_message("b2")  # and it goes on from there
-            assert texts(again.state.events) == ["root", "b1", "b2"]
+            assert texts(again.state.branch) == ["root", "b1", "b2"]
+            assert texts(again.state.events) == ["root", "a1", "a2", "c2", "b1", "b2"]
 
     def test_navigating_copies_no_event(self, tmp_path):
         """In SQLite, navigating and branching write rows, never events again."""
@@ -380,14 +389,16 @@ class TestParentChains:
                 assert fork.state.leaf_event_id == target.id
                 assert fork.state.events == history_to(state, target.id)
             state = conversation.state
-            assert all(parent_chain_ok(branch) for branch in (*state.branches, state.events))
+            assert all(parent_chain_ok(branch) for branch in (*state.branches, state.branch))
             # One parent per event, whichever branch holds it (branches share their events).
             parents = {}
             for branch in state.branches:
                 for event in branch:
                     assert parents.setdefault(event.id, event.parent_id) == event.parent_id
-            assert [e.id for e in state.view.events] == [e.id for e in state.events]
-            assert state.head_is_empty == (not state.events and bool(parents))
+            assert [e.id for e in state.view.events] == [e.id for e in state.branch]
+            assert state.head_is_empty == (not state.branch and bool(parents))
+            # state.events: every event of the tree once (OpenHands' SDK keeps left branches).
+            assert sorted(e.id for e in state.events) == sorted(parents)
         if stored:  # and all of it as a new process reads it back
             reloaded = Conversation.resume(conversation.backend.sink, conversation.id).state
             assert reloaded.events == conversation.state.events
