@@ -731,6 +731,25 @@ class _LiveState:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conversation.state, name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_conversation":
+            object.__setattr__(self, name, value)
+            return
+        if name != "agent_state" or not isinstance(value, Mapping):
+            raise InvalidTypeError(
+                f"conversation._state.{name} cannot be assigned: cowconv's state is an immutable "
+                "snapshot; change it through the conversation's methods"
+            )
+        # OpenHands code assigns the whole dict, usually {**old, key: value}: merged here.
+        # Dropping a key would need a removal cowconv's agent state does not offer.
+        dropped = set(self._conversation.state.agent_state) - set(value)
+        if dropped:
+            raise InvalidValueError(
+                f"conversation._state.agent_state = ... would drop {sorted(dropped)}: cowconv's "
+                "agent state only grows (conversation.update_agent_state merges)"
+            )
+        self._conversation.update_agent_state(value)
+
 
 class _BackgroundRun:
     """A ``run()`` in a daemon thread (``run(blocking=False)``), and what stopped it."""

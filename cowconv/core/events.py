@@ -70,6 +70,7 @@ __all__ = [
     "AgentErrorEvent",
     "AnyEvent",
     "Condensation",
+    "CondensationRequest",
     "Content",
     "Event",
     "EventID",
@@ -328,6 +329,16 @@ class SystemPromptEvent(Event):
     system_prompt: str
     tools: tuple[FrozenJSONMap, ...] = ()
 
+    @field_validator("system_prompt", mode="before")
+    @classmethod
+    def _prompt_text(cls, value: Any) -> Any:
+        # OpenHands' SDK gives the prompt as a TextContent (JSON: {"type": "text", "text": ...}).
+        if isinstance(value, TextContent):
+            return value.text
+        if isinstance(value, dict) and set(value) <= {"type", "text", "cache_prompt"}:
+            return value.get("text", value)
+        return value
+
 
 class ActionEvent(Event):
     """A tool call the agent made.
@@ -410,6 +421,20 @@ class Condensation(Event):
     summary: str | None = None
     summary_offset: int | None = Field(default=None, ge=0)
     llm_response_id: str | None = None
+
+
+class CondensationRequest(Event):
+    """A request to condense the history at the agent's next step (OpenHands' event).
+
+    Recorded after the last condensation, it makes the next step of a run
+    condense the history with the agent's :class:`~cowconv.LLMSummarizingCondenser`
+    whatever its size (an agent without a condenser ignores it).
+
+    >>> CondensationRequest().source
+    'environment'
+    """
+
+    source: SourceType = "environment"
 
 
 CondensationEvent = Condensation
