@@ -43,6 +43,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
+    SerializeAsAny,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     WithJsonSchema,
@@ -374,7 +375,7 @@ class ActionEvent(Event):
     arguments: FrozenJSONMap
     thought: str = ""
     llm_response_id: str | None = None
-    action: Action | None = None
+    action: SerializeAsAny[Action] | None = None
     tool_call: MessageToolCall | None = None
 
     __omitted_when_none__: ClassVar[tuple[str, ...]] = ("action", "tool_call")
@@ -413,7 +414,7 @@ class ObservationEvent(Event):
     output: str
     exit_code: int | None = None
     extra: FrozenJSON = None
-    observation: Observation | None = None
+    observation: SerializeAsAny[Observation] | None = None
     action_id: EventID | None = None
 
     __omitted_when_none__: ClassVar[tuple[str, ...]] = ("observation", "action_id")
