@@ -13,9 +13,11 @@ from cowconv import (
     ROOT_PARENT_ID,
     Agent,
     Conversation,
+    ConversationState,
     EventLog,
     EventNotFoundError,
     ExecutionStatus,
+    InvalidTypeError,
     MemoryStore,
     Message,
     MessageEvent,
@@ -26,7 +28,7 @@ from cowconv import (
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, create_app
-from cowconv.core.tree import history_to
+from cowconv.core.tree import EventTree, extend_active, history_to, navigate
 from tests.conftest import message_texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))
@@ -453,3 +455,52 @@ class TestExportedTree:
         with pytest.raises(ValueError, match="shared"):
             target.import_conversations(json.dumps(document))
         assert target.list() == []
+
+
+class TestEventTree:
+    """state.events after navigation: every event of the tree once, read like a sequence."""
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.one_of(st.none(), st.integers(0, 40)), max_size=40))
+    def test_reads_agree_with_the_branches(self, steps):
+        """Random appends (None) and navigations (an index into the events so far)."""
+        state = ConversationState(id="t", agent=AGENT, workspace=Workspace(working_dir="."))
+        for number, step in enumerate(steps):
+            if step is None or not len(state.events):
+                event = MessageEvent(id=f"e{number}", role="user", content=str(number))
+                state = state._replace(branch=extend_active(state, [event]))
+            else:
+                state = navigate(state, state.events[step % len(state.events)].id)
+        events = state.events
+        listed = list(events)
+        distinct = {e.id: e for branch in state.branches for e in branch}
+        assert sorted(e.id for e in listed) == sorted(distinct) and len(events) == len(listed)
+        assert [events[i] for i in range(len(events))] == listed
+        assert [events[i - len(events)] for i in range(len(events))] == listed
+        assert events[1:3] == listed[1:3] if isinstance(events, EventTree) else True
+        for position, event in enumerate(listed):
+            assert events.index_of(event.id) == position and events.get_id(position) == event.id
+            assert event.id in events and event in events
+            path = events.path_to_root(event.id)
+            assert path[-1] == event and path == list(history_to(state, event.id))
+            # A parent comes before its children (OpenHands' storage order keeps that too).
+            if event.parent_id not in (None, ROOT_PARENT_ID):
+                assert events.index_of(event.parent_id) < position
+        assert "nope" not in events and events.position_of("nope") is None
+        with pytest.raises(EventNotFoundError):
+            events.path_to_root("nope")
+        assert list(state.branch) == state.active_branch()
+
+    def test_a_snapshot_tree_is_read_only(self):
+        state = ConversationState(id="t", agent=AGENT, workspace=Workspace(working_dir="."))
+        first = MessageEvent(id="a", role="user", content="a")
+        state = state._replace(branch=extend_active(state, [first, MessageEvent(content="b")]))
+        state = navigate(state, "a")
+        state = state._replace(branch=extend_active(state, [MessageEvent(content="c")]))
+        assert isinstance(state.events, EventTree) and len(state.events) == 3
+        with pytest.raises(InvalidTypeError, match="append_event"):
+            state.events.append(MessageEvent(content="d"))
+        again = ConversationState(
+            id="t", agent=AGENT, workspace=Workspace(working_dir="."), events=state.events
+        )  # an EventTree given as events= keeps every branch
+        assert again.events == state.events and again.branch == state.branch
