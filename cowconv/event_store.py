@@ -31,7 +31,12 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import overload
 
-from cowconv._exceptions import EventNotFoundError, InvalidTypeError, InvalidValueError
+from cowconv._exceptions import (
+    EventIndexError,
+    EventNotFoundError,
+    InvalidTypeError,
+    InvalidValueError,
+)
 from cowconv.core.events import ROOT_PARENT_ID, Event
 from cowconv.io import FileStore
 
@@ -109,7 +114,7 @@ class FileEventLog(Sequence[Event]):
             raise InvalidTypeError(f"event positions are ints, got {type(index).__name__}")
         position = index + len(self) if index < 0 else index
         if not 0 <= position < len(self):
-            raise IndexError(f"event position {index} out of range for {len(self)} events")
+            raise EventIndexError(f"event position {index} out of range for {len(self)} events")
         cached = self._event_cache.get(position)
         if cached is None:
             cached = Event.model_validate_json(self.file_store.read(self._path(position)))

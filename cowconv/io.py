@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from cowconv._exceptions import InvalidValueError
+from cowconv._exceptions import FileMissingError, InvalidValueError, StoreLockedError
 
 __all__ = ["FileStore", "InMemoryFileStore", "LocalFileStore"]
 
@@ -60,7 +60,7 @@ class FileStore(ABC):
 
     @abstractmethod
     def read(self, path: str) -> str:
-        """The text at ``path``; ``FileNotFoundError`` if there is none."""
+        """The text at ``path``; a ``FileNotFoundError`` if there is none."""
 
     @abstractmethod
     def list(self, path: str) -> builtins.list[str]:
@@ -106,7 +106,7 @@ class InMemoryFileStore(FileStore):
         try:
             return self.files[_clean(path)]
         except KeyError:
-            raise FileNotFoundError(path) from None
+            raise FileMissingError(f"no file at {path!r} in this file store") from None
 
     def list(self, path: str) -> builtins.list[str]:
         prefix = _clean(path)
@@ -137,7 +137,7 @@ class InMemoryFileStore(FileStore):
         with self._guard:
             held = self._locks.setdefault(_clean(path), threading.RLock())
         if not held.acquire(timeout=timeout):
-            raise TimeoutError(f"could not lock {path!r} within {timeout} s")
+            raise StoreLockedError(f"could not lock {path!r} within {timeout} s")
         try:
             yield
         finally:
@@ -212,7 +212,7 @@ class LocalFileStore(FileStore):
         with self._guard:
             held = self._locks.setdefault(_clean(path), threading.RLock())
         if not held.acquire(timeout=timeout):
-            raise TimeoutError(f"could not lock {path!r} within {timeout} s")
+            raise StoreLockedError(f"could not lock {path!r} within {timeout} s")
         try:
             yield
         finally:

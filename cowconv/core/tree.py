@@ -36,7 +36,12 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from cowconv._exceptions import EventNotFoundError, InvalidTypeError, InvalidValueError
+from cowconv._exceptions import (
+    EventIndexError,
+    EventNotFoundError,
+    InvalidTypeError,
+    InvalidValueError,
+)
 from cowconv.core.events import ROOT_PARENT_ID, Event
 from cowconv.core.history import EventLog
 
@@ -325,7 +330,7 @@ class EventTree(Sequence[Event]):
             raise InvalidTypeError(f"event positions are ints, got {type(index).__name__}")
         position = index + self._len if index < 0 else index
         if not 0 <= position < self._len:
-            raise IndexError(f"event position {index} out of range for {self._len} events")
+            raise EventIndexError(f"event position {index} out of range for {self._len} events")
         which = bisect_right(self._starts, position) - 1  # empty segments share a start
         return self._branches[which][self._skips[which] + position - self._starts[which]]
 
