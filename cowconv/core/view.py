@@ -8,7 +8,7 @@ condensation forgets leave the view, and its summary, if it has one and a
 :class:`CondensationSummaryEvent`. Events the model never sees (a
 :class:`~cowconv.PauseEvent`, an event kind of your own that is not an
 :class:`~cowconv.LLMConvertibleEvent`) are left out. Abandoned branches
-never appear: the view is built from ``state.events``, the active branch.
+never appear: the view is built from ``state.branch``, the active branch.
 
 >>> from cowconv import Condensation, EventLog, MessageEvent, PauseEvent
 >>> m0, m1 = (MessageEvent(id=f"m{i}", role="user", content=f"m{i}") for i in range(2))
