@@ -75,7 +75,7 @@ _SEEN: tuple[type[Event], ...] = (
     ObservationEvent,
     AgentErrorEvent,
 )
-_REQUEST_KIND = "CondensationRequest"  # OpenHands' request for a condensation (not in cowconv)
+_REQUEST_KIND = "CondensationRequest"  # cowconv.CondensationRequest, OpenHands' event
 
 
 class View:
@@ -83,8 +83,8 @@ class View:
 
     ``len(view)``, ``view[i]`` and ``view[i:j]`` read ``view.events``.
     ``unhandled_condensation_request`` is whether the branch holds a
-    ``CondensationRequest`` no condensation answered yet (cowconv records
-    none itself; an event of that kind from OpenHands counts).
+    :class:`~cowconv.CondensationRequest` no condensation answered yet (the
+    next step of a run then condenses).
 
     >>> View().events, len(View()), View().unhandled_condensation_request
     ((), 0, False)
