@@ -33,6 +33,7 @@ from cowconv._exceptions import (
     CowconvError,
     EventIndexError,
     EventNotFoundError,
+    FileMissingError,
     FrozenInstanceError,
     InvalidTypeError,
     InvalidValueError,
@@ -83,6 +84,7 @@ _LAZY = {
     "AgentErrorEvent": "cowconv.core.events",
     "AnyEvent": "cowconv.core.events",
     "Condensation": "cowconv.core.events",
+    "CondensationRequest": "cowconv.core.events",
     "CondensationEvent": "cowconv.core.events",
     "Content": "cowconv.core.events",
     "Event": "cowconv.core.events",
@@ -121,7 +123,10 @@ _LAZY = {
     "SQLiteStore": "cowconv.stores",
     "Store": "cowconv.stores",
     "ToolDefinition": "cowconv.agent.tools",
+    "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
+    "Action": "cowconv.core.schema",
+    "Observation": "cowconv.core.schema",
     "register_tool": "cowconv.agent.tools",
     "registered_tools": "cowconv.agent.tools",
     "resolve_tool": "cowconv.agent.tools",
@@ -134,6 +139,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from cowconv.agent.tools import (
         ToolDefinition,
+        ToolExecutor,
         ToolResult,
         register_tool,
         registered_tools,
@@ -158,6 +164,7 @@ if TYPE_CHECKING:
         AnyEvent,
         Condensation,
         CondensationEvent,
+        CondensationRequest,
         Content,
         Event,
         EventSource,
@@ -176,6 +183,7 @@ if TYPE_CHECKING:
     from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
     from cowconv.core.history import EventLog
     from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.schema import Action, Observation
     from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
@@ -196,6 +204,7 @@ __getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [
+    "Action",
     "ActionEvent",
     "Agent",
     "AgentErrorEvent",
@@ -219,6 +228,7 @@ __all__ = [
     "ComparisonSide",
     "Condensation",
     "CondensationEvent",
+    "CondensationRequest",
     "CondensationSummaryEvent",
     "Content",
     "Conversation",
@@ -241,6 +251,7 @@ __all__ = [
     "EventNotFoundError",
     "EventSource",
     "ExecutionStatus",
+    "FileMissingError",
     "FrozenInstanceError",
     "GroupTotals",
     "ImageContent",
@@ -259,6 +270,7 @@ __all__ = [
     "Message",
     "MessageEvent",
     "MessageToolCall",
+    "Observation",
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",
@@ -283,6 +295,7 @@ __all__ = [
     "Tool",
     "ToolArgumentError",
     "ToolDefinition",
+    "ToolExecutor",
     "ToolResult",
     "UnsafeExposureError",
     "Usage",

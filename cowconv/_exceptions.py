@@ -18,6 +18,7 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── LLMError
     ├── StoreError
     │   ├── CorruptStoreError
+    │   ├── FileMissingError (also FileNotFoundError): no file at a file store's path
     │   ├── SchemaVersionError
     │   └── StoreLockedError
     ├── RemoteError (status_code, message; 0: the server could not be reached)
@@ -67,6 +68,7 @@ __all__ = [
     "ConversationRunningError",
     "EventIndexError",
     "EventNotFoundError",
+    "FileMissingError",
     "FrozenInstanceError",
     "InvalidTypeError",
     "InvalidValueError",
@@ -283,6 +285,14 @@ class SchemaVersionError(StoreError):
     """The store was written by a schema version this cowconv cannot read.
 
     >>> issubclass(SchemaVersionError, StoreError)
+    True
+    """
+
+
+class FileMissingError(StoreError, FileNotFoundError):
+    """A file store (:mod:`cowconv.io`) has no file at the path read.
+
+    >>> issubclass(FileMissingError, FileNotFoundError)
     True
     """
 

@@ -685,6 +685,71 @@ class Conversation:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    # -- OpenHands' private names (docs/migration.md) ---------------------------
+
+    @property
+    def _state(self) -> _LiveState:
+        """OpenHands' private ``conversation._state``, for code written against it.
+
+        In OpenHands' SDK it is the live, lockable state; here a handle whose
+        ``with`` block is a no-op (every change is one atomic snapshot swap),
+        whose ``append_event`` is :meth:`append_event`, and which reads every
+        other attribute from the current :attr:`state`.
+
+        >>> from cowconv import LLM, Agent, Conversation, PauseEvent
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> with conversation._state:
+        ...     conversation._state.append_event(PauseEvent())
+        >>> conversation._state.leaf_event_id == conversation.state.branch[-1].id
+        True
+        """
+        return _LiveState(self)
+
+    def _on_event(self, event: Event) -> None:
+        # OpenHands' private event pipeline (stamp, persist, notify): append_event does all three.
+        self.append_event(event)
+
+
+class _LiveState:
+    """What ``conversation._state`` gives: OpenHands' live state's calls, on the conversation."""
+
+    __slots__ = ("_conversation",)
+
+    def __init__(self, conversation: Conversation) -> None:
+        self._conversation = conversation
+
+    def __enter__(self) -> _LiveState:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def append_event(self, event: Event) -> None:
+        """Record ``event`` on the conversation (:meth:`Conversation.append_event`)."""
+        self._conversation.append_event(event)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conversation.state, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "_conversation":
+            object.__setattr__(self, name, value)
+            return
+        if name != "agent_state" or not isinstance(value, Mapping):
+            raise InvalidTypeError(
+                f"conversation._state.{name} cannot be assigned: cowconv's state is an immutable "
+                "snapshot; change it through the conversation's methods"
+            )
+        # OpenHands code assigns the whole dict, usually {**old, key: value}: merged here.
+        # Dropping a key would need a removal cowconv's agent state does not offer.
+        dropped = set(self._conversation.state.agent_state) - set(value)
+        if dropped:
+            raise InvalidValueError(
+                f"conversation._state.agent_state = ... would drop {sorted(dropped)}: cowconv's "
+                "agent state only grows (conversation.update_agent_state merges)"
+            )
+        self._conversation.update_agent_state(value)
+
 
 class _BackgroundRun:
     """A ``run()`` in a daemon thread (``run(blocking=False)``), and what stopped it."""

@@ -82,17 +82,19 @@ class ConversationEvents(EventLog):
         return conversation
 
     def append(self, event: Event) -> EventLog:
-        """Record ``event`` on the conversation (``append_event``); its new history."""
+        """Record ``event`` on the conversation (``append_event``); its new active branch."""
         conversation = self._conversation()
         conversation.append_event(event)
-        return conversation.state.events
+        return conversation.state.branch
+
+    record_on_conversation = append  # what the tree of conversation.state.events appends with
 
     def extend(self, events: Iterable[Event]) -> EventLog:
-        """Record ``events`` on the conversation, in order; its new history."""
+        """Record ``events`` on the conversation, in order; its new active branch."""
         conversation = self._conversation()
         for event in events:
             conversation.append_event(event)
-        return conversation.state.events
+        return conversation.state.branch
 
 
 _HINTS = {
@@ -164,11 +166,11 @@ class SnapshotMap(Mapping[str, Any]):
 
 def guarded(state: ConversationState, conversation: Conversation) -> ConversationState:
     """``state`` with its events, tags and agent state guarded for ``conversation``, in O(1)."""
-    history = state.events.retyped(ConversationEvents)
+    history = state.branch.retyped(ConversationEvents)
     history._owner = weakref.ref(conversation)
     history._others = state.other_branches
     return state._replace(
-        events=history,
+        branch=history,
         tags=SnapshotMap(state.tags, "tags"),
         agent_state=SnapshotMap(state.agent_state, "agent_state"),
     )

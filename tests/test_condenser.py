@@ -15,6 +15,7 @@ from cowconv import (
     Agent,
     AgentErrorEvent,
     CondensationEvent,
+    CondensationRequest,
     Conversation,
     Event,
     EventLog,
@@ -193,6 +194,31 @@ class TestInRun:
         sent = summarizing_stub.requests[-1].messages
         assert any(m["content"] == "SUMMARY of earlier turns" for m in sent)
         assert sent[-1]["content"] == "from the fork"
+
+    def test_a_condensation_request_condenses_at_the_next_step(
+        self, summarizing_stub: StubLLMServer, tmp_path: Path
+    ) -> None:
+        """OpenHands' CondensationRequest: the next step condenses, whatever the size; once."""
+        llm = LLM(**summarizing_stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+        agent = Agent(
+            llm=llm,
+            condenser=LLMSummarizingCondenser(
+                llm=llm.model_copy(update={"usage_id": "condenser"}), max_size=100, keep_first=1
+            ),
+        )
+        conversation = Conversation(agent=agent, workspace=tmp_path)
+        run_turns(conversation, 3)
+        assert not any(isinstance(e, CondensationEvent) for e in conversation.state.events)
+        conversation.append_event(CondensationRequest())
+        run_turns(conversation, 1)
+        condensations = [e for e in conversation.state.events if isinstance(e, CondensationEvent)]
+        assert [c.summary for c in condensations] == ["SUMMARY of earlier turns"]
+        run_turns(conversation, 1)  # handled: no second condensation
+        assert sum(isinstance(e, CondensationEvent) for e in conversation.state.events) == 1
+        assert any(
+            m["content"] == "SUMMARY of earlier turns"
+            for m in summarizing_stub.requests[-1].messages
+        )
 
     def test_a_failed_summary_is_recorded_and_the_step_goes_on(
         self, stub: StubLLMServer, tmp_path: Path

@@ -106,7 +106,7 @@ class Model:
 
 def assert_parent_chains(state: ConversationState) -> None:
     """On every branch, each event's parent is the event before it; a root has none."""
-    for branch in (*state.branches, state.events):
+    for branch in (*state.branches, state.branch):
         for position, event in enumerate(branch):
             if position == 0:
                 assert event.parent_id in (None, ROOT_PARENT_ID)
@@ -129,8 +129,14 @@ def path_to_root(state: ConversationState, event_id: str) -> list[str]:
 def check(state: ConversationState, model: Model) -> None:
     """``state`` shows exactly what ``model`` holds."""
     assert state.id == model.id
-    assert list(state.events) == model.events
-    assert len(state.events) == len(model.events)
+    assert list(state.branch) == model.events
+    assert state.active_branch() == model.events
+    assert len(state.branch) == len(model.events)
+    # state.events: every event of every branch, each once (OpenHands' SDK keeps left branches).
+    every_id = {event_id for history in model.seen for event_id in history}
+    assert [e.id for e in state.events].__len__() == len(state.events) == len(every_id)
+    assert {e.id for e in state.events} == every_id
+    assert all(event_id in state.events for event_id in every_id)
     assert dict(state.tags) == model.tags
     assert thaw(state.agent_state) == model.agent_state
     assert list(state.activated_knowledge_skills) == model.skills
@@ -187,7 +193,7 @@ class ForkIsolation(RuleBasedStateMachine):
         expected_parent = model.next_parent_id()
         event = conversation.send_message(text)
         assert event.text == text and event.source == "user"
-        added = list(conversation.state.events)[len(model.events) :]
+        added = list(conversation.state.branch)[len(model.events) :]
         assert added[0].parent_id == expected_parent
         if stale:
             prompt = added[0]
@@ -240,8 +246,8 @@ class ForkIsolation(RuleBasedStateMachine):
         conversation, model = pair
         conversation.run()
         state = conversation.state
-        assert list(state.events)[: len(model.events)] == model.events
-        added = list(state.events)[len(model.events) :]
+        assert list(state.branch)[: len(model.events)] == model.events
+        added = list(state.branch)[len(model.events) :]
         if added:
             assert isinstance(added[-1], MessageEvent) and added[-1].source == "agent"
         model.events.extend(added)

@@ -29,6 +29,8 @@ class TestExports:
         """Every public class and function of cowconv's public modules shows a doctest."""
         import cowconv.agent_server
         import cowconv.distributed
+        import cowconv.event_store
+        import cowconv.io
         import cowconv.testing
         import cowconv.tools.terminal
 
@@ -37,6 +39,8 @@ class TestExports:
             cowconv,
             cowconv.agent_server,
             cowconv.distributed,
+            cowconv.event_store,
+            cowconv.io,
             cowconv.testing,
             cowconv.tools.terminal,
         )

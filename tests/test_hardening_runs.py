@@ -134,5 +134,5 @@ class TestNavigateDuringARun:
         last = conversation.state.events[-1]
         assert isinstance(last, MessageEvent) and last.text == "slow answer"
         conversation.navigate_to(first.id)
-        assert conversation.state.events[-1].id == first.id
-        assert backend.reload(conversation).events[-1].id == first.id
+        assert conversation.state.branch[-1].id == first.id
+        assert backend.reload(conversation).branch[-1].id == first.id

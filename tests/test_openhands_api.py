@@ -22,10 +22,13 @@ from hypothesis import strategies as st
 from cowconv import (
     LLM,
     ROOT_PARENT_ID,
+    Action,
+    ActionEvent,
     Agent,
     Condensation,
     Conversation,
     ConversationRunningError,
+    ConversationState,
     EventLog,
     EventNotFoundError,
     ExecutionStatus,
@@ -34,6 +37,9 @@ from cowconv import (
     InvalidValueError,
     Message,
     MessageEvent,
+    MessageToolCall,
+    Observation,
+    ObservationEvent,
     PauseEvent,
     SQLiteStore,
     TextContent,
@@ -299,7 +305,7 @@ class TestView:
         conversation = make()
 
         def fresh() -> list[str]:
-            return [e.id for e in View.from_events(list(conversation.state.events)).events]
+            return [e.id for e in View.from_events(conversation.state.active_branch()).events]
 
         e0 = conversation.append_event(_message("root"))
         assert _view_ids(conversation) == fresh()
@@ -509,3 +515,76 @@ def test_the_incremental_view_is_openhands_view_of_the_branch(history, cut):
     fork = log.take(cut).extend(history[cut:])  # another line, sharing the cached prefix
     assert [e.id for e in view_of(fork).events] == _reference_view(history)
     assert [e.id for e in View.from_events(history).events] == _reference_view(history)
+
+
+class _GrepAction(Action):
+    pattern: str
+    paths: tuple[str, ...] = ()
+
+
+class _GrepObservation(Observation):
+    matches: int = 0
+
+
+class TestOpenHandsShapes:
+    def test_action_and_observation_events_round_trip_through_the_store(self, make):
+        """OpenHands' ActionEvent(action=..., tool_call=..., thought=[...]) and
+        ObservationEvent(observation=..., action_id=...), subclass fields and all."""
+        conversation = make(delete_on_close=False)
+        call = MessageToolCall(id="c1", name="grep", arguments='{"pattern": "fork"}')
+        action = conversation.append_event(
+            ActionEvent(
+                thought=[TextContent(text="Look for it.")],
+                action=_GrepAction(pattern="fork", paths=("a.py",)),
+                tool_name="grep",
+                tool_call_id="c1",
+                tool_call=call,
+            )
+        )
+        observation = conversation.append_event(
+            ObservationEvent(
+                observation=_GrepObservation.from_text("a.py:1", matches=1),
+                action_id=action.id,
+                tool_name="grep",
+                tool_call_id="c1",
+            )
+        )
+        assert action.thought == "Look for it." and action.arguments == {"pattern": "fork"}
+        assert observation.output == "a.py:1"
+        sink = conversation.backend.sink
+        stored = (  # in memory: the snapshot itself; persisted: read back by a new conversation
+            conversation.state.events
+            if sink is None
+            else Conversation.resume(sink, conversation.id).state.events
+        )
+        again_action, again_observation = stored[-2], stored[-1]
+        assert again_action == action and again_observation == observation
+        assert isinstance(again_action.action, _GrepAction)
+        assert again_action.action.paths == ("a.py",)
+        assert isinstance(again_observation.observation, _GrepObservation)
+        assert again_observation.observation.matches == 1
+
+    def test_pending_actions_are_read_on_the_active_branch(self, make):
+        conversation = make()
+        root = conversation.append_event(_message("root"))
+        conversation.append_event(ActionEvent(tool_name="grep", tool_call_id="c1", arguments={}))
+        conversation.navigate_to(root.id)
+        every = ConversationState.get_unmatched_actions(conversation.state.events)
+        assert [a.tool_call_id for a in every] == ["c1"]
+        assert ConversationState.get_unmatched_actions(conversation.state.active_branch()) == []
+
+    def test_private_state_handle(self, make):
+        """conversation._state: OpenHands' private live state, as a thin handle."""
+        conversation = make()
+        with conversation._state:
+            conversation._state.append_event(_message("hi"))
+        conversation._on_event(_message("again"))
+        assert [e.text for e in conversation.state.events] == ["hi", "again"]
+        conversation._state.agent_state = {"step": 1}
+        conversation._state.agent_state = {**conversation._state.agent_state, "more": True}
+        assert dict(conversation.state.agent_state) == {"step": 1, "more": True}
+        with pytest.raises(InvalidValueError, match="drop"):
+            conversation._state.agent_state = {}
+        with pytest.raises(InvalidTypeError, match="immutable snapshot"):
+            conversation._state.tags = {}
+        assert conversation._state.leaf_event_id == conversation.state.leaf_event_id

@@ -315,13 +315,14 @@ class TestOverRealHTTP:
             source.activate_skill("sql")
             source.navigate_to(first.id)
             state = source.state
-            assert message_texts(state.events) == ["one"] and len(state.other_branches) == 1
+            assert message_texts(state.branch) == ["one"] and len(state.other_branches) == 1
+            assert message_texts(state.events) == ["one", "two"]  # the branch left is kept
             assert dict(state.tags) == {"k": "v", "owner": "ci"}
             assert state.agent_state["step"] == 1 and state.activated_knowledge_skills == ("sql",)
             with source.fork(from_event_id=first.id, title="F") as fork:
                 assert message_texts(fork.state.events) == ["one"]
             with RemoteConversation.attach(http.url, source.id) as attached:
-                assert message_texts(attached.state.events) == ["one"]
+                assert message_texts(attached.state.branch) == ["one"]
 
     def test_run_streams_events_live(self, http: BackgroundServer, stub_agent, tmp_path):
         """run() follows the server's event stream; pause and interrupt reach the server."""

@@ -222,7 +222,7 @@ class TestNavigation:
         ]
         assert again.state.leaf_event_id == b1.id
         again.send_message("b2")
-        assert message_texts(again.state.events) == ["root", "b1", "b2"]
+        assert message_texts(again.state.branch) == ["root", "b1", "b2"]
 
     def test_navigating_copies_no_event(self, store_database: StoreDatabase):
         """Navigating back, forward, to none and branching stores each event once."""

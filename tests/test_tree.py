@@ -13,9 +13,11 @@ from cowconv import (
     ROOT_PARENT_ID,
     Agent,
     Conversation,
+    ConversationState,
     EventLog,
     EventNotFoundError,
     ExecutionStatus,
+    InvalidTypeError,
     MemoryStore,
     Message,
     MessageEvent,
@@ -26,7 +28,7 @@ from cowconv import (
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, create_app
-from cowconv.core.tree import history_to
+from cowconv.core.tree import EventTree, extend_active, history_to, navigate
 from tests.conftest import message_texts
 
 AGENT = Agent(llm=LLM(model="openai/gpt-4o", api_key="sk-test"))
@@ -112,9 +114,14 @@ class TestNavigateTo:
         e0, e1, e2 = three(conversation)
         conversation.navigate_to(e0.id)
         assert conversation.state.leaf_event_id == e0.id
-        assert texts(conversation.state.events) == ["root"]
+        assert texts(conversation.state.branch) == ["root"]
+        assert texts(conversation.state.events) == ["root", "a1", "a2"]  # a1, a2 kept
         conversation.send_message("b1")
-        assert texts(conversation.state.events) == ["root", "b1"]
+        assert texts(conversation.state.branch) == ["root", "b1"]
+        assert texts(conversation.state.active_branch()) == ["root", "b1"]
+        assert texts(conversation.state.view.events) == ["root", "b1"]
+        assert texts(conversation.state.events) == ["root", "a1", "a2", "b1"]
+        assert e1.id in conversation.state.events and e2 in conversation.state.events
         assert [texts(b) for b in conversation.state.branches] == [
             ["root", "a1", "a2"],
             ["root", "b1"],
@@ -126,7 +133,8 @@ class TestNavigateTo:
         conversation.navigate_to(e0.id)
         b1 = conversation.send_message("b1")
         conversation.navigate_to(e2.id)
-        assert texts(conversation.state.events) == ["root", "a1", "a2"]
+        assert texts(conversation.state.branch) == ["root", "a1", "a2"]
+        assert texts(conversation.state.events) == ["root", "b1", "a1", "a2"]  # b1's branch first
         assert list(conversation.state.other_branches[0])[-1] == b1
         assert len(conversation.state.branches) == 2
 
@@ -134,7 +142,9 @@ class TestNavigateTo:
         """navigate_to(None) leaves an empty active branch; the next event is a new root."""
         three(conversation)
         conversation.navigate_to(None)
-        assert conversation.state.leaf_event_id is None and len(conversation.state.events) == 0
+        assert conversation.state.leaf_event_id is None and len(conversation.state.branch) == 0
+        assert len(conversation.state.events) == 4  # the system prompt, root, a1, a2: all kept
+        assert list(conversation.state.view.events) == []
         conversation.send_message("fresh")
         assert [texts(b) for b in conversation.state.branches] == [
             ["root", "a1", "a2"],
@@ -161,9 +171,9 @@ class TestNavigateTo:
         """Navigating copies nothing: the new active branch is a prefix view of the old one."""
         for n in range(100):
             local.send_message(f"m{n}")
-        old = local.state.events
+        old = local.state.branch
         local.navigate_to(old[49].id)
-        new = local.state.events
+        new = local.state.branch
         assert len(new) == 50 and new._chunks[0] is old._chunks[0]
         assert local.state.other_branches[0]._chunks is old._chunks
 
@@ -193,7 +203,7 @@ class TestForkAndTheTree:
         assert texts(fork.state.events) == ["root", "a1", "a2"]
         assert fork.state.leaf_event_id == e2.id
         assert fork.state.other_branches == ()
-        assert texts(conversation.state.events) == ["root", "b1"]  # the source is untouched
+        assert texts(conversation.state.branch) == ["root", "b1"]  # the source is untouched
         fork.close()
 
     def test_whole_fork_keeps_every_branch_and_the_leaf(self, conversation):
@@ -215,7 +225,7 @@ class TestForkAndTheTree:
                 fork = conversation.fork(from_event_id=event.id)
                 probe = conversation.fork()
                 probe.navigate_to(event.id)
-                assert list(fork.state.events) == list(probe.state.events)
+                assert list(fork.state.events) == list(probe.state.branch)
                 assert list(fork.state.events)[-1] == event
                 fork.close(), probe.close()
 
@@ -252,7 +262,8 @@ class TestPersistedTree:
             ]
             assert again.state.leaf_event_id == b1.id
             again.send_message("b2")  # and it goes on from there
-            assert texts(again.state.events) == ["root", "b1", "b2"]
+            assert texts(again.state.branch) == ["root", "b1", "b2"]
+            assert texts(again.state.events) == ["root", "a1", "a2", "c2", "b1", "b2"]
 
     def test_navigating_copies_no_event(self, tmp_path):
         """In SQLite, navigating and branching write rows, never events again."""
@@ -380,14 +391,16 @@ class TestParentChains:
                 assert fork.state.leaf_event_id == target.id
                 assert fork.state.events == history_to(state, target.id)
             state = conversation.state
-            assert all(parent_chain_ok(branch) for branch in (*state.branches, state.events))
+            assert all(parent_chain_ok(branch) for branch in (*state.branches, state.branch))
             # One parent per event, whichever branch holds it (branches share their events).
             parents = {}
             for branch in state.branches:
                 for event in branch:
                     assert parents.setdefault(event.id, event.parent_id) == event.parent_id
-            assert [e.id for e in state.view.events] == [e.id for e in state.events]
-            assert state.head_is_empty == (not state.events and bool(parents))
+            assert [e.id for e in state.view.events] == [e.id for e in state.branch]
+            assert state.head_is_empty == (not state.branch and bool(parents))
+            # state.events: every event of the tree once (OpenHands' SDK keeps left branches).
+            assert sorted(e.id for e in state.events) == sorted(parents)
         if stored:  # and all of it as a new process reads it back
             reloaded = Conversation.resume(conversation.backend.sink, conversation.id).state
             assert reloaded.events == conversation.state.events
@@ -442,3 +455,52 @@ class TestExportedTree:
         with pytest.raises(ValueError, match="shared"):
             target.import_conversations(json.dumps(document))
         assert target.list() == []
+
+
+class TestEventTree:
+    """state.events after navigation: every event of the tree once, read like a sequence."""
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.one_of(st.none(), st.integers(0, 40)), max_size=40))
+    def test_reads_agree_with_the_branches(self, steps):
+        """Random appends (None) and navigations (an index into the events so far)."""
+        state = ConversationState(id="t", agent=AGENT, workspace=Workspace(working_dir="."))
+        for number, step in enumerate(steps):
+            if step is None or not len(state.events):
+                event = MessageEvent(id=f"e{number}", role="user", content=str(number))
+                state = state._replace(branch=extend_active(state, [event]))
+            else:
+                state = navigate(state, state.events[step % len(state.events)].id)
+        events = state.events
+        listed = list(events)
+        distinct = {e.id: e for branch in state.branches for e in branch}
+        assert sorted(e.id for e in listed) == sorted(distinct) and len(events) == len(listed)
+        assert [events[i] for i in range(len(events))] == listed
+        assert [events[i - len(events)] for i in range(len(events))] == listed
+        assert events[1:3] == listed[1:3] if isinstance(events, EventTree) else True
+        for position, event in enumerate(listed):
+            assert events.index_of(event.id) == position and events.get_id(position) == event.id
+            assert event.id in events and event in events
+            path = events.path_to_root(event.id)
+            assert path[-1] == event and path == list(history_to(state, event.id))
+            # A parent comes before its children (OpenHands' storage order keeps that too).
+            if event.parent_id not in (None, ROOT_PARENT_ID):
+                assert events.index_of(event.parent_id) < position
+        assert "nope" not in events and events.position_of("nope") is None
+        with pytest.raises(EventNotFoundError):
+            events.path_to_root("nope")
+        assert list(state.branch) == state.active_branch()
+
+    def test_a_snapshot_tree_is_read_only(self):
+        state = ConversationState(id="t", agent=AGENT, workspace=Workspace(working_dir="."))
+        first = MessageEvent(id="a", role="user", content="a")
+        state = state._replace(branch=extend_active(state, [first, MessageEvent(content="b")]))
+        state = navigate(state, "a")
+        state = state._replace(branch=extend_active(state, [MessageEvent(content="c")]))
+        assert isinstance(state.events, EventTree) and len(state.events) == 3
+        with pytest.raises(InvalidTypeError, match="append_event"):
+            state.events.append(MessageEvent(content="d"))
+        again = ConversationState(
+            id="t", agent=AGENT, workspace=Workspace(working_dir="."), events=state.events
+        )  # an EventTree given as events= keeps every branch
+        assert again.events == state.events and again.branch == state.branch

@@ -39,6 +39,7 @@ from cowconv.core.events import (
     ActionEvent,
     AgentErrorEvent,
     Condensation,
+    CondensationRequest,
     Event,
     Message,
     MessageEvent,
@@ -89,6 +90,8 @@ class CondenserView:
     summary: str | None
     recent: Sequence[Event]
     """The events after the summary (before any condensation: the whole history, not copied)."""
+    requested: bool = False
+    """A :class:`~cowconv.CondensationRequest` came after the last condensation."""
 
     def __len__(self) -> int:
         return len(self.head) + (self.summary is not None) + len(self.recent)
@@ -148,10 +151,12 @@ def condenser_view(condenser: LLMSummarizingCondenser, events: Sequence[Event]) 
     """
     length = len(events)
     position = length - 1
+    requested = False
     while position >= 0 and not isinstance(events[position], Condensation):
+        requested = requested or isinstance(events[position], CondensationRequest)
         position -= 1
     if position < 0:
-        return CondenserView(head=(), summary=None, recent=events)
+        return CondenserView(head=(), summary=None, recent=events, requested=requested)
     last = events[position]
     assert isinstance(last, Condensation)
     head_size = last.summary_offset or 0
@@ -167,18 +172,18 @@ def condenser_view(condenser: LLMSummarizingCondenser, events: Sequence[Event]) 
         for event in (events[index] for index in range(start, length))
         if not isinstance(event, Condensation)
     )
-    return CondenserView(head=head, summary=last.summary, recent=recent)
+    return CondenserView(head=head, summary=last.summary, recent=recent, requested=requested)
 
 
 def should_condense(condenser: LLMSummarizingCondenser, view: CondenserView) -> bool:
-    """Whether ``view`` has outgrown the condenser's ``max_size`` events.
+    """Whether ``view`` has outgrown the condenser's ``max_size`` events, or asks to condense.
 
     >>> from cowconv import LLM, LLMSummarizingCondenser
     >>> condenser = LLMSummarizingCondenser(llm=LLM(model="openai/gpt-4o"), max_size=10)
     >>> should_condense(condenser, CondenserView(head=(), summary=None, recent=()))
     False
     """
-    return len(view) > condenser.max_size
+    return len(view) > condenser.max_size or view.requested
 
 
 def plan_condensation(
@@ -197,7 +202,12 @@ def plan_condensation(
         rest = candidates[condenser.keep_first :]
     else:
         head, rest = view.head, tuple(view.recent)
-    keep_recent = max(condenser.max_size // 2 - len(head) - 1, 0)
+    # Down to half of max_size; asked to condense a smaller view (a CondensationRequest),
+    # down to half of that view (as OpenHands' SDK does).
+    target = condenser.max_size // 2
+    if view.requested and len(view) <= condenser.max_size:
+        target = len(view) // 2
+    keep_recent = max(target - len(head) - 1, 0)
     cut = _safe_cut(head, rest, len(rest) - keep_recent)
     # The summary takes a place in the view: forgetting must free more than that.
     if cut <= (1 if view.summary is None else 0):

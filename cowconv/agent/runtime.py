@@ -205,7 +205,7 @@ class Runner:
 
     def _finish(self, status: ExecutionStatus, *events: Event) -> None:
         def change(state: ConversationState) -> ConversationState:
-            return state._replace(events=extend_active(state, events), execution_status=status)
+            return state._replace(branch=extend_active(state, events), execution_status=status)
 
         self._commit(change)
 
@@ -237,7 +237,7 @@ class Runner:
         specs = [type(tool).spec() for tool in tools.values()]
 
         def start(state: ConversationState) -> ConversationState:
-            if not _needs_reply(state.events):
+            if not _needs_reply(state.branch):
                 return state._replace(execution_status=ExecutionStatus.FINISHED)
             # The agent's prompt, if it is not the one recorded last: send_message() put it
             # before the message already, unless the history was built by raw appends.
@@ -249,7 +249,7 @@ class Runner:
         unseen_message = False
         while True:
             state = self._snapshot()
-            if not unseen_message and not _needs_reply(state.events):
+            if not unseen_message and not _needs_reply(state.branch):
                 self._finish(ExecutionStatus.FINISHED)
                 return
             if self._pause_requested:
@@ -281,7 +281,7 @@ class Runner:
                 usage: Usage = response.usage,
             ) -> ConversationState:
                 return state._replace(
-                    events=extend_active(state, produced),
+                    branch=extend_active(state, produced),
                     stats=state.stats.record(usage_id, usage),
                     execution_status=status,
                 )
@@ -289,7 +289,7 @@ class Runner:
             self._commit(record)
             if crashed:
                 return
-            unseen_message = _user_message_since(self._snapshot().events, len(state.events))
+            unseen_message = _user_message_since(self._snapshot().branch, len(state.branch))
 
     def _messages(self, agent: Agent) -> list[dict[str, Any]]:
         """What the model sees this step: the history, or the condenser's view of it.
@@ -299,7 +299,7 @@ class Runner:
         fails, the failure is recorded and this step sees the uncondensed
         view: no event is lost either way.
         """
-        events = self._snapshot().events
+        events = self._snapshot().branch
         condenser = agent.condenser
         if condenser is None:
             return build_messages(events)
@@ -312,17 +312,17 @@ class Runner:
                 failure = AgentErrorEvent(
                     error=f"condensation failed, sending the full view: {error}"
                 )
-                self._commit(lambda state: state._replace(events=extend_active(state, (failure,))))
+                self._commit(lambda state: state._replace(branch=extend_active(state, (failure,))))
             else:
 
                 def record(state: ConversationState) -> ConversationState:
                     return state._replace(
-                        events=extend_active(state, (condensation,)),
+                        branch=extend_active(state, (condensation,)),
                         stats=state.stats.record(condenser.llm.usage_id, response.usage),
                     )
 
                 self._commit(record)
-                view = condenser_view(condenser, self._snapshot().events)
+                view = condenser_view(condenser, self._snapshot().branch)
         return view.messages(system_prompt=agent.system_prompt)
 
     def _act(
@@ -376,7 +376,7 @@ class Runner:
             if reference.name in tools:
                 raise InvalidValueError(f"the agent lists tool {reference.name!r} twice")
             tool = resolve_tool(reference.name).create(workspace, reference.params)
-            tool.restore(self._snapshot().events)
+            tool.restore(self._snapshot().branch)
             tools[reference.name] = tool
         with self._lock:
             old, self._tools, self._tools_agent = self._tools, tools, agent

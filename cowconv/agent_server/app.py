@@ -400,7 +400,7 @@ def conversation_response(conversation: Conversation) -> ConversationResponse:
             "agent": mask_secrets(agent),
             "workspace": {"kind": "LocalWorkspace", "working_dir": state.workspace.working_dir},
             "max_iterations": conversation.max_iteration_per_run,
-            "head_is_empty": state.leaf_event_id is None and len(state.events) > 0,
+            "head_is_empty": state.head_is_empty,
             "agent_state": {k: v for k, v in thaw(state.agent_state).items() if k != OPENHANDS_KEY},
         }
     )
@@ -531,7 +531,7 @@ def _add_conversation_routes(api: APIRouter, registry: ConversationRegistry) -> 
         ids are sent (``ids_from`` 0). A cowconv addition.
         """
         state = registry.get(conversation_id).state
-        events = state.events
+        events = state.branch
         start = known if known <= len(events) else 0
         if start and (last is None or events[start - 1].id != last):
             start = 0
@@ -602,7 +602,7 @@ def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         """
         event = request.root
         conversation = registry.get(conversation_id)
-        if conversation.state.events.position_of(event.id) is not None:
+        if conversation.state.branch.position_of(event.id) is not None:
             raise ConversationConflictError(
                 f"conversation {conversation_id!r} already has an event with id {event.id!r}"
             )
@@ -612,9 +612,9 @@ def _add_change_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         conversation_id: str, request: SendMessageRequest, response: Response
     ) -> Event:
         conversation = registry.get(conversation_id)
-        before = conversation.state.events
+        before = conversation.state.branch
         event = conversation.send_message(request.message_text(), request.sender)
-        events = conversation.state.events
+        events = conversation.state.branch
         position = events.position_of(event.id)
         if position:
             prompt = events[position - 1]
@@ -706,7 +706,7 @@ def _add_event_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         limit: Annotated[int, Query(ge=0, le=_MAX_PAGE)] = 100,
     ) -> EventPage:
         """A page of events, oldest first, from ``offset`` or after the event ``after``."""
-        events = registry.get(conversation_id).state.events
+        events = registry.get(conversation_id).state.branch
         return _page(events, _start(events, conversation_id, offset, after), limit)
 
     @api.get("/{conversation_id}/branches", response_model=BranchList, responses=_errors(404))
@@ -718,7 +718,7 @@ def _add_event_routes(api: APIRouter, registry: ConversationRegistry) -> None:
                 BranchInfo(
                     leaf_event_id=None if branch.last is None else branch.last.id,
                     event_count=len(branch),
-                    active=len(branch) == len(state.events) and branch.starts_with(state.events),
+                    active=len(branch) == len(state.branch) and branch.starts_with(state.branch),
                 )
                 for branch in state.branches
             ]
@@ -751,7 +751,7 @@ def _add_event_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> int:
         # A dependency, so an unknown conversation or event is a 404 before the stream opens.
-        events = registry.get(conversation_id).state.events
+        events = registry.get(conversation_id).state.branch
         after = _header_text(last_event_id) or after
         if offset is None and after is None:
             return len(events)
@@ -845,7 +845,7 @@ def _add_openhands_event_routes(api: APIRouter, registry: ConversationRegistry) 
         Events are in history order (which is timestamp order); the filters
         are OpenHands'.
         """
-        events = registry.get(conversation_id).state.events
+        events = registry.get(conversation_id).state.branch
         matching = _matching(events, kind, source, body, timestamp__gte, timestamp__lt)
         if sort_order == "TIMESTAMP_DESC":
             matching.reverse()
@@ -866,7 +866,7 @@ def _add_openhands_event_routes(api: APIRouter, registry: ConversationRegistry) 
         timestamp__lt: Annotated[datetime | None, Query()] = None,
     ) -> int:
         """How many events match OpenHands' filters."""
-        events = registry.get(conversation_id).state.events
+        events = registry.get(conversation_id).state.branch
         return len(_matching(events, kind, source, body, timestamp__gte, timestamp__lt))
 
     @api.get(
@@ -876,7 +876,7 @@ def _add_openhands_event_routes(api: APIRouter, registry: ConversationRegistry) 
     )
     def get_event(conversation_id: str, event_id: str) -> dict[str, Any]:
         """One event in OpenHands' JSON shape (404 if the history has none with that id)."""
-        events = registry.get(conversation_id).state.events
+        events = registry.get(conversation_id).state.branch
         position = events.position_of(event_id)
         if position is None:
             raise EventNotFoundError(
@@ -896,7 +896,7 @@ def _add_run_routes(api: APIRouter, registry: ConversationRegistry) -> None:
         the run starts from. Follow the run on the WebSocket or on the event
         stream (``until_idle=true`` ends the stream with the run).
         """
-        return RunStarted(event_count=len(registry.run(conversation_id).events))
+        return RunStarted(event_count=len(registry.run(conversation_id).branch))
 
     @api.post("/{conversation_id}/pause", response_model=Success, responses=_errors(404))
     def pause(conversation_id: str) -> Success:
@@ -979,9 +979,9 @@ async def _follow(
             # event it recorded is already in the snapshot read after it.
             running = registry.is_running(conversation_id)
             state = conversation.state
-            for position in range(cursor, len(state.events)):
-                yield state.events[position]
-            cursor = max(cursor, len(state.events))
+            for position in range(cursor, len(state.branch)):
+                yield state.branch[position]
+            cursor = max(cursor, len(state.branch))
             status = StreamStatus(
                 execution_status=state.execution_status, running=running, event_count=cursor
             )
@@ -1139,7 +1139,7 @@ def _add_sockets(app: FastAPI, registry: ConversationRegistry, session_api_key: 
         if conversation is None:
             await websocket.close(code=4004, reason="Conversation not found")
             return
-        events = conversation.state.events
+        events = conversation.state.branch
         start = len(events)
         if resend_mode == "all" or (resend_mode is None and resend_all):
             start = 0

@@ -77,7 +77,7 @@ class _PendingFork:
 
     def build(self) -> ConversationState:
         state, spec = self.source, self.spec
-        events = state.events
+        events = state.branch
         if spec.from_event_id is not None:
             try:
                 events = history_to(state, spec.from_event_id)  # on any branch
@@ -90,7 +90,7 @@ class _PendingFork:
         return state._replace(
             id=self.conversation_id,
             agent=state.agent if spec.agent is None else spec.agent,
-            events=events,
+            branch=events,
             tags=pmap(spec.tags) if spec.tags else _NO_TAGS,
             stats=NO_STATS if spec.reset_metrics else state.stats,
             execution_status=ExecutionStatus.IDLE,
@@ -262,8 +262,8 @@ class LocalBackend:
                 if self._unnotified is None:  # made on first use: forks stay small
                     self._unnotified = deque()
                 self._unnotified.extend(
-                    current.events[position]
-                    for position in range(len(previous.events), len(current.events))
+                    current.branch[position]
+                    for position in range(len(previous.branch), len(current.branch))
                 )
                 self._notify_in_order()
 

@@ -534,7 +534,7 @@ class RemoteBackend:
             id=info["id"],
             agent=agent,
             workspace=self.workspace,
-            events=events,
+            branch=events,
             tags=tags,
             activated_knowledge_skills=tuple(info.get("activated_knowledge_skills") or ()),
             **fields,
@@ -679,10 +679,10 @@ class RemoteBackend:
             return
         response = self._client.post(self._path("/run"))
         if response.status_code == 409:
-            start = len(self.snapshot().events)
+            start = len(self.snapshot().branch)
         else:
             counted = raise_for_status(response).json().get("event_count")
-            start = counted if isinstance(counted, int) else len(self.snapshot().events)
+            start = counted if isinstance(counted, int) else len(self.snapshot().branch)
         with self._notify_lock:
             self._following += 1
         try:

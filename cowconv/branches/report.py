@@ -78,7 +78,7 @@ class BranchRow:
     def of(cls, index: int, fork: Conversation, wall_seconds: float | None) -> BranchRow:
         """The row of one fork of a suite."""
         state = fork.state
-        events = state.events
+        events = state.branch
         start = state.forked_from_event_count or 0  # the events the fork inherited
         answers: set[str] = set()
         steps = 0

@@ -338,8 +338,8 @@ def _run_error(index: int, fork: Conversation) -> BranchRunError | None:
     if state.execution_status is not ExecutionStatus.ERROR:
         return None
     start = state.forked_from_event_count or 0
-    for position in range(len(state.events) - 1, start - 1, -1):
-        event = state.events[position]
+    for position in range(len(state.branch) - 1, start - 1, -1):
+        event = state.branch[position]
         if isinstance(event, AgentErrorEvent):
             return BranchRunError(index, str(fork.id), event.error, tool_name=event.tool_name)
     return BranchRunError(index, str(fork.id), "its run ended in error")
@@ -350,7 +350,7 @@ def _fail(fork: Conversation, error: BranchError) -> None:
 
     def change(state: ConversationState) -> ConversationState:
         return state._replace(
-            events=extend_active(state, (AgentErrorEvent(error=str(error)),)),
+            branch=extend_active(state, (AgentErrorEvent(error=str(error)),)),
             execution_status=ExecutionStatus.ERROR,
         )
 
@@ -430,7 +430,7 @@ class _Suite:
                 callbacks=callbacks,
             )
             if inherited is None:
-                inherited = fork.state.events
+                inherited = fork.state.branch
             fork.send_message(spec.message)
             forks.append(fork)
         return cls(forks, executor, max_workers, branch_timeout, timeout, workspace, inherited)

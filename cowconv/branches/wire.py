@@ -195,7 +195,7 @@ class BranchJob:
         ``ship_api_keys=False`` the LLM's key is left out: the worker's
         litellm reads the provider's key from its own environment.
         """
-        events = state.events
+        events = state.branch
         shared = len(prefix.events)
         if not events.starts_with(prefix.events):  # O(1) for a fork of the prefix
             shared = 0
@@ -211,7 +211,7 @@ class BranchJob:
             index=index,
             prefix_key=prefix.key,
             prefix_length=shared,
-            state=state._replace(events=own, agent=agent),
+            state=state._replace(branch=own, agent=agent),
             max_iteration_per_run=max_iteration_per_run,
             tools=tools,
             timeout=timeout,
@@ -285,7 +285,7 @@ class BranchOutcome:
         if self.stats is None or self.agent_state is None:
             raise InvalidValueError("a failed outcome has nothing to apply")
         return state._replace(
-            events=state.events.extend(self.events),
+            branch=state.branch.extend(self.events),
             stats=self.stats,
             execution_status=self.execution_status,
             agent_state=self.agent_state,

@@ -64,7 +64,7 @@ class AppendEvent:
     event: Event
 
     def __call__(self, state: ConversationState) -> ConversationState:
-        return state._replace(events=extend_active(state, (self.event,)))
+        return state._replace(branch=extend_active(state, (self.event,)))
 
 
 # The last SystemPromptEvent of each history prefix looked at before (a fork's included), so
@@ -153,10 +153,10 @@ def with_prompt(state: ConversationState, prompt: SystemPromptEvent) -> Conversa
     >>> len(once.events), with_prompt(once, SystemPromptEvent(system_prompt="Be brief.")) is once
     (1, True)
     """
-    last = last_system_prompt(state.events)
+    last = last_system_prompt(state.branch)
     if last is not None and same_prompt(last, prompt):
         return state
-    return state._replace(events=extend_active(state, (prompt,)))
+    return state._replace(branch=extend_active(state, (prompt,)))
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class SendMessage:
 
     def __call__(self, state: ConversationState) -> ConversationState:
         state = with_prompt(state, self.prompt)
-        return state._replace(events=extend_active(state, (self.event,)))
+        return state._replace(branch=extend_active(state, (self.event,)))
 
 
 @dataclass(frozen=True)

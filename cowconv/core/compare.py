@@ -130,7 +130,7 @@ class ComparisonSide:
                 "cache_read_tokens": stats.cache_read_tokens,
                 "cache_write_tokens": stats.cache_write_tokens,
             },
-            events=tuple(state.events[common:]),
+            events=tuple(state.branch[common:]),
         )
 
     @property
@@ -294,7 +294,7 @@ def compare(a: ConversationState | HasState, b: ConversationState | HasState) ->
     cowconv._exceptions.InvalidTypeError: compare() takes conversations or ConversationState ...
     """
     left, right = _state_of(a, "a"), _state_of(b, "b")
-    common = left.events.common_prefix_length(right.events)
+    common = left.branch.common_prefix_length(right.branch)
     return Comparison(
         common=common, a=ComparisonSide.of(left, common), b=ComparisonSide.of(right, common)
     )

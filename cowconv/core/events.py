@@ -33,6 +33,7 @@ as the classes that replaced them (:func:`upgrade_legacy_event`).
 
 from __future__ import annotations
 
+import json
 import uuid
 from abc import abstractmethod
 from datetime import UTC, datetime
@@ -43,6 +44,7 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     SerializationInfo,
+    SerializeAsAny,
     SerializerFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
@@ -63,6 +65,7 @@ from cowconv.core.message import (
     TextContent,
     content_to_str,
 )
+from cowconv.core.schema import Action, Observation
 
 __all__ = [
     "ROOT_PARENT_ID",
@@ -70,6 +73,7 @@ __all__ = [
     "AgentErrorEvent",
     "AnyEvent",
     "Condensation",
+    "CondensationRequest",
     "Content",
     "Event",
     "EventID",
@@ -153,6 +157,7 @@ class Event(Kinded):
     """
 
     __kind_family__: ClassVar[bool] = True
+    __omitted_when_none__: ClassVar[tuple[str, ...]] = ()
 
     id: EventID = Field(default_factory=new_event_id)
     timestamp: str = Field(default_factory=timestamp_now)
@@ -180,9 +185,12 @@ class Event(Kinded):
         self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
     ) -> Any:
         data = handler(self)
-        # A root event's JSON has no parent_id at all (OpenHands writes it so: additive).
-        if isinstance(data, dict) and "parent_id" in data and data["parent_id"] is None:
-            del data["parent_id"]
+        # A root event's JSON has no parent_id at all (OpenHands writes it so: additive); nor
+        # has it the OpenHands fields an event leaves unset (its JSON stays what it was).
+        if isinstance(data, dict):
+            for name in ("parent_id", *self.__omitted_when_none__):
+                if name in data and data[name] is None:
+                    del data[name]
         return data
 
     @classmethod
@@ -328,6 +336,16 @@ class SystemPromptEvent(Event):
     system_prompt: str
     tools: tuple[FrozenJSONMap, ...] = ()
 
+    @field_validator("system_prompt", mode="before")
+    @classmethod
+    def _prompt_text(cls, value: Any) -> Any:
+        # OpenHands' SDK gives the prompt as a TextContent (JSON: {"type": "text", "text": ...}).
+        if isinstance(value, TextContent):
+            return value.text
+        if isinstance(value, dict) and set(value) <= {"type", "text", "cache_prompt"}:
+            return value.get("text", value)
+        return value
+
 
 class ActionEvent(Event):
     """A tool call the agent made.
@@ -338,6 +356,17 @@ class ActionEvent(Event):
     >>> action = ActionEvent(tool_name="terminal", tool_call_id="c1", arguments={"command": "ls"})
     >>> action.arguments["command"]
     'ls'
+
+    OpenHands' SDK's fields are accepted too: ``action`` (the call's
+    :class:`~cowconv.Action`), ``tool_call`` (the model's
+    :class:`~cowconv.MessageToolCall`), and ``thought`` as text parts (kept
+    as their text). Without ``arguments``, they are the tool call's JSON
+    arguments, else the action's fields.
+
+    >>> call = MessageToolCall(id="c2", name="terminal", arguments='{"command": "pwd"}')
+    >>> ActionEvent(tool_name="terminal", tool_call_id="c2", tool_call=call,
+    ...             thought=[TextContent(text="Where am I?")]).arguments["command"]
+    'pwd'
     """
 
     source: SourceType = "agent"
@@ -346,6 +375,22 @@ class ActionEvent(Event):
     arguments: FrozenJSONMap
     thought: str = ""
     llm_response_id: str | None = None
+    action: SerializeAsAny[Action] | None = None
+    tool_call: MessageToolCall | None = None
+
+    __omitted_when_none__: ClassVar[tuple[str, ...]] = ("action", "tool_call")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _openhands_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        thought = data.get("thought")
+        if isinstance(thought, list | tuple):
+            data = {**data, "thought": "".join(_part_text(part) for part in thought)}
+        if "arguments" not in data:
+            data = {**data, "arguments": _arguments_of(data.get("tool_call"), data.get("action"))}
+        return data
 
 
 class ObservationEvent(Event):
@@ -353,6 +398,14 @@ class ObservationEvent(Event):
 
     >>> ObservationEvent(tool_name="terminal", tool_call_id="c1", output="a.py", exit_code=0).source
     'environment'
+
+    OpenHands' SDK's fields are accepted too: ``observation`` (an
+    :class:`~cowconv.Observation`; without ``output``, its text is the
+    output) and ``action_id`` (the id of the :class:`ActionEvent` answered).
+
+    >>> ObservationEvent(tool_name="terminal", tool_call_id="c1", action_id="a1",
+    ...                  observation=Observation.from_text("a.py")).output
+    'a.py'
     """
 
     source: SourceType = "environment"
@@ -361,6 +414,50 @@ class ObservationEvent(Event):
     output: str
     exit_code: int | None = None
     extra: FrozenJSON = None
+    observation: SerializeAsAny[Observation] | None = None
+    action_id: EventID | None = None
+
+    __omitted_when_none__: ClassVar[tuple[str, ...]] = ("observation", "action_id")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _openhands_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "output" not in data:
+            observation = data.get("observation")
+            if isinstance(observation, Observation):
+                return {**data, "output": observation.text}
+            if isinstance(observation, dict):
+                content = observation.get("content") or ()
+                return {**data, "output": "".join(_part_text(part) for part in content)}
+        return data
+
+
+def _part_text(part: Any) -> str:
+    # The text of a content part given as a model or as its JSON (images have none).
+    if isinstance(part, TextContent):
+        return part.text
+    if isinstance(part, dict) and part.get("type", "text") == "text":
+        return str(part.get("text", ""))
+    return ""
+
+
+def _arguments_of(tool_call: Any, action: Any) -> Any:
+    # An ActionEvent's arguments from OpenHands' fields: the call's JSON, else the action's fields.
+    text = tool_call.arguments if isinstance(tool_call, MessageToolCall) else None
+    if isinstance(tool_call, dict):
+        text = tool_call.get("arguments")
+    if isinstance(text, str) and text.strip():
+        try:
+            decoded = json.loads(text)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            return decoded
+    if isinstance(action, Action):
+        return action.model_dump(mode="json", exclude={"kind"})
+    if isinstance(action, dict):
+        return {key: value for key, value in action.items() if key != "kind"}
+    return {}
 
 
 class AgentErrorEvent(Event):
@@ -410,6 +507,20 @@ class Condensation(Event):
     summary: str | None = None
     summary_offset: int | None = Field(default=None, ge=0)
     llm_response_id: str | None = None
+
+
+class CondensationRequest(Event):
+    """A request to condense the history at the agent's next step (OpenHands' event).
+
+    Recorded after the last condensation, it makes the next step of a run
+    condense the history with the agent's :class:`~cowconv.LLMSummarizingCondenser`
+    whatever its size (an agent without a condenser ignores it).
+
+    >>> CondensationRequest().source
+    'environment'
+    """
+
+    source: SourceType = "environment"
 
 
 CondensationEvent = Condensation

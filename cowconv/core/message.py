@@ -19,7 +19,7 @@ cowconv._exceptions.FrozenInstanceError: TextContent is immutable (it may be sha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import ConfigDict, Discriminator, Tag, field_validator, model_validator
@@ -119,6 +119,27 @@ class MessageToolCall(FrozenValue):
     name: str
     arguments: str
     origin: Literal["completion", "responses"] = "completion"
+
+    @classmethod
+    def from_chat_tool_call(cls, tool_call: Any) -> MessageToolCall:
+        """A call from Chat Completions' ``tool_calls`` item: an object (litellm's) or a dict.
+
+        >>> MessageToolCall.from_chat_tool_call(
+        ...     {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+        ... ).name
+        'ls'
+        """
+
+        def part(value: Any, key: str) -> Any:
+            return value.get(key) if isinstance(value, Mapping) else getattr(value, key, None)
+
+        function = part(tool_call, "function")
+        return cls(
+            id=part(tool_call, "id"),
+            name=part(function, "name"),
+            arguments=part(function, "arguments") or "",
+            origin="completion",
+        )
 
     def to_chat_dict(self) -> dict[str, Any]:
         """The call in OpenAI Chat Completions' ``tool_calls`` format."""

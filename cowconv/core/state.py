@@ -15,17 +15,17 @@ agent state with its source.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 from pyrsistent import pmap
 
 from cowconv._exceptions import FrozenInstanceError, InvalidTypeError, InvalidValueError
 from cowconv.core.agent import Agent
-from cowconv.core.events import Event, utc_now
+from cowconv.core.events import ActionEvent, AgentErrorEvent, Event, ObservationEvent, utc_now
 from cowconv.core.frozen import (
     CheckedModel,
     FrozenJSONMap,
@@ -35,7 +35,7 @@ from cowconv.core.frozen import (
 )
 from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationIDField
-from cowconv.core.tree import active_branch, branches, head_is_empty
+from cowconv.core.tree import EventTree, active_branch, branches, events_of, head_is_empty
 from cowconv.core.usage import TokenUsage, Usage
 from cowconv.core.view import View, view_of
 from cowconv.core.workspace import Workspace
@@ -183,6 +183,13 @@ class ConversationState(CheckedModel):
     ``evolve(**changes)`` returns a new, validated snapshot; nothing changes
     this one.
 
+    ``branch`` is the active branch of the conversation tree (what the agent
+    sees and the next event extends), ``other_branches`` the branches
+    ``navigate_to`` left; ``events`` is every event of the tree, as in
+    OpenHands' SDK (see :attr:`events`). ``events=`` given to the
+    constructor, ``evolve`` or ``_replace`` sets ``branch`` (an
+    :class:`~cowconv.core.tree.EventTree` sets both).
+
     >>> from cowconv import LLM, Agent, Conversation
     >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
     >>> snapshot = conversation.state
@@ -198,7 +205,7 @@ class ConversationState(CheckedModel):
     id: ConversationIDField
     agent: Agent
     workspace: Workspace
-    events: EventLog = EventLog()
+    branch: EventLog = EventLog()
     agent_state: FrozenJSONMap = pmap()
     activated_knowledge_skills: tuple[str, ...] = ()
     stats: ConversationStats = NO_STATS
@@ -210,6 +217,34 @@ class ConversationState(CheckedModel):
     created_at: datetime = Field(default_factory=utc_now)
     updated_at: datetime = Field(default_factory=utc_now)
     other_branches: tuple[EventLog, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _events_as_branch(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "events" in data:
+            return _with_branch(dict(data))
+        return data
+
+    @property
+    def events(self) -> EventLog | EventTree:
+        """Every event of the conversation tree, abandoned branches included (OpenHands' SDK's).
+
+        While the conversation has one branch, that is ``state.branch``
+        itself (an :class:`~cowconv.EventLog`, O(1)). After ``navigate_to``
+        left a branch it is an :class:`~cowconv.core.tree.EventTree` over
+        every branch (each event once; O(b² log n) to make for ``b``
+        branches, copying nothing). What the agent sees is :attr:`view`,
+        the active branch is :attr:`branch` / :meth:`active_branch`.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> first = conversation.send_message("one")
+        >>> _ = conversation.send_message("two")
+        >>> conversation.navigate_to(first.id)
+        >>> len(conversation.state.events), len(conversation.state.branch)  # prompt, one, two
+        (3, 2)
+        """
+        return events_of(self)
 
     @property
     def title(self) -> str | None:
@@ -223,8 +258,7 @@ class ConversationState(CheckedModel):
         ``Conversation.navigate_to`` moves it back; the next event extends the
         branch from there. (OpenHands' SDK's name.)
         """
-        last = self.events.last
-        return None if last is None else last.id
+        return self.branch.last_id
 
     @property
     def head_is_empty(self) -> bool:
@@ -247,7 +281,7 @@ class ConversationState(CheckedModel):
     def active_branch(self, limit: int | None = None) -> list[Event]:
         """The events of the active branch, root first (OpenHands' ``active_branch``).
 
-        The same events as ``state.events``, as a new list; ``limit`` keeps
+        The same events as ``state.branch``, as a new list; ``limit`` keeps
         only the last ``limit`` of them, in O(``limit``).
 
         >>> from cowconv import LLM, Agent, Conversation
@@ -257,6 +291,36 @@ class ConversationState(CheckedModel):
         ['MessageEvent']
         """
         return active_branch(self, limit)
+
+    def _resolve_active_leaf(self) -> str | None:
+        # OpenHands' private name, for code written against it: the leaf is stored there and
+        # derived here (documented in docs/migration.md).
+        return self.leaf_event_id
+
+    @staticmethod
+    def get_unmatched_actions(events: Iterable[Event]) -> list[ActionEvent]:
+        """The tool calls in ``events`` that nothing answered yet (OpenHands' name), in order.
+
+        An :class:`~cowconv.ObservationEvent` or an :class:`~cowconv.AgentErrorEvent`
+        with the same ``tool_call_id`` answers one. Give it
+        ``state.active_branch()``: a call left on an abandoned branch is not pending.
+
+        >>> from cowconv import ActionEvent, ObservationEvent
+        >>> call = ActionEvent(tool_name="terminal", tool_call_id="c1", arguments={})
+        >>> [a.tool_call_id for a in ConversationState.get_unmatched_actions([call])]
+        ['c1']
+        >>> ConversationState.get_unmatched_actions(
+        ...     [call, ObservationEvent(tool_name="terminal", tool_call_id="c1", output="")])
+        []
+        """
+        pending: dict[str, ActionEvent] = {}
+        for event in events:
+            if isinstance(event, ActionEvent):
+                pending[event.tool_call_id] = event
+            elif isinstance(event, ObservationEvent | AgentErrorEvent):
+                if event.tool_call_id is not None:
+                    pending.pop(event.tool_call_id, None)
+        return list(pending.values())
 
     @property
     def view(self) -> View:
@@ -277,7 +341,7 @@ class ConversationState(CheckedModel):
         >>> [e.kind for e in conversation.state.view.events]
         ['SystemPromptEvent', 'MessageEvent']
         """
-        return view_of(self.events)
+        return view_of(self.branch)
 
     @property
     def branches(self) -> tuple[EventLog, ...]:
@@ -303,6 +367,8 @@ class ConversationState(CheckedModel):
 
     def evolve(self, **changes: Any) -> ConversationState:
         """A new snapshot with ``changes`` applied and validated."""
+        if "events" in changes:
+            changes = _with_branch(changes)
         unknown = changes.keys() - type(self).model_fields.keys()
         if unknown:
             raise InvalidTypeError(f"ConversationState has no field(s) {sorted(unknown)}")
@@ -311,7 +377,19 @@ class ConversationState(CheckedModel):
     def _replace(self, **changes: Any) -> ConversationState:
         # Trusted, unvalidated copy for values cowconv built itself (hot paths: fork, append):
         # pydantic's public model_copy, which copies the fields and applies ``changes``.
+        if "events" in changes:
+            changes = _with_branch(changes)
         return self.model_copy(update=changes)
+
+
+def _with_branch(changes: dict[str, Any]) -> dict[str, Any]:
+    # `events=` sets the active branch; an EventTree (a state's `events`) sets the others too.
+    events = changes.pop("events")
+    if isinstance(events, EventTree):
+        changes.setdefault("other_branches", events.others)
+        events = events.active
+    changes.setdefault("branch", events)
+    return changes
 
 
 SecretsInDump = Literal["clear", "masked", "dropped"]
@@ -329,7 +407,7 @@ def _dump_options(secrets: SecretsInDump, branches: bool) -> dict[str, Any]:
     # an export's shared prefixes, an agent server's pages), and so do the other branches of
     # the conversation tree unless `branches`.
     return {
-        "exclude": {"events"} if branches else {"events", "other_branches"},
+        "exclude": {"branch"} if branches else {"branch", "other_branches"},
         "context": _SECRETS_CONTEXT[secrets],
     }
 
@@ -413,6 +491,6 @@ class ConversationInfo(CheckedModel):
             forked_from_conversation_id=state.forked_from_conversation_id,
             forked_from_event_id=state.forked_from_event_id,
             forked_from_event_count=state.forked_from_event_count,
-            event_count=len(state.events),
+            event_count=len(state.branch),
             leaf_event_id=state.leaf_event_id,
         )

@@ -115,7 +115,7 @@ def check_storable_state(state: ConversationState) -> None:
     _round_trip(
         f"the state of conversation {getattr(state, 'id', None)!r}",
         # What a store's state row holds: everything but the histories.
-        state._replace(events=_EMPTY, other_branches=()),
+        state._replace(branch=_EMPTY, other_branches=()),
         lambda value: value.model_dump_json(warnings=False, **_dump_options("clear", False)),
         ConversationState.model_validate_json,
         _same_state,

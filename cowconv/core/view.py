@@ -8,7 +8,7 @@ condensation forgets leave the view, and its summary, if it has one and a
 :class:`CondensationSummaryEvent`. Events the model never sees (a
 :class:`~cowconv.PauseEvent`, an event kind of your own that is not an
 :class:`~cowconv.LLMConvertibleEvent`) are left out. Abandoned branches
-never appear: the view is built from ``state.events``, the active branch.
+never appear: the view is built from ``state.branch``, the active branch.
 
 >>> from cowconv import Condensation, EventLog, MessageEvent, PauseEvent
 >>> m0, m1 = (MessageEvent(id=f"m{i}", role="user", content=f"m{i}") for i in range(2))
@@ -75,7 +75,7 @@ _SEEN: tuple[type[Event], ...] = (
     ObservationEvent,
     AgentErrorEvent,
 )
-_REQUEST_KIND = "CondensationRequest"  # OpenHands' request for a condensation (not in cowconv)
+_REQUEST_KIND = "CondensationRequest"  # cowconv.CondensationRequest, OpenHands' event
 
 
 class View:
@@ -83,8 +83,8 @@ class View:
 
     ``len(view)``, ``view[i]`` and ``view[i:j]`` read ``view.events``.
     ``unhandled_condensation_request`` is whether the branch holds a
-    ``CondensationRequest`` no condensation answered yet (cowconv records
-    none itself; an event of that kind from OpenHands counts).
+    :class:`~cowconv.CondensationRequest` no condensation answered yet (the
+    next step of a run then condenses).
 
     >>> View().events, len(View()), View().unhandled_condensation_request
     ((), 0, False)

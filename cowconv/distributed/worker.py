@@ -231,8 +231,8 @@ def run_branch_job(
         prefix = _prefix(job.prefix_key, load_prefix, rendered=state.agent.condenser is None).take(
             job.prefix_length
         )
-        state = state._replace(events=prefix.extend(state.events))
-        start = len(state.events)
+        state = state._replace(branch=prefix.extend(state.branch))
+        start = len(state.branch)
         if job.timeout is not None:
             LLM.preload()  # a worker's first import of litellm is not the branch's time
         backend = LocalBackend.open(state, max_iteration_per_run=job.max_iteration_per_run)
@@ -254,7 +254,7 @@ def run_branch_job(
             )
         )
     final = backend.snapshot()
-    events = tuple(final.events[position] for position in range(start, len(final.events)))
+    events = tuple(final.branch[position] for position in range(start, len(final.branch)))
     status = final.execution_status
     if cut_off is not None:
         why = (

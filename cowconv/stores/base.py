@@ -117,7 +117,7 @@ class ExportRecord:
     """One conversation of an export: its state and the events it adds to ``parent``.
 
     ``parent`` names an earlier record of the same export whose first
-    ``fork_len`` events this conversation shares; ``state.events`` is the
+    ``fork_len`` events this conversation shares; ``state.branch`` is the
     whole history.
     """
 
@@ -134,7 +134,7 @@ def export_document(records: Iterable[ExportRecord], *, include_secrets: bool) -
     """The versioned JSON text of ``records`` (parents before their forks)."""
     conversations = []
     for record in records:
-        events = record.state.events
+        events = record.state.branch
         conversations.append(
             {
                 "parent": record.parent,
@@ -198,24 +198,24 @@ def _parse_export(data: str | bytes) -> Iterator[ExportRecord]:
                 raise InvalidValueError(
                     f"conversation {state.id!r} has fork_len {fork_len} but no parent"
                 )
-            base = state.events
+            base = state.branch
         elif parent not in seen:
             raise InvalidValueError(
                 f"conversation {state.id!r} names parent {parent!r}, which does not come "
                 "before it in the export"
             )
-        elif not isinstance(fork_len, int) or not 0 <= fork_len <= len(seen[parent].events):
+        elif not isinstance(fork_len, int) or not 0 <= fork_len <= len(seen[parent].branch):
             raise InvalidValueError(
                 f"conversation {state.id!r} has an invalid fork_len {fork_len!r}"
             )
         else:
-            base = seen[parent].events.take(fork_len)
+            base = seen[parent].branch.take(fork_len)
         if str(state.id) in seen:
             raise InvalidValueError(f"conversation {state.id!r} appears twice in the export")
         try:
             events = base.extend(own)
             branches = tuple(_parse_branch(events, branch) for branch in record.get("branches", ()))
-            state = state._replace(events=events, other_branches=branches)
+            state = state._replace(branch=events, other_branches=branches)
         except (ValueError, KeyError, TypeError, ValidationError) as error:
             raise InvalidValueError(f"conversation {state.id!r}: {error}") from None
         seen[str(state.id)] = state

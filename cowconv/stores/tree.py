@@ -185,7 +185,7 @@ class TreeStore:
                 f"the stored state of conversation {conversation_id!r} cannot be read (delete() "
                 f"still removes it): {error}"
             ) from error
-        return loaded_status(state._replace(events=events))
+        return loaded_status(state._replace(branch=events))
 
     def _track(self, state: ConversationState, token: _Token) -> None:
         """Remember that ``state`` is the stored write ``token``, for as long as it lives."""
@@ -435,13 +435,13 @@ class TreeStore:
                     token = self._insert(rows, current, *self._fork_point(rows, current))
                 else:
                     token = self._append(rows, previous, current)
-            self._remember(token[0], current.events)
+            self._remember(token[0], current.branch)
         self._track(current, token)
 
     def _fork_point(self, rows: RowTransaction, state: ConversationState) -> tuple[int | None, int]:
         """Where ``state`` branches off a stored conversation: (parent key, events shared)."""
         parent_id, count = state.forked_from_conversation_id, state.forked_from_event_count
-        if parent_id is None or not count or count > len(state.events):
+        if parent_id is None or not count or count > len(state.branch):
             return None, 0
         found = rows.row(str(parent_id))
         if found is None:
@@ -450,7 +450,7 @@ class TreeStore:
         for candidate in (found, *rows.branch_rows(str(parent_id))):
             if (
                 count <= candidate.event_count
-                and self._stored_common_prefix(rows, state.events, candidate.key, count) == count
+                and self._stored_common_prefix(rows, state.branch, candidate.key, count) == count
             ):
                 return candidate.key, count
         return None, 0  # a different history under that id: share nothing
@@ -472,9 +472,9 @@ class TreeStore:
             parent = None
         # Random, not counted: a count would restart when the rows holding it are deleted.
         generation = secrets.randbits(63)
-        row = Row(0, str(state.id), parent, fork_len, len(state.events), dump_state_json(state))
+        row = Row(0, str(state.id), parent, fork_len, len(state.branch), dump_state_json(state))
         key = rows.insert(row._replace(generation=generation))
-        self._write_events(rows, key, state.events, fork_len)
+        self._write_events(rows, key, state.branch, fork_len)
         if state.other_branches:
             self._insert_branches(rows, state, key, generation)
         return (key, generation, 0)
@@ -488,7 +488,7 @@ class TreeStore:
         conversation, so a fork of a tree writes rows, not events.
         """
         conversation_id = str(state.id)
-        candidates = [(key, len(state.events))]
+        candidates = [(key, len(state.branch))]
         source = state.forked_from_conversation_id
         found = None if source is None else rows.row(str(source))
         if found is not None:
@@ -524,10 +524,10 @@ class TreeStore:
             return known
         # A snapshot this store object never saw (built elsewhere): it is the stored write
         # only if it is that write, event for event and field for field.
-        count = len(previous.events)
+        count = len(previous.branch)
         if row.event_count != count or row.state != dump_state_json(previous):
             return None
-        if count and self._event_id_at(rows, row.key, count - 1) != previous.events[count - 1].id:
+        if count and self._event_id_at(rows, row.key, count - 1) != previous.branch[count - 1].id:
             return None
         return _token(row)
 
@@ -542,7 +542,7 @@ class TreeStore:
     ) -> _Token:
         if current.id != previous.id:
             raise InvalidValueError(f"cannot save conversation {current.id!r} over {previous.id!r}")
-        start = len(previous.events)
+        start = len(previous.branch)
         row = rows.row(str(current.id))
         if row is None:
             raise StoreError(
@@ -561,13 +561,13 @@ class TreeStore:
         if not _only_grows(previous, current):
             return self._restructure(rows, row, previous, current)
         written = row._replace(
-            event_count=len(current.events),
+            event_count=len(current.branch),
             state=dump_state_json(current),
             version=row.version + 1,
         )
         if not rows.update(written, expected=row):
             raise self._conflict(str(current.id), "changed by another writer")
-        self._write_events(rows, row.key, current.events, start)
+        self._write_events(rows, row.key, current.branch, start)
         return _token(written)
 
     def _restructure(
@@ -588,7 +588,7 @@ class TreeStore:
         """
         conversation_id = str(current.id)
         old_keys = [row.key, *(branch.key for branch in rows.branch_rows(conversation_id))]
-        old_logs = [previous.events, *previous.other_branches]
+        old_logs = [previous.branch, *previous.other_branches]
         if len(old_keys) != len(old_logs):
             raise StoreError(
                 f"the branches of conversation {conversation_id!r} in the store do not match "
@@ -598,7 +598,7 @@ class TreeStore:
         if not rows.update(row._replace(id=None, state=None), expected=row):
             raise self._conflict(conversation_id, "changed by another writer")
         new_keys: builtins.list[int] = []
-        for log in (current.events, *current.other_branches):
+        for log in (current.branch, *current.other_branches):
             best, shared, same = None, 0, None
             for key, old in zip(old_keys, old_logs, strict=True):
                 common = log.common_prefix_length(old)
@@ -723,7 +723,7 @@ class TreeStore:
             if with_forks:
                 branches = zip(rows.branch_rows(str(state.id)), state.other_branches, strict=True)
                 pending += [
-                    (branch.key, str(state.id), state.events.common_prefix_length(log))
+                    (branch.key, str(state.id), state.branch.common_prefix_length(log))
                     for branch, log in branches
                 ]
             visited = {key for key, _, _ in pending}
@@ -831,9 +831,9 @@ def _only_grows(previous: ConversationState, current: ConversationState) -> bool
     """
     if previous.other_branches != current.other_branches:
         return False
-    start = len(previous.events)
-    if len(current.events) < start or not current.events.starts_with(previous.events):
+    start = len(previous.branch)
+    if len(current.branch) < start or not current.branch.starts_with(previous.branch):
         return False
-    return len(current.events) == start or not any(
-        current.events.common_prefix_length(branch) > start for branch in current.other_branches
+    return len(current.branch) == start or not any(
+        current.branch.common_prefix_length(branch) > start for branch in current.other_branches
     )

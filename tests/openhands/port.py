@@ -199,6 +199,9 @@ OPENHANDS_ONLY_FILES: tuple[str, ...] = ("tests/conftest.py",)
 #: The longest matching prefix wins; every deeper module maps like its package.
 MODULE_MAP: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("openhands.sdk.testing", ("cowconv.testing", "cowconv")),
+    # OpenHands' file-per-event log and its file stores (cowconv.EventLog is another class).
+    ("openhands.sdk.conversation.event_store", ("cowconv.event_store", "cowconv")),
+    ("openhands.sdk.io", ("cowconv.io", "cowconv")),
     ("openhands.sdk", ("cowconv",)),
     ("openhands.agent_server", ("cowconv.agent_server", "cowconv")),
     ("openhands.tools.terminal", ("cowconv.tools.terminal", "cowconv.tools", "cowconv")),
