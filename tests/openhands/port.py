@@ -199,6 +199,12 @@ OPENHANDS_ONLY_FILES: tuple[str, ...] = ("tests/conftest.py",)
 #: The longest matching prefix wins; every deeper module maps like its package.
 MODULE_MAP: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("openhands.sdk.testing", ("cowconv.testing", "cowconv")),
+    # The remote client: tests patch names there (WebSocketCallbackClient, time) that the
+    # remote backend looks up at run time.
+    (
+        "openhands.sdk.conversation.impl.remote_conversation",
+        ("cowconv.backends.remote", "cowconv"),
+    ),
     ("openhands.sdk", ("cowconv",)),
     ("openhands.agent_server", ("cowconv.agent_server", "cowconv")),
     ("openhands.tools.terminal", ("cowconv.tools.terminal", "cowconv.tools", "cowconv")),
