@@ -439,4 +439,3 @@ class TestOpenHandsOnlyRoutes:
             assert isinstance(conversation.ask_agent("What is 2 + 2?"), str)
         finally:
             conversation.close()
-
