@@ -44,7 +44,7 @@ from cowconv.core.changes import (
 from cowconv.core.events import Event, Message, MessageEvent
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.ids import ConversationID, id_text, new_uuid, public_id
-from cowconv.core.llm import LLMMetrics
+from cowconv.core.llm import LLM, LLMMetrics
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import recorded
 from cowconv.core.usage import Usage
@@ -790,6 +790,28 @@ class RemoteConversation(Conversation):
     def workspace(self) -> Workspace:
         """The workspace: the server's URL and the working directory there (no request)."""
         return self._remote().workspace
+
+    @property
+    def _callbacks(self) -> list[Any]:
+        # OpenHands' private name, read by its tests: what events are handed to (the
+        # visualiser by its on_event, as OpenHands lists it).
+        shown = self._visualizer
+        return [
+            shown.on_event if shown is not None and callback is shown else callback
+            for callback in self._remote().callbacks
+        ]
+
+    @property
+    def _terminal_status_queue(self) -> Any:
+        # OpenHands' private name, read by its tests (see RemoteBackend.run_endings).
+        return self._remote().run_endings
+
+    def generate_title(self, llm: LLM | None = None, max_length: int = 50) -> str:
+        """A title from the first user message, written by ``llm`` (the agent's by default).
+
+        Nothing is recorded: ``set_title`` it to keep it (OpenHands' SDK's method).
+        """
+        return self._remote().generate_title(llm, max_length)
 
     @property
     def conversation_stats(self) -> Any:

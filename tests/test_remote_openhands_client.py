@@ -392,6 +392,21 @@ class TestOpenHandsProtocol:
         with pytest.raises(ConversationNotFoundError):
             RemoteConversation.attach(server.url, str(conversation.id), api_key=KEY)
 
+    def test_generate_title_reads_the_message_just_sent(
+        self, server: BackgroundServer, agent: Agent, tmp_path: Path
+    ):
+        conversation, _ = _anonymous(agent, server, tmp_path)
+        try:
+            conversation.send_message("Analyse the quarterly sales report for EMEA")
+            title = conversation.generate_title(max_length=30)
+            assert isinstance(title, str) and 0 < len(title) <= 30
+            assert len(conversation.state.events) == 2  # nothing recorded
+            unreachable = LLM(model="openai/x", base_url="http://127.0.0.1:9/v1", num_retries=0)
+            fallback = conversation.generate_title(llm=unreachable, max_length=20)
+            assert fallback == "Analyse the quart..."
+        finally:
+            conversation.close()
+
     def test_local_only_methods_say_so(
         self, server: BackgroundServer, agent: Agent, tmp_path: Path
     ):

@@ -50,6 +50,7 @@ from cowconv._exceptions import (
     ConversationRunError,
     EventIndexError,
     InvalidValueError,
+    LLMError,
     RemoteError,
     WebSocketConnectionError,
     remote_error_class,
@@ -68,6 +69,7 @@ from cowconv.core.changes import AppendEvent, Change, NavigateTo, SetTag
 from cowconv.core.events import ROOT_PARENT_ID, Event, Message, MessageEvent, TextContent
 from cowconv.core.history import EventLog
 from cowconv.core.ids import id_text
+from cowconv.core.llm import LLM
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
     ConversationInfo,
@@ -87,6 +89,7 @@ __all__ = [
     "RemoteEventsList",
     "SocketCallback",
     "WebSocketCallbackClient",
+    "generate_conversation_title",
     "raise_for_status",
     "read_info",
     "send_request",
@@ -532,6 +535,52 @@ class RemoteEventsList(Sequence[Event]):
 
 def _timestamp(event: Event) -> str:
     return str(event.timestamp)
+
+
+_TITLE_PROMPT = (
+    "Write a short title for a conversation that starts with the user message below. "
+    "Answer with the title only: no quotes, at most {max_length} characters."
+)
+
+
+def generate_conversation_title(
+    events: Iterable[Event], llm: LLM | None = None, max_length: int = 50
+) -> str:
+    """A title for a conversation from its first user message (OpenHands' SDK's helper).
+
+    ``llm`` writes it; without one, or when the call fails, the message itself,
+    cut to ``max_length`` characters with an ellipsis, is the title.
+    :class:`~cowconv.InvalidValueError` if there is no user message.
+
+    >>> from cowconv import MessageEvent
+    >>> first = MessageEvent(source="user", role="user", content="Analyse the Q3 sales report")
+    >>> generate_conversation_title([first], max_length=12)
+    'Analyse t...'
+    """
+    text = next(
+        (
+            event.text
+            for event in events
+            if isinstance(event, MessageEvent) and event.source == "user" and event.text.strip()
+        ),
+        None,
+    )
+    if text is None:
+        raise InvalidValueError("the conversation has no user message to take a title from")
+    text = " ".join(text.split())
+    if llm is not None:
+        prompt = _TITLE_PROMPT.format(max_length=max_length)
+        try:
+            answer = llm.completion(
+                [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
+            )
+        except LLMError as error:
+            logger.warning("the LLM wrote no title (%s); the message is the title", error)
+        else:
+            title = " ".join(answer.content.split()).strip("\"'")
+            if title:
+                text = title
+    return text if len(text) <= max_length else text[: max(max_length - 3, 0)] + "..."
 
 
 _STATUSES = frozenset(status.value for status in ExecutionStatus)
@@ -1045,6 +1094,17 @@ class RemoteBackend:
         return self._connection.workspace
 
     @property
+    def callbacks(self) -> tuple[EventCallback, ...]:
+        """What each event is handed to, in order."""
+        return self._callbacks
+
+    @property
+    def run_endings(self) -> queue.Queue[str]:
+        """On an OpenHands agent server: the statuses the socket reported as ends of runs, not
+        yet taken by a waiting ``run()`` (OpenHands' ``_terminal_status_queue``)."""
+        return self._terminal
+
+    @property
     def speaks_cowconv(self) -> bool:
         """Whether the server is cowconv's: then its additions (``/state``, the event stream)
         are used; on any other OpenHands agent server, OpenHands' routes and events socket."""
@@ -1238,6 +1298,21 @@ class RemoteBackend:
         return MessageEvent(
             source="user", llm_message=Message(role="user", content=[TextContent(text=text)])
         )
+
+    def generate_title(self, llm: LLM | None = None, max_length: int = 50) -> str:
+        """A title from the first user message, by ``llm`` (the agent's by default).
+
+        On an OpenHands agent server the events are fetched again first, so a
+        message just sent is seen; nothing is recorded.
+        """
+        if self._cache is not None:
+            self._cache.reconcile()
+            events: Sequence[Event] = list(self._cache)
+        else:
+            events = self.snapshot().events
+        if llm is None:
+            llm = self._agent.llm if self._agent is not None else self.snapshot().agent.llm
+        return generate_conversation_title(events=events, llm=llm, max_length=max_length)
 
     def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> RemoteBackend:
         """Fork on the server (O(1) there); the fork shares this connection."""
