@@ -127,7 +127,10 @@ _LAZY = {
     "SQLiteStore": "cowconv.stores",
     "Store": "cowconv.stores",
     "ToolDefinition": "cowconv.agent.tools",
+    "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
+    "Action": "cowconv.core.schema",
+    "Observation": "cowconv.core.schema",
     "register_tool": "cowconv.agent.tools",
     "registered_tools": "cowconv.agent.tools",
     "resolve_tool": "cowconv.agent.tools",
@@ -140,6 +143,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from cowconv.agent.tools import (
         ToolDefinition,
+        ToolExecutor,
         ToolResult,
         register_tool,
         registered_tools,
@@ -188,6 +192,7 @@ if TYPE_CHECKING:
     from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
     from cowconv.core.history import EventLog
     from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.schema import Action, Observation
     from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
@@ -208,6 +213,7 @@ __getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [
+    "Action",
     "ActionEvent",
     "Agent",
     "AgentErrorEvent",
@@ -274,6 +280,7 @@ __all__ = [
     "Message",
     "MessageEvent",
     "MessageToolCall",
+    "Observation",
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",
@@ -299,6 +306,7 @@ __all__ = [
     "Tool",
     "ToolArgumentError",
     "ToolDefinition",
+    "ToolExecutor",
     "ToolResult",
     "UnsafeExposureError",
     "Usage",

@@ -7,8 +7,11 @@ from hypothesis import given
 from pydantic import BaseModel, Field
 
 from cowconv import (
+    Action,
+    Observation,
     ToolArgumentError,
     ToolDefinition,
+    ToolExecutor,
     ToolResult,
     Workspace,
     register_tool,
@@ -72,9 +75,10 @@ class TestRegisterTool:
         assert resolve_tool("test-greet") is GreetTool
 
     def test_incomplete_classes_are_refused(self):
-        """A class without a name or a pydantic Params model, or not a tool, is refused."""
+        """An empty name, no pydantic Params model, or not a tool: refused."""
 
         class Nameless(ToolDefinition[GreetParams]):
+            name = ""
             Params = GreetParams
 
             def execute(self, params: GreetParams) -> ToolResult:
@@ -92,6 +96,47 @@ class TestRegisterTool:
             register_tool(NoParams)
         with pytest.raises(TypeError, match="ToolDefinition subclass"):
             register_tool(dict)  # type: ignore[arg-type]
+
+    def test_a_class_without_a_name_is_named_after_its_class(self):
+        """As in OpenHands' SDK: snake case of the class name, without a "_tool" suffix."""
+
+        class TestUnnamedEchoTool(ToolDefinition[GreetParams]):
+            Params = GreetParams
+
+            def execute(self, params: GreetParams) -> ToolResult:
+                return ToolResult(output=params.name)
+
+        assert TestUnnamedEchoTool.name == "test_unnamed_echo"
+        register_tool(TestUnnamedEchoTool)
+        assert resolve_tool("test_unnamed_echo") is TestUnnamedEchoTool
+
+    def test_openhands_style_type_parameters(self):
+        """ToolDefinition[Action, Observation], ToolExecutor[...]: OpenHands spelling."""
+
+        class TestPingAction(Action):
+            host: str = "localhost"
+
+        class TestPingObservation(Observation):
+            pass
+
+        class TestPingExecutor(ToolExecutor[TestPingAction, TestPingObservation]):
+            def __call__(
+                self, action: TestPingAction, conversation: object = None
+            ) -> TestPingObservation:
+                return TestPingObservation.from_text(f"pong from {action.host}")
+
+        class TestPingTool(ToolDefinition[TestPingAction, TestPingObservation]):
+            Params = TestPingAction
+
+            def execute(self, params: TestPingAction) -> ToolResult:
+                return ToolResult(output=TestPingExecutor()(params).text, exit_code=0)
+
+        register_tool(TestPingTool)
+        tool = resolve_tool("test_ping").create(Workspace(working_dir="."))
+        assert tool.execute(tool.parse_arguments('{"host": "h1"}')).output == "pong from h1"
+        assert TestPingTool.spec()["function"]["parameters"]["properties"]["host"]["default"] == (
+            "localhost"
+        )
 
 
 class TestToolDefinition:

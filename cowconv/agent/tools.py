@@ -34,30 +34,34 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pyrsistent import PMap
+from typing_extensions import TypeVar
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError, ToolArgumentError
 from cowconv.core.events import Event
 from cowconv.core.frozen import freeze, thaw
+from cowconv.core.schema import Action, Observation
 from cowconv.core.workspace import Workspace
 
 __all__ = [
+    "Action",
+    "Observation",
     "ToolDefinition",
+    "ToolExecutor",
     "ToolResult",
     "decode_arguments",
     "register_tool",
     "registered_tools",
     "resolve_tool",
 ]
-
-P = TypeVar("P", bound=BaseModel)
 
 # Built-in tools: name -> module that registers it when imported.
 _BUILTINS = {"terminal": "cowconv.tools.terminal"}
@@ -114,13 +118,58 @@ class ToolResult:
     extra: Mapping[str, Any] | None = None
 
 
+P = TypeVar("P", bound=BaseModel)
+#: What a tool call's arguments validate to: cowconv's ``Params`` model or OpenHands' ``Action``.
+ActionT = TypeVar("ActionT", bound=BaseModel)
+#: What the tool answers: OpenHands' ``Observation`` type; cowconv's one-parameter tools
+#: (``ToolDefinition[Params]``) answer a :class:`ToolResult`, the default.
+ObservationT = TypeVar("ObservationT", default=ToolResult)
+
+
+class ToolExecutor(ABC, Generic[ActionT, ObservationT]):
+    """What runs an OpenHands-style tool: called with the action, answers an observation.
+
+    OpenHands' SDK keeps the code of a tool in an executor object beside the
+    tool's description; ``close`` releases what it holds and ``interrupt``
+    (called from another thread) stops a call in flight.
+
+    >>> class EchoAction(Action):
+    ...     text: str
+    >>> class Echo(ToolExecutor[EchoAction, Observation]):
+    ...     def __call__(self, action, conversation=None):
+    ...         return Observation.from_text(action.text)
+    >>> Echo()(EchoAction(text="hi")).text
+    'hi'
+    """
+
+    @abstractmethod
+    def __call__(self, action: ActionT, conversation: Any = None) -> ObservationT:
+        """Run the tool for ``action`` (in ``conversation`` when given)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Release processes or connections (the default holds none)."""
+
+    def interrupt(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Stop a call in flight, from another thread (the default does nothing)."""
+
+
+def _snake_case(name: str) -> str:
+    """``"GrepTool"`` -> ``"grep_tool"``; a run of capitals is one word (``"MCPTool"``).
+
+    >>> _snake_case("GrepTool"), _snake_case("MCPTool"), _snake_case("FileEditor2")
+    ('grep_tool', 'mcp_tool', 'file_editor2')
+    """
+    words = re.findall(r"[A-Z]+(?=[A-Z][a-z]|\b|[0-9_])|[A-Z]?[a-z0-9]+|[A-Z]+", name)
+    return "_".join(word.lower() for word in words)
+
+
 class NoSettings(BaseModel):
     """Settings of a tool that takes none (``Tool(name=...).params`` must be empty)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
-class ToolDefinition(ABC, Generic[P]):
+class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
     """Base class of tools: a ``name``, a pydantic ``Params`` model and ``execute``.
 
     Subclasses set ``name``, ``Params`` (the arguments the model passes,
@@ -151,6 +200,13 @@ class ToolDefinition(ABC, Generic[P]):
     Params: ClassVar[type[BaseModel]]
     Settings: ClassVar[type[BaseModel]] = NoSettings
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # As in OpenHands' SDK: a class that names itself nothing is named after its class,
+        # in snake case without a "_tool" suffix (class GrepTool -> "grep").
+        if "name" not in cls.__dict__:
+            cls.name = _snake_case(cls.__name__).removesuffix("_tool")
+
     def __init__(self, workspace: Workspace, settings: BaseModel) -> None:
         self.workspace = workspace
         self.settings = settings
@@ -175,7 +231,7 @@ class ToolDefinition(ABC, Generic[P]):
             "function": {"name": cls.name, "description": description, "parameters": schema},
         }
 
-    def parse_arguments(self, arguments: str) -> P:
+    def parse_arguments(self, arguments: str) -> ActionT:
         """The model's JSON ``arguments`` text as ``Params``, or :class:`ToolArgumentError`.
 
         A convenience for :func:`decode_arguments` then :meth:`validate_arguments`,
@@ -188,7 +244,7 @@ class ToolDefinition(ABC, Generic[P]):
         """
         return self.validate_arguments(decode_arguments(arguments, self.name))
 
-    def validate_arguments(self, arguments: Mapping[str, Any]) -> P:
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> ActionT:
         """Decoded arguments (a JSON object, frozen or not) as ``Params``.
 
         Arguments that do not fit ``Params`` are a :class:`ToolArgumentError`
@@ -204,7 +260,7 @@ class ToolDefinition(ABC, Generic[P]):
         cowconv._exceptions.ToolArgumentError: invalid arguments for 'terminal': command: ...
         """
         try:
-            params: P = self.Params.model_validate(thaw(arguments))  # type: ignore[assignment]
+            params: ActionT = self.Params.model_validate(thaw(arguments))  # type: ignore[assignment]
         except ValidationError as error:
             problems = "; ".join(
                 f"{'.'.join(str(part) for part in problem['loc']) or '(arguments)'}: "
@@ -215,7 +271,7 @@ class ToolDefinition(ABC, Generic[P]):
         return params
 
     @abstractmethod
-    def execute(self, params: P) -> ToolResult:
+    def execute(self, params: ActionT) -> ToolResult:
         """Run the tool. Raising means the tool crashed (the run stops with an error)."""
 
     def restore(self, events: Sequence[Event]) -> None:
