@@ -895,8 +895,15 @@ class RemoteBackend:
         with self._notify_lock:
             new = [event for event in events if event.id not in self._heard]
             self._heard.update(event.id for event in new)
-        for event in new:
-            self._deliver(event)
+            # Queued in the same step as marked: the socket's thread and this one both hand
+            # events over in history order, so the callbacks hear them in that order.
+            if not new or not self._callbacks:
+                return
+            self._unnotified.extend(new)
+            if self._notifying:
+                return
+            self._notifying = True
+        self._drain()
 
     def _catch_up(self) -> None:
         """After the socket reconnected: fetch what it missed, hand it to the callbacks."""
@@ -1236,6 +1243,10 @@ class RemoteBackend:
             if self._notifying:
                 return  # the delivery going on will hand it over after the current event
             self._notifying = True
+        self._drain()
+
+    def _drain(self) -> None:
+        # The caller set _notifying: hand over _unnotified until it is empty.
         try:
             while True:
                 with self._notify_lock:
