@@ -1038,7 +1038,14 @@ class RemoteBackend:
         try:
             path = f"{CONVERSATIONS_PATH}/{conversation_id}"
             connection.learn(send_request(connection.client, "GET", path))
-            return cls(connection, conversation_id, agent=None, callbacks=callbacks)
+            backend = cls(connection, conversation_id, agent=None, callbacks=callbacks)
+            if backend.speaks_cowconv:
+                try:
+                    backend.snapshot()  # the first snapshot (its events page in on first read)
+                except BaseException:
+                    backend.close()
+                    raise
+            return backend
         finally:
             connection.release()
 
