@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
     PrivateAttr,
     SecretStr,
@@ -115,6 +116,20 @@ class RemoteWorkspace(Workspace):
     _client: Any = PrivateAttr(default=None)
     _conversation_ids: list[str] = PrivateAttr(default_factory=list)
     _accumulated_cost: float | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when the fields are: the client and what was registered are not the value.
+
+        >>> a = RemoteWorkspace(host="http://127.0.0.1:8000", working_dir=".")
+        >>> a.register_conversation("c1")
+        >>> a == RemoteWorkspace(host="http://127.0.0.1:8000/", working_dir=".")
+        True
+        """
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = Workspace.__hash__
 
     @property
     def client(self) -> Any:
