@@ -208,6 +208,38 @@ class TestWebSocketCallbackClient:
         threads = {thread.name for thread in threading.enumerate()}
         assert f"cowconv-socket-{conversation.id}" not in threads
 
+    def test_reconnects_and_catches_up_after_a_restart(self, agent: Agent, tmp_path: Path):
+        """The server goes away and comes back (same port, same data): the socket reconnects,
+        and what was recorded meanwhile reaches the callbacks once, in the cache too."""
+        app = create_app(data_dir=tmp_path / "data", session_api_key=KEY)
+        first = BackgroundServer(app).start()
+        port = first.port
+        heard: list[str] = []
+        conversation, _ = _anonymous(
+            agent, first, tmp_path, callbacks=[lambda event: heard.append(event.id)]
+        )
+        try:
+            conversation.send_message("before")
+            first.stop()
+            again = BackgroundServer(
+                create_app(data_dir=tmp_path / "data", session_api_key=KEY), port=port
+            ).start()
+            try:
+                with RemoteConversation.attach(
+                    again.url, str(conversation.id), api_key=KEY
+                ) as other:
+                    late = other.send_message("while the socket was away")
+                # Only a reconnected socket (live, or its catch-up over REST) brings it here.
+                _until(lambda: late.id in heard, "the message recorded during the restart")
+                assert heard.count(late.id) == 1
+                assert conversation.state.events[-1].id == late.id
+                assert len(heard) == len(set(heard)) == 3  # the prompt and two messages, once each
+            finally:
+                conversation.close()
+                again.stop()
+        finally:
+            first.stop()
+
     def test_a_refused_key_stops_it(self, server: BackgroundServer, agent: Agent, tmp_path: Path):
         conversation = Conversation(agent=agent, workspace=_workspace(server, tmp_path))
         socket = WebSocketCallbackClient(server.url, str(conversation.id), print, api_key="wrong")
