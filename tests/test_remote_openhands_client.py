@@ -295,8 +295,11 @@ class TestOpenHandsProtocol:
             assert body["observability_tags"] == [] and body["user_id"] is None
             assert body["stuck_detection"] is True and body["tags"] == {"owner": "ci"}
 
+            searches = len(transport.sent("GET", "/events/search"))
             message = conversation.send_message("Analyse the sales report.")
             assert heard == ["SystemPromptEvent", "MessageEvent"]
+            # the socket brought the recorded message: no history read for it
+            assert len(transport.sent("GET", "/events/search")) == searches
             assert conversation.state.events[-1].id == message.id
 
             conversation.run()

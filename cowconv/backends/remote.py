@@ -587,6 +587,9 @@ _STATUSES = frozenset(status.value for status in ExecutionStatus)
 # How long REST must say a run ended before a client on an OpenHands server takes its word
 # without the socket's post-run state update (seconds).
 _REST_ENDED_AFTER = 30.0
+# How long send_message waits for the socket to bring the recorded message before it reads
+# the history over REST instead (seconds).
+_ECHO_WAIT = 5.0
 _PAGE = 100
 _RECONNECTS = 5
 _TIMEOUT = httpx.Timeout(60.0)
@@ -837,6 +840,9 @@ class RemoteBackend:
         self._terminal: queue.Queue[str] = queue.Queue()
         self._armed = threading.Event()
         self._heard: set[str] = set()  # events handed to the callbacks
+        self._socket_live = False  # the socket confirmed its subscription
+        self._user_messages: list[MessageEvent] = []  # user messages the socket brought
+        self._arrivals = threading.Condition()
         if not self._cowconv:
             try:
                 self._open_socket()
@@ -863,7 +869,9 @@ class RemoteBackend:
         socket.start()
         # OpenHands' client's settings, under its names.
         timeout = float(os.environ.get("OPENHANDS_REMOTE_WS_READY_TIMEOUT", "30"))
-        if not socket.wait_until_ready(timeout=timeout):
+        ready = socket.wait_until_ready(timeout=timeout)
+        self._socket_live = ready is True
+        if not ready:
             required = os.environ.get("OPENHANDS_REMOTE_WS_READY_REQUIRED", "true")
             if required.lower() in ("0", "false", "no"):
                 logger.warning(
@@ -889,6 +897,10 @@ class RemoteBackend:
         elif isinstance(event, Event) and self._cache is not None:
             self._cache.add_event(event)
             self._hear([event])
+            if isinstance(event, MessageEvent) and event.source == "user":
+                with self._arrivals:
+                    self._user_messages.append(event)
+                    self._arrivals.notify_all()
 
     def _hear(self, events: Iterable[Event]) -> None:
         """Hand the callbacks those of ``events`` they have not had yet, in order."""
@@ -1300,11 +1312,25 @@ class RemoteBackend:
         return event
 
     def _send_openhands_message(self, body: dict[str, Any]) -> MessageEvent:
-        # OpenHands answers {"success": true}; the events socket brings what it recorded.
-        # Read it now (the socket may be slower), so the message is in the next snapshot.
+        # OpenHands answers {"success": true}; the events socket brings what it recorded (and
+        # the system prompt before it, to the callbacks, in order). Wait a moment for that;
+        # else read the history again, so the message is in the next snapshot either way.
         assert self._cache is not None
+        text = body["content"][0]["text"]
+        with self._arrivals:
+            before = len(self._user_messages)
+
+        def echoed() -> MessageEvent | None:
+            return next((e for e in self._user_messages[before:] if e.text == text), None)
+
         known = {event.id for event in self._cache}
         send_request(self._client, "POST", self._path("/events"), json=body)
+        if self._socket_live:
+            with self._arrivals:
+                self._arrivals.wait_for(lambda: echoed() is not None, timeout=_ECHO_WAIT)
+                heard = echoed()
+            if heard is not None:
+                return heard
         self._cache.reconcile()
         new = [event for event in self._cache if event.id not in known]
         self._hear(new)
@@ -1312,7 +1338,6 @@ class RemoteBackend:
         if sent:
             return sent[-1]
         # Not in the server's history yet: the message as sent (its event comes on the socket).
-        text = body["content"][0]["text"]
         return MessageEvent(
             source="user", llm_message=Message(role="user", content=[TextContent(text=text)])
         )
