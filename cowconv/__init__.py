@@ -28,6 +28,7 @@ from cowconv._exceptions import (
     ConversationConflictError,
     ConversationExistsError,
     ConversationNotFoundError,
+    ConversationRunError,
     ConversationRunningError,
     CorruptStoreError,
     CowconvError,
@@ -46,6 +47,7 @@ from cowconv._exceptions import (
     StoreLockedError,
     ToolArgumentError,
     UnsafeExposureError,
+    WebSocketConnectionError,
     WorkspaceMissingError,
 )
 
@@ -80,6 +82,10 @@ _LAZY = {
     "Conversation": "cowconv.conversation",
     "LocalConversation": "cowconv.conversation",
     "RemoteConversation": "cowconv.conversation",
+    "ConversationStateUpdateEvent": "cowconv.backends.remote",
+    "FULL_STATE_KEY": "cowconv.backends.remote",
+    "RemoteEventsList": "cowconv.backends.remote",
+    "WebSocketCallbackClient": "cowconv.backends.remote",
     "ActionEvent": "cowconv.core.events",
     "AgentErrorEvent": "cowconv.core.events",
     "AnyEvent": "cowconv.core.events",
@@ -144,6 +150,12 @@ if TYPE_CHECKING:
         register_tool,
         registered_tools,
         resolve_tool,
+    )
+    from cowconv.backends.remote import (
+        FULL_STATE_KEY,
+        ConversationStateUpdateEvent,
+        RemoteEventsList,
+        WebSocketCallbackClient,
     )
     from cowconv.branches.report import BranchRow, GroupTotals, SuiteReport
     from cowconv.branches.suite import (
@@ -237,8 +249,10 @@ __all__ = [
     "ConversationExistsError",
     "ConversationInfo",
     "ConversationNotFoundError",
+    "ConversationRunError",
     "ConversationRunningError",
     "ConversationState",
+    "ConversationStateUpdateEvent",
     "ConversationStats",
     "ConversationVisualizerBase",
     "CorruptStoreError",
@@ -251,6 +265,7 @@ __all__ = [
     "EventNotFoundError",
     "EventSource",
     "ExecutionStatus",
+    "FULL_STATE_KEY",
     "FileMissingError",
     "FrozenInstanceError",
     "GroupTotals",
@@ -276,6 +291,7 @@ __all__ = [
     "ROOT_PARENT_ID",
     "RemoteConversation",
     "RemoteError",
+    "RemoteEventsList",
     "RemoteWorkspace",
     "Role",
     "SQLiteStore",
@@ -300,6 +316,8 @@ __all__ = [
     "UnsafeExposureError",
     "Usage",
     "View",
+    "WebSocketCallbackClient",
+    "WebSocketConnectionError",
     "Workspace",
     "WorkspaceMissingError",
     "__version__",

@@ -22,6 +22,8 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     │   ├── SchemaVersionError
     │   └── StoreLockedError
     ├── RemoteError (status_code, message; 0: the server could not be reached)
+    │   ├── ConversationRunError (also RuntimeError): a remote run could not be followed
+    │   └── WebSocketConnectionError (also ConnectionError): no events socket in time
     ├── ServiceError (also RuntimeError)
     ├── StartError: the agent server cannot start (cowconv serve)
     ├── ToolArgumentError (also ValueError): a tool call's arguments do not fit the tool
@@ -63,6 +65,7 @@ __all__ = [
     "ConversationConflictError",
     "ConversationExistsError",
     "ConversationNotFoundError",
+    "ConversationRunError",
     "CorruptStoreError",
     "CowconvError",
     "ConversationRunningError",
@@ -81,6 +84,7 @@ __all__ = [
     "StoreLockedError",
     "ToolArgumentError",
     "UnsafeExposureError",
+    "WebSocketConnectionError",
     "WorkspaceMissingError",
 ]
 
@@ -321,6 +325,45 @@ class RemoteError(CowconvError):
         Exception.__init__(self, f"agent server answered {status_code}: {message}")
         self.status_code = status_code
         self.message = message
+
+
+class ConversationRunError(RemoteError, RuntimeError):
+    """A remote ``run()`` could not be followed to its end: it timed out, or the server lost
+    the conversation (OpenHands' SDK's name).
+
+    ``conversation_id`` names the conversation (it may still be running on the
+    server); ``conversation_error`` is OpenHands' structured error event when the
+    server recorded one, else ``None``.
+
+    >>> error = ConversationRunError("c1", TimeoutError("run timed out after 5 seconds"))
+    >>> error.conversation_id, isinstance(error, RuntimeError), str(error)
+    ('c1', True, 'conversation c1: run timed out after 5 seconds')
+    """
+
+    def __init__(
+        self, conversation_id: object, cause: BaseException, conversation_error: Any = None
+    ) -> None:
+        Exception.__init__(self, f"conversation {conversation_id}: {cause}")
+        self.status_code = getattr(cause, "status_code", 0)
+        self.message = str(cause)
+        self.conversation_id = conversation_id
+        self.conversation_error = conversation_error
+
+
+class WebSocketConnectionError(RemoteError, ConnectionError):
+    """The agent server's events socket did not subscribe in time (OpenHands' SDK's name).
+
+    >>> str(WebSocketConnectionError("c1", 30.0))
+    'conversation c1: the events WebSocket was not ready within 30.0 seconds'
+    """
+
+    def __init__(self, conversation_id: object, timeout: float) -> None:
+        message = f"the events WebSocket was not ready within {timeout} seconds"
+        Exception.__init__(self, f"conversation {conversation_id}: {message}")
+        self.status_code = 0
+        self.message = message
+        self.conversation_id = conversation_id
+        self.timeout = timeout
 
 
 # The errors an agent server names in its answers; a client raises each as a class that is

@@ -27,6 +27,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Self, overload
 
+from pydantic import SecretStr
+
 from cowconv import backends, stores
 from cowconv._exceptions import ConversationExistsError, InvalidTypeError, InvalidValueError
 from cowconv.backends.local import LocalBackend
@@ -42,7 +44,7 @@ from cowconv.core.changes import (
 from cowconv.core.events import Event, Message, MessageEvent
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.ids import ConversationID, id_text, new_uuid, public_id
-from cowconv.core.llm import LLMMetrics
+from cowconv.core.llm import LLM, LLMMetrics
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import recorded
 from cowconv.core.usage import Usage
@@ -134,8 +136,8 @@ class Conversation:
 
     ``delete_on_close`` is OpenHands' setting, accepted and kept on the
     conversation (and its forks); as in OpenHands' SDK for a conversation in
-    this process, closing deletes nothing. ``True`` for a conversation on an
-    agent server is refused for now.
+    this process, closing deletes nothing. On an agent server, as there,
+    ``True`` deletes the conversation on the server when it is closed.
 
     This constructor is the one way to make a conversation:
     :meth:`resume` reopens a stored one through the same path
@@ -225,6 +227,7 @@ class Conversation:
         stuck_detection: bool = True,
         delete_on_close: bool | None = None,
         transport: httpx.BaseTransport | None = None,
+        request_extras: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(stuck_detection, bool):
             raise InvalidTypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
@@ -239,12 +242,6 @@ class Conversation:
             callbacks = (shown, *callbacks)
         backend: Backend
         if workspace.is_remote:
-            if delete_on_close:
-                raise InvalidValueError(
-                    "delete_on_close=True is not supported for a conversation on an agent "
-                    "server yet: the server keeps it after close() (delete it through the "
-                    "server's API)"
-                )
             if persistence_dir is not None or store is not None:
                 raise InvalidValueError(
                     "a conversation on an agent server is stored by the server: leave out "
@@ -258,9 +255,10 @@ class Conversation:
                 callbacks=callbacks,
                 max_iteration_per_run=max_iteration_per_run,
                 transport=transport,
+                request_extras=request_extras,
             )
         else:
-            if transport is not None:
+            if transport is not None or request_extras is not None:
                 raise InvalidValueError("transport= is for a conversation on an agent server")
             state = ConversationState(
                 id=check_conversation_id(conversation_id),
@@ -822,7 +820,154 @@ class RemoteConversation(Conversation):
             raise InvalidValueError(
                 "a RemoteConversation needs a Workspace with host= (the server URL)"
             )
-        self._initialise(agent, workspace, **options)
+        # OpenHands' create request: its further fields, sent as OpenHands' client sends them
+        # (the server honours, keeps or refuses each; see docs/migration.md).
+        extras: dict[str, Any] = {
+            "initial_message": None,
+            "stuck_detection": options.get("stuck_detection", True),
+            "tool_module_qualnames": {},
+            "agent_definitions": [],
+            "plugins": _json_list(options.pop("plugins", None)) or None,
+            "hook_config": _json_of(options.pop("hook_config", None)),
+            "client_tools": _json_list(options.pop("client_tools", None)),
+            "observability_metadata": dict(options.pop("observability_metadata", None) or {}),
+            "observability_tags": list(options.pop("observability_tags", None) or []),
+            "observability_span_name": options.pop("observability_span_name", "conversation"),
+            "observability_parent_span_context": options.pop(
+                "observability_parent_span_context", None
+            ),
+            "user_id": options.pop("user_id", None),
+        }
+        thresholds = options.pop("stuck_detection_thresholds", None)
+        if thresholds is not None:
+            extras["stuck_detection_thresholds"] = _json_of(thresholds)
+        secrets = options.pop("secrets", None)
+        self._initialise(agent, workspace, request_extras=extras, **options)
+        if secrets:
+            self.update_secrets(secrets)
+
+    def _remote(self) -> backends.RemoteBackend:
+        backend = self._backend
+        assert isinstance(backend, backends.RemoteBackend)
+        return backend
+
+    @property
+    def workspace(self) -> Workspace:
+        """The workspace: the server's URL and the working directory there (no request)."""
+        return self._remote().workspace
+
+    @property
+    def _callbacks(self) -> list[Any]:
+        # OpenHands' private name, read by its tests: what events are handed to (the
+        # visualiser by its on_event, as OpenHands lists it).
+        shown = self._visualizer
+        return [
+            shown.on_event if shown is not None and callback is shown else callback
+            for callback in self._remote().callbacks
+        ]
+
+    @property
+    def _terminal_status_queue(self) -> Any:
+        # OpenHands' private name, read by its tests (see RemoteBackend.run_endings).
+        return self._remote().run_endings
+
+    def generate_title(self, llm: LLM | None = None, max_length: int = 50) -> str:
+        """A title from the first user message, written by ``llm`` (the agent's by default).
+
+        Nothing is recorded: ``set_title`` it to keep it (OpenHands' SDK's method).
+        """
+        return self._remote().generate_title(llm, max_length)
+
+    @property
+    def conversation_stats(self) -> Any:
+        """``state.stats`` (OpenHands' SDK's name)."""
+        return self.state.stats
+
+    @property
+    def stuck_detector(self) -> Any:
+        """Not on a remote conversation: the server detects a stuck run (as OpenHands' SDK)."""
+        raise NotImplementedError(
+            "For remote conversations, stuck detection is not available here: the agent "
+            "server detects it (the run then ends with status 'stuck')"
+        )
+
+    def run(
+        self, blocking: bool = True, poll_interval: float = 1.0, timeout: float = 3600.0
+    ) -> None:
+        """Run the agent on the server (see :meth:`Conversation.run`).
+
+        On an OpenHands agent server, as OpenHands' client: ``blocking=False``
+        starts the run and returns (a later ``run()`` waits for it); a blocking
+        run waits for the server's post-run state update, checks the status
+        every ``poll_interval`` seconds, and raises
+        :class:`~cowconv.ConversationRunError` past ``timeout`` seconds.
+        """
+        if not isinstance(blocking, bool):
+            raise InvalidTypeError(f"blocking must be a bool, got {blocking!r}")
+        backend = self._remote()
+        if backend.speaks_cowconv:
+            super().run(blocking)
+        else:
+            backend.run(blocking=blocking, poll_interval=poll_interval, timeout=timeout)
+
+    # -- OpenHands' server-side settings: each one request, as OpenHands' client sends it -----
+
+    def update_secrets(self, secrets: Mapping[str, Any]) -> None:
+        """Give the server secrets for the agent's tools (``POST /secrets``).
+
+        A value is a string, a ``SecretStr``, a callable returning one (called
+        now), or a secret source model (sent as its JSON, secrets shown).
+        """
+        if not isinstance(secrets, Mapping):
+            raise InvalidTypeError(f"secrets must be a mapping, got {type(secrets).__name__}")
+        self._remote().request("POST", "/secrets", json={"secrets": _secret_values(secrets)})
+
+    def set_confirmation_policy(self, policy: Any) -> None:
+        """Set OpenHands' confirmation policy on the server (``POST /confirmation_policy``)."""
+        self._remote().request("POST", "/confirmation_policy", json={"policy": _json_of(policy)})
+
+    def set_security_analyzer(self, analyzer: Any) -> None:
+        """Set (``None``: remove) OpenHands' security analyzer (``POST /security_analyzer``)."""
+        body = {"security_analyzer": _json_of(analyzer)}
+        self._remote().request("POST", "/security_analyzer", json=body)
+
+    def reject_pending_actions(self, reason: str = "User rejected the action") -> None:
+        """Reject the actions waiting for confirmation (``POST .../respond_to_confirmation``)."""
+        body = {"accept": False, "reason": reason}
+        self._remote().request("POST", "/events/respond_to_confirmation", json=body)
+
+    def ask_agent(self, question: str) -> str:
+        """The agent's answer to ``question``, outside the history (``POST /ask_agent``)."""
+        answer = self._remote().request("POST", "/ask_agent", json={"question": question})
+        return str(answer.json()["response"])
+
+    def condense(self) -> None:
+        """Ask the server to condense the history now (``POST /condense``)."""
+        self._remote().request("POST", "/condense")
+
+    def load_plugin(self, plugin_ref: str) -> None:
+        """Load an OpenHands plugin on the server (``POST /load_plugin``)."""
+        self._remote().request("POST", "/load_plugin", json={"plugin_ref": plugin_ref})
+
+    def set_title(self, title: str) -> None:
+        """Set the conversation's title (``tags["title"]``; OpenHands' ``PATCH {"title"}``)."""
+        self.set_tag("title", title)
+
+    def execute_tool(self, tool_name: str, action: Any) -> Any:
+        """Not on a remote conversation (as OpenHands' SDK): tools run on the server."""
+        raise NotImplementedError(
+            "execute_tool is not yet supported for RemoteConversation: tools run on the agent "
+            "server during a run; use a local Conversation to run a tool directly"
+        )
+
+    def close(self) -> None:
+        """Stop following the server; with ``delete_on_close``, delete the conversation there."""
+        if self.delete_on_close:
+            try:
+                self._remote().delete()
+            except Exception:  # as OpenHands' client: closing never fails on the server's account
+                logger.warning("could not delete %s on the server", self.id, exc_info=True)
+        super().close()
 
     @classmethod
     def attach(
@@ -853,3 +998,31 @@ class RemoteConversation(Conversation):
             workspace, conversation_id, callbacks=callbacks, transport=transport
         )
         return cls._holding(backend)
+
+
+def _json_of(value: Any) -> Any:
+    """JSON of an OpenHands setting given as a model or as JSON already (``None`` stays)."""
+    if value is None or isinstance(value, str | int | float | bool | list | dict):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    raise InvalidTypeError(f"expected a model or JSON, got {type(value).__name__}")
+
+
+def _json_list(values: Any) -> list[Any]:
+    return [_json_of(value) for value in values or ()]
+
+
+def _secret_values(secrets: Mapping[str, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, value in secrets.items():
+        if isinstance(value, SecretStr):
+            values[key] = value.get_secret_value()
+        elif hasattr(value, "model_dump"):
+            values[key] = value.model_dump(mode="json", context={"expose_secrets": True})
+        elif callable(value):
+            values[key] = value()
+        else:
+            values[key] = value
+    return values

@@ -27,6 +27,7 @@ from cowconv import (
     Agent,
     Condensation,
     Conversation,
+    ConversationNotFoundError,
     ConversationRunningError,
     ConversationState,
     EventLog,
@@ -41,6 +42,7 @@ from cowconv import (
     Observation,
     ObservationEvent,
     PauseEvent,
+    RemoteConversation,
     SQLiteStore,
     TextContent,
     Tool,
@@ -460,8 +462,17 @@ class TestDeleteOnClose:
             remote = Conversation(agent=AGENT, workspace=workspace)
             assert remote.delete_on_close is False
             remote.close()
-            with pytest.raises(InvalidValueError, match="delete_on_close"):
-                Conversation(agent=AGENT, workspace=workspace, delete_on_close=True)
+            # As OpenHands' RemoteConversation: True deletes the conversation on the server.
+            doomed = Conversation(agent=AGENT, workspace=workspace, delete_on_close=True)
+            fork = doomed.fork()
+            assert fork.delete_on_close is True
+            doomed.close()
+            assert RemoteConversation.attach(server.url, str(remote.id)).id == remote.id
+            with pytest.raises(ConversationNotFoundError):
+                RemoteConversation.attach(server.url, str(doomed.id))
+            fork.close()
+            with pytest.raises(ConversationNotFoundError):
+                RemoteConversation.attach(server.url, str(fork.id))
         with pytest.raises(InvalidTypeError):
             Conversation(agent=AGENT, workspace=".", delete_on_close="yes")  # type: ignore[arg-type]
 

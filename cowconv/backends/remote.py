@@ -25,23 +25,34 @@ RemoteBackend 2 Follow-up
 
 from __future__ import annotations
 
+import bisect
 import collections
 import json
+import logging
+import os
+import queue
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, overload
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal, overload
 from urllib.parse import urlsplit
 
 import httpx
 import httpx_sse
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from cowconv._exceptions import (
     ConversationConflictError,
+    ConversationRunError,
     EventIndexError,
     InvalidValueError,
+    LLMError,
     RemoteError,
+    WebSocketConnectionError,
     remote_error_class,
 )
 from cowconv.backends.wire import (
@@ -55,15 +66,36 @@ from cowconv.backends.wire import (
 )
 from cowconv.core.agent import Agent
 from cowconv.core.changes import AppendEvent, Change, NavigateTo, SetTag
-from cowconv.core.events import ROOT_PARENT_ID, Event, MessageEvent
+from cowconv.core.events import ROOT_PARENT_ID, Event, Message, MessageEvent, TextContent
 from cowconv.core.history import EventLog
 from cowconv.core.ids import id_text
-from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationInfo, ConversationState
+from cowconv.core.llm import LLM
+from cowconv.core.state import (
+    DEFAULT_MAX_ITERATION_PER_RUN,
+    ConversationInfo,
+    ConversationState,
+    ExecutionStatus,
+)
 from cowconv.core.storable import check_storable_event
-from cowconv.core.workspace import Workspace
+from cowconv.core.workspace import RemoteWorkspace, Workspace
 from cowconv.ports import EventCallback, ForkSpec, notify
 
-__all__ = ["RemoteBackend", "RemoteEvents", "raise_for_status", "read_info"]
+__all__ = [
+    "CONVERSATIONS_PATH",
+    "FULL_STATE_KEY",
+    "ConversationStateUpdateEvent",
+    "RemoteBackend",
+    "RemoteEvents",
+    "RemoteEventsList",
+    "SocketCallback",
+    "WebSocketCallbackClient",
+    "generate_conversation_title",
+    "raise_for_status",
+    "read_info",
+    "send_request",
+]
+
+logger = logging.getLogger("cowconv.remote")
 
 _SEARCH_PAGE = 100  # OpenHands' largest page of /events/search
 # A quiet socket is checked over REST this often (seconds): a run that ended while the socket
@@ -102,6 +134,462 @@ def _is_state_update(message: Any) -> bool:
     return isinstance(message, dict) and message.get("kind") == "ConversationStateUpdateEvent"
 
 
+# -- OpenHands' client surface: requests, the events socket, the events cache -----------------
+# What OpenHands' RemoteConversation is built from, under OpenHands' names, so that code
+# written for it (and its tests, which replace these names) runs against cowconv. The remote
+# backend uses them whenever the server is not cowconv's (see _Connection.cowconv).
+
+CONVERSATIONS_PATH = "/api/conversations"
+"""Where OpenHands' agent-server protocol keeps conversations."""
+
+FULL_STATE_KEY = "full_state"
+"""The ``key`` of a :class:`ConversationStateUpdateEvent` carrying the whole conversation info."""
+
+_FATAL_CLOSE_CODES = frozenset({4001, 4004})  # the server refused the key / has no such id
+
+
+class ConversationStateUpdateEvent(BaseModel):
+    """A change of a conversation's info, as the agent server's events socket sends it.
+
+    Not part of a history: the client keeps ``value`` in its cached
+    conversation info (``key`` :data:`FULL_STATE_KEY` replaces the fields it
+    holds, any other key sets that field), and a full update that is not
+    ``running`` after a ``run()`` started ends that run.
+
+    >>> update = ConversationStateUpdateEvent(key="execution_status", value="paused")
+    >>> update.kind, update.key, update.value
+    ('ConversationStateUpdateEvent', 'execution_status', 'paused')
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    kind: Literal["ConversationStateUpdateEvent"] = "ConversationStateUpdateEvent"
+    id: str = Field(default_factory=lambda: str(uuid.uuid4()))
+    timestamp: str = Field(default_factory=lambda: datetime.now().isoformat())
+    source: str = "environment"
+    key: str
+    value: Any = None
+
+
+def _status_error_class(base: type[RemoteError]) -> type[RemoteError]:
+    made = _HTTP_ERRORS.get(base)
+    if made is None:
+        made = type(
+            base.__name__,
+            (base, httpx.HTTPStatusError),
+            {"__module__": base.__module__, "__doc__": base.__doc__},
+        )
+        made = _HTTP_ERRORS.setdefault(base, made)
+    return made
+
+
+_HTTP_ERRORS: dict[type[RemoteError], type[RemoteError]] = {}
+
+
+def _status_error(response: Any, fallback: str) -> RemoteError:
+    """The error for an answer with an error status: a :class:`~cowconv.RemoteError` (and the
+    cowconv error the server named) that is also an ``httpx.HTTPStatusError``."""
+    name: str | None = None
+    detail: Any = fallback
+    if isinstance(response, httpx.Response):
+        response.read()
+        detail = response.text
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            detail = body.get("detail", detail)
+            error_name = body.get("error")
+            name = error_name if isinstance(error_name, str) else None
+    if isinstance(detail, list):  # validation errors: one message per bad field
+        detail = "; ".join(
+            f"{'.'.join(str(part) for part in item.get('loc', ()))}: {item.get('msg')}"
+            for item in detail
+            if isinstance(item, dict)
+        )
+    status = getattr(response, "status_code", 0)
+    error = _status_error_class(remote_error_class(name))(
+        status if isinstance(status, int) else 0, str(detail)
+    )
+    error.request = getattr(response, "request", None)  # type: ignore[attr-defined]
+    error.response = response  # type: ignore[attr-defined]
+    return error
+
+
+def send_request(
+    client: Any,
+    method: str,
+    url: str,
+    acceptable_status_codes: Iterable[int] = (),
+    **kwargs: Any,
+) -> Any:
+    """``client.request(method, url, **kwargs)``, its answer checked as OpenHands' client does.
+
+    An answer whose status is in ``acceptable_status_codes`` is returned as
+    it is; any other error status raises the server's error as a
+    :class:`~cowconv.RemoteError` that is also an ``httpx.HTTPStatusError``.
+
+    >>> import httpx
+    >>> from cowconv import ConversationNotFoundError
+    >>> client = httpx.Client(base_url="http://server", transport=httpx.MockTransport(
+    ...     lambda request: httpx.Response(404, json={"detail": "no conversation 'x'",
+    ...                                               "error": "ConversationNotFoundError"})))
+    >>> send_request(client, "GET", "/api/conversations/x", {404}).status_code
+    404
+    >>> try:
+    ...     send_request(client, "GET", "/api/conversations/x")
+    ... except ConversationNotFoundError as error:
+    ...     print(error.status_code, isinstance(error, httpx.HTTPStatusError))
+    404 True
+    """
+    response = client.request(method, url, **kwargs)
+    if response.status_code in set(acceptable_status_codes):
+        return response
+    try:
+        response.raise_for_status()
+    except httpx.HTTPStatusError as error:
+        if isinstance(error, RemoteError):
+            raise
+        raise _status_error(error.response, str(error)) from None
+    return response
+
+
+def _history_event(data: Any) -> Event | None:
+    """A history event from the JSON a server sent, ``None`` for kinds cowconv lacks."""
+    if not isinstance(data, Mapping):
+        return None
+    converted = event_from_openhands(data)
+    if converted is None:
+        return None
+    try:
+        return Event.model_validate(converted)
+    except ValidationError:
+        logger.warning("left out an event cowconv cannot read: %s", data.get("id"))
+        return None
+
+
+def _socket_event(data: Any) -> Event | ConversationStateUpdateEvent | None:
+    if isinstance(data, Mapping) and data.get("kind") == "ConversationStateUpdateEvent":
+        return ConversationStateUpdateEvent.model_validate(
+            {key: data[key] for key in ("id", "timestamp", "key", "value") if key in data}
+        )
+    return _history_event(data)
+
+
+SocketCallback = Callable[[Any], None]
+"""What :class:`WebSocketCallbackClient` hands each message to: a history
+:class:`~cowconv.Event` or a :class:`ConversationStateUpdateEvent`."""
+
+
+class WebSocketCallbackClient:
+    """The agent server's events socket of one conversation, followed in a daemon thread.
+
+    Each event the server sends (``/sockets/events/{id}``) goes to
+    ``callback``. The socket reconnects after a failure (1 s, doubling to
+    30 s between tries) until :meth:`stop`; the server refusing the key
+    (close code 4001) or not knowing the conversation (4004) ends it. After
+    a reconnection ``on_reconnect`` runs (to catch up on what was missed).
+    :meth:`wait_until_ready` returns once the server has subscribed the
+    socket (its first :class:`ConversationStateUpdateEvent`).
+
+    >>> from cowconv import LLM, Agent, Conversation, Workspace
+    >>> from cowconv.agent_server import BackgroundServer, create_app
+    >>> with BackgroundServer(create_app()) as server:
+    ...     conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")),
+    ...                                 workspace=Workspace(host=server.url, working_dir="."))
+    ...     heard = []
+    ...     socket = WebSocketCallbackClient(server.url, str(conversation.id), heard.append)
+    ...     socket.start()
+    ...     ready = socket.wait_until_ready(timeout=30)
+    ...     socket.stop(); conversation.close()
+    >>> ready, type(heard[0]).__name__
+    (True, 'ConversationStateUpdateEvent')
+    """
+
+    def __init__(
+        self,
+        host: str,
+        conversation_id: str,
+        callback: SocketCallback,
+        api_key: str | None = None,
+        on_reconnect: Callable[[], object] | None = None,
+    ) -> None:
+        self.host = host
+        self.conversation_id = conversation_id
+        self.callback = callback
+        self.api_key = api_key
+        self.on_reconnect = on_reconnect
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+
+    @property
+    def url(self) -> str:
+        """The socket's URL (``ws://`` or ``wss://``, beside the HTTP one)."""
+        parts = urlsplit(self.host.rstrip("/"))
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        return f"{scheme}://{parts.netloc}{parts.path}/sockets/events/{self.conversation_id}"
+
+    def start(self) -> None:
+        """Connect in a daemon thread (once; a started client is left as it is)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._follow, name=f"cowconv-socket-{self.conversation_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Close the socket and end the thread (waits up to 5 s for it)."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join(timeout=5)
+        self._thread = None
+
+    def wait_until_ready(self, timeout: float | None = None) -> bool:
+        """Whether the server subscribed the socket within ``timeout`` seconds (``None``: no
+        limit); ``False`` at once if the client was stopped."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stop.is_set():
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            if self._ready.wait(left):
+                return True
+        return self._ready.is_set()
+
+    def _follow(self) -> None:
+        delay = 1.0
+        connected_before = False
+        while not self._stop.is_set():
+            try:
+                with ws_connect(self.url, open_timeout=30, max_size=None) as socket:
+                    if self.api_key:
+                        socket.send(json.dumps({"type": "auth", "session_api_key": self.api_key}))
+                    delay = 1.0
+                    subscribed = False
+                    while not self._stop.is_set():
+                        try:
+                            raw = socket.recv(timeout=0.2)
+                        except TimeoutError:
+                            continue
+                        event = self._parse(raw)
+                        if event is None:
+                            continue
+                        if isinstance(event, ConversationStateUpdateEvent) and not subscribed:
+                            subscribed = True
+                            if connected_before:
+                                self._reconnected()
+                            connected_before = True
+                            self._ready.set()
+                        try:
+                            self.callback(event)
+                        except Exception:
+                            logger.exception("socket callback failed on event %s", event.id)
+            except ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd is not None else None
+                if code in _FATAL_CLOSE_CODES:
+                    logger.warning("the server closed the events socket (%s)", code)
+                    self._stop.set()
+                    return
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+            except Exception:
+                logger.debug("events socket failed; retrying", exc_info=True)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 30.0)
+
+    @staticmethod
+    def _parse(raw: str | bytes) -> Event | ConversationStateUpdateEvent | None:
+        try:
+            return _socket_event(json.loads(raw))
+        except (ValueError, ValidationError):
+            logger.warning("left out a socket message cowconv cannot read")
+            return None
+
+    def _reconnected(self) -> None:
+        if self.on_reconnect is None:
+            return
+        try:
+            self.on_reconnect()
+        except Exception:
+            logger.exception("the reconnection callback failed")
+
+
+class RemoteEventsList(Sequence[Event]):
+    """A conversation's events on an agent server, cached here (OpenHands' ``RemoteEventsList``).
+
+    Made from the server's ``/events/search`` (every page, at once); then
+    kept current by :meth:`add_event` (the events socket's callback,
+    :meth:`create_default_callback`) and :meth:`reconcile`. Events are kept
+    in timestamp order (equal timestamps in the order they came), once per
+    id. Kinds cowconv lacks are left out.
+
+    >>> import httpx
+    >>> from cowconv import MessageEvent
+    >>> def server(request):
+    ...     event = MessageEvent(id="e1", timestamp="2026-01-01T10:00:00", source="user",
+    ...                          role="user", content="hi")
+    ...     return httpx.Response(200, json={"items": [event.model_dump(mode="json")],
+    ...                                      "next_page_id": None})
+    >>> client = httpx.Client(base_url="http://server", transport=httpx.MockTransport(server))
+    >>> events = RemoteEventsList(client, "c1")
+    >>> late = MessageEvent(id="e0", timestamp="2026-01-01T09:00:00", source="user",
+    ...                     role="user", content="earlier")
+    >>> events.add_event(late); events.add_event(late)
+    >>> [event.id for event in events]
+    ['e0', 'e1']
+    """
+
+    def __init__(
+        self, client: Any, conversation_id: str, events_base_path: str = CONVERSATIONS_PATH
+    ) -> None:
+        self._client = client
+        self._conversation_id = conversation_id
+        self._events_base_path = events_base_path
+        self._lock = threading.RLock()
+        self._events: list[Event] = []
+        self._ids: set[str] = set()
+        for event in self._fetch_all():
+            self._insert(event)
+
+    def _fetch_all(self) -> list[Event]:
+        events: list[Event] = []
+        page_id: str | None = None
+        url = f"{self._events_base_path}/{self._conversation_id}/events/search"
+        while True:
+            params: dict[str, Any] = {"limit": _SEARCH_PAGE}
+            if page_id:
+                params["page_id"] = page_id
+            page = send_request(self._client, "GET", url, params=params).json()
+            for item in page["items"]:
+                event = _history_event(item)
+                if event is not None:
+                    events.append(event)
+            page_id = page.get("next_page_id")
+            if not page_id:
+                return events
+
+    def _insert(self, event: Event) -> bool:
+        # Caller holds the lock. The socket may deliver events out of order: keep time order.
+        if event.id in self._ids:
+            return False
+        position = bisect.bisect_right(self._events, event.timestamp, key=_timestamp)
+        self._events.insert(position, event)
+        self._ids.add(event.id)
+        return True
+
+    def add_event(self, event: Event) -> None:
+        """Add ``event`` where its timestamp puts it, unless an event with its id is here."""
+        with self._lock:
+            self._insert(event)
+
+    def append(self, event: Event) -> int:
+        """:meth:`add_event`, returning the length minus one (OpenHands' ``EventLog`` shape)."""
+        self.add_event(event)
+        return len(self._events) - 1
+
+    def reconcile(self) -> int:
+        """Fetch every event again and add those missing here; returns how many were added.
+
+        A server that cannot be reached leaves the cache as it is (0).
+        """
+        try:
+            fetched = self._fetch_all()
+        except (RemoteError, httpx.HTTPError) as error:
+            logger.warning("could not fetch the events of %s: %s", self._conversation_id, error)
+            return 0
+        with self._lock:
+            return sum(self._insert(event) for event in fetched)
+
+    def create_default_callback(self) -> Callable[[Any], None]:
+        """A socket callback that adds each history event here (state updates are not events)."""
+
+        def add(event: Any) -> None:
+            if isinstance(event, Event):
+                self.add_event(event)
+
+        return add
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        with self._lock:
+            return self._events[index]
+
+    def __iter__(self) -> Iterator[Event]:
+        with self._lock:
+            return iter(list(self._events))
+
+
+def _timestamp(event: Event) -> str:
+    return str(event.timestamp)
+
+
+_TITLE_PROMPT = (
+    "Write a short title for a conversation that starts with the user message below. "
+    "Answer with the title only: no quotes, at most {max_length} characters."
+)
+
+
+def generate_conversation_title(
+    events: Iterable[Event], llm: LLM | None = None, max_length: int = 50
+) -> str:
+    """A title for a conversation from its first user message (OpenHands' SDK's helper).
+
+    ``llm`` writes it; without one, or when the call fails, the message itself,
+    cut to ``max_length`` characters with an ellipsis, is the title.
+    :class:`~cowconv.InvalidValueError` if there is no user message.
+
+    >>> from cowconv import MessageEvent
+    >>> first = MessageEvent(source="user", role="user", content="Analyse the Q3 sales report")
+    >>> generate_conversation_title([first], max_length=12)
+    'Analyse t...'
+    """
+    text = next(
+        (
+            event.text
+            for event in events
+            if isinstance(event, MessageEvent) and event.source == "user" and event.text.strip()
+        ),
+        None,
+    )
+    if text is None:
+        raise InvalidValueError("the conversation has no user message to take a title from")
+    text = " ".join(text.split())
+    if llm is not None:
+        prompt = _TITLE_PROMPT.format(max_length=max_length)
+        try:
+            answer = llm.completion(
+                [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
+            )
+        except LLMError as error:
+            logger.warning("the LLM wrote no title (%s); the message is the title", error)
+        else:
+            title = " ".join(answer.content.split()).strip("\"'")
+            if title:
+                text = title
+    return text if len(text) <= max_length else text[: max(max_length - 3, 0)] + "..."
+
+
+_STATUSES = frozenset(status.value for status in ExecutionStatus)
+# How long REST must say a run ended before a client on an OpenHands server takes its word
+# without the socket's post-run state update (seconds).
+_REST_ENDED_AFTER = 30.0
+# How long send_message waits for the socket to bring the recorded message before it reads
+# the history over REST instead (seconds).
+_ECHO_WAIT = 5.0
 _PAGE = 100
 _RECONNECTS = 5
 _TIMEOUT = httpx.Timeout(60.0)
@@ -208,16 +696,23 @@ class _Connection:
 
     def __init__(self, workspace: Workspace, transport: httpx.BaseTransport | None) -> None:
         assert workspace.host is not None
-        headers = {}
-        if workspace.api_key is not None:
-            headers[SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
         self.workspace = workspace
-        self.client = httpx.Client(
-            base_url=workspace.host.rstrip("/"),
-            headers=headers,
-            timeout=_TIMEOUT,
-            transport=_Transport(workspace.host, transport),
-        )
+        # A client assigned to an OpenHands-style RemoteWorkspace (workspace._client = ...) is
+        # used as it is and stays the workspace's: closing conversations leaves it open.
+        given = workspace._client if isinstance(workspace, RemoteWorkspace) else None
+        self._owned = transport is not None or given is None
+        if self._owned:
+            headers = {}
+            if workspace.api_key is not None:
+                headers[SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
+            self.client: Any = httpx.Client(
+                base_url=workspace.host.rstrip("/"),
+                headers=headers,
+                timeout=_TIMEOUT,
+                transport=_Transport(workspace.host, transport),
+            )
+        else:
+            self.client = given
         self._users = 1  # the creator's share, released when it is done with it
         self._lock = threading.Lock()
         self.cowconv = True
@@ -227,7 +722,7 @@ class _Connection:
 
     def learn(self, response: httpx.Response) -> httpx.Response:
         """Note from an answer which server this is (see :attr:`cowconv`)."""
-        self.cowconv = SERVER_HEADER in response.headers
+        self.cowconv = isinstance(response, httpx.Response) and SERVER_HEADER in response.headers
         return response
 
     def acquire(self) -> _Connection:
@@ -239,7 +734,7 @@ class _Connection:
         with self._lock:
             self._users -= 1
             last = self._users == 0
-        if last:
+        if last and self._owned:
             self.client.close()
 
 
@@ -335,6 +830,136 @@ class RemoteBackend:
         self._held: dict[str, Event] = {}
         self._following = 0  # run() calls following the event stream
         self._cowconv = connection.cowconv
+        # On an OpenHands agent server, as OpenHands' client: the events cached here, kept
+        # current by the events socket; the conversation info as the socket last told it;
+        # run() waits for the server's post-run state update (or polls).
+        self._cache: RemoteEventsList | None = None
+        self._socket: WebSocketCallbackClient | None = None
+        self._info: dict[str, Any] | None = None
+        self._info_lock = threading.Lock()
+        self._terminal: queue.Queue[str] = queue.Queue()
+        self._armed = threading.Event()
+        self._heard: set[str] = set()  # events handed to the callbacks
+        self._socket_live = False  # the socket confirmed its subscription
+        self._user_messages: list[MessageEvent] = []  # user messages the socket brought
+        self._arrivals = threading.Condition()
+        if not self._cowconv:
+            try:
+                self._open_socket()
+            except BaseException:
+                self._closed = True
+                self._connection.release()
+                raise
+
+    # -- OpenHands' client: the events socket -----------------------------------
+
+    def _open_socket(self) -> None:
+        self._cache = RemoteEventsList(self._client, self._id)
+        host = self.workspace.host
+        assert host is not None
+        key = self.workspace.api_key
+        socket = WebSocketCallbackClient(
+            host=host,
+            conversation_id=self._id,
+            callback=self._on_socket,
+            api_key=None if key is None else key.get_secret_value(),
+            on_reconnect=self._catch_up,
+        )
+        self._socket = socket
+        socket.start()
+        # OpenHands' client's settings, under its names.
+        timeout = float(os.environ.get("OPENHANDS_REMOTE_WS_READY_TIMEOUT", "30"))
+        ready = socket.wait_until_ready(timeout=timeout)
+        self._socket_live = ready is True
+        if not ready:
+            required = os.environ.get("OPENHANDS_REMOTE_WS_READY_REQUIRED", "true")
+            if required.lower() in ("0", "false", "no"):
+                logger.warning(
+                    "the events socket of %s was not ready within %s s; going on without it",
+                    self._id,
+                    timeout,
+                )
+            else:
+                self._socket = None
+                try:
+                    socket.stop()
+                except Exception:
+                    logger.debug("stopping the events socket failed", exc_info=True)
+                raise WebSocketConnectionError(self._id, timeout)
+        # Events recorded between the first fetch and the subscription.
+        self._cache.reconcile()
+        with self._notify_lock:
+            self._heard.update(event.id for event in self._cache)
+
+    def _on_socket(self, event: Any) -> None:
+        if isinstance(event, ConversationStateUpdateEvent):
+            self._note_update(event)
+        elif isinstance(event, Event) and self._cache is not None:
+            self._cache.add_event(event)
+            self._hear([event])
+            if isinstance(event, MessageEvent) and event.source == "user":
+                with self._arrivals:
+                    self._user_messages.append(event)
+                    self._arrivals.notify_all()
+
+    def _hear(self, events: Iterable[Event]) -> None:
+        """Hand the callbacks those of ``events`` they have not had yet, in order."""
+        with self._notify_lock:
+            new = [event for event in events if event.id not in self._heard]
+            self._heard.update(event.id for event in new)
+            # Queued in the same step as marked: the socket's thread and this one both hand
+            # events over in history order, so the callbacks hear them in that order.
+            if not new or not self._callbacks:
+                return
+            self._unnotified.extend(new)
+            if self._notifying:
+                return
+            self._notifying = True
+        self._drain()
+
+    def _catch_up(self) -> None:
+        """After the socket reconnected: fetch what it missed, hand it to the callbacks."""
+        if self._cache is not None:
+            self._cache.reconcile()
+            self._hear(list(self._cache))
+
+    def _note_update(self, update: ConversationStateUpdateEvent) -> None:
+        with self._info_lock:
+            info = {} if self._info is None else self._info
+            if update.key == FULL_STATE_KEY:
+                if isinstance(update.value, Mapping):
+                    info.update(update.value)
+            else:
+                info[update.key] = update.value
+            self._info = info
+        # A per-field error or stuck ends a run at once; otherwise only a full update after
+        # run() started does (a per-field "finished" may still be undone on the server).
+        if update.key == "execution_status":
+            if update.value in ("error", "stuck"):
+                self._terminal.put(str(update.value))
+        elif update.key == FULL_STATE_KEY and self._armed.is_set():
+            value = update.value if isinstance(update.value, Mapping) else {}
+            status = value.get("execution_status")
+            if status in _STATUSES and status != "running":
+                self._terminal.put(str(status))
+
+    def _refresh_info(self) -> dict[str, Any]:
+        info = send_request(self._client, "GET", self._path()).json()
+        if not isinstance(info, dict):
+            raise RemoteError(0, f"the server sent no conversation info: {info!r}")
+        with self._info_lock:
+            self._info = dict(info)
+        return info
+
+    def request(
+        self, method: str, suffix: str = "", acceptable: Iterable[int] = (), **kwargs: Any
+    ) -> Any:
+        """Send ``method`` to this conversation's path plus ``suffix`` (see :func:`send_request`).
+
+        For OpenHands' routes the conversation methods name
+        (``/secrets``, ``/confirmation_policy``, ``/ask_agent``, ...).
+        """
+        return send_request(self._client, method, self._path(suffix), acceptable, **kwargs)
 
     @classmethod
     def create(
@@ -347,12 +972,22 @@ class RemoteBackend:
         callbacks: Iterable[EventCallback] = (),
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
         transport: httpx.BaseTransport | None = None,
+        request_extras: Mapping[str, Any] | None = None,
     ) -> RemoteBackend:
         """Create the conversation on the server; attach if ``conversation_id`` exists there.
+
+        As OpenHands' client: with a ``conversation_id``, ``GET`` it first and
+        attach if the server has it (the agent must be the same, else
+        :class:`~cowconv.ConversationConflictError`; another kind of agent is an
+        :class:`~cowconv.InvalidValueError`), else create it with that id.
 
         ``transport`` (an ``httpx.BaseTransport``) carries the requests instead of
         HTTP, e.g. :class:`~cowconv.agent_server.InProcessTransport` to an app in
         this process or an ``httpx.MockTransport``; it stays the caller's to close.
+        Without one, a client assigned to a :class:`~cowconv.RemoteWorkspace`'s
+        ``_client`` (as code written for OpenHands' SDK does) carries them.
+        ``request_extras`` are further fields of OpenHands' create request
+        (``stuck_detection``, ``observability_tags``, ``user_id``, ...), sent as given.
         """
         # OpenHands' StartConversationRequest; the server keeps the credentials so the
         # conversation and its forks can run.
@@ -364,24 +999,42 @@ class RemoteBackend:
             "max_iterations": max_iteration_per_run,
             "tags": dict(tags or {}),
         }
+        body.update(request_extras or {})
         if conversation_id is not None:
             body["conversation_id"] = conversation_id
         limit = {"max_iteration_per_run": max_iteration_per_run}
         connection = _Connection(workspace, transport)
+        client = connection.client
         try:
-            created = connection.learn(connection.client.post("/api/conversations", json=body))
-            # 200: a conversation with that id exists (OpenHands' idempotent start); 409: an
-            # older cowconv server says the same.
-            if created.status_code in (200, 409) and conversation_id is not None:
-                backend = cls._attach(
-                    connection, conversation_id, agent=agent, callbacks=callbacks, **limit
-                )
-            else:
-                chosen = raise_for_status(created).json()["id"]
-                backend = cls(connection, chosen, agent=agent, callbacks=callbacks, **limit)
+            if conversation_id is not None:
+                # As OpenHands' client: a conversation the server has is attached to, not made.
+                path = f"{CONVERSATIONS_PATH}/{conversation_id}"
+                found = connection.learn(send_request(client, "GET", path, {404}))
+                if found.status_code != 404:
+                    return cls._attach(
+                        connection, conversation_id, found.json(), agent, callbacks, **limit
+                    )
+            created = connection.learn(
+                send_request(client, "POST", CONVERSATIONS_PATH, {409}, json=body)
+            )
+            # Made by someone else since the GET: a cowconv server answers 200 (OpenHands'
+            # idempotent start), an older one 409.
+            if conversation_id is not None and (
+                created.status_code == 409 or (connection.cowconv and created.status_code == 200)
+            ):
+                info = send_request(client, "GET", f"{CONVERSATIONS_PATH}/{conversation_id}").json()
+                return cls._attach(connection, conversation_id, info, agent, callbacks, **limit)
+            data = created.json()
+            chosen = (
+                data.get("id") or data.get("conversation_id") if isinstance(data, dict) else None
+            )
+            if not isinstance(chosen, str) or not chosen:
+                raise RemoteError(0, f"the server answered no conversation id: {data!r}")
+            if isinstance(workspace, RemoteWorkspace):
+                workspace.register_conversation(chosen)
+            return cls(connection, chosen, agent=agent, callbacks=callbacks, **limit)
         finally:
             connection.release()  # the backend holds its own share
-        return backend
 
     @classmethod
     def attach(
@@ -395,10 +1048,16 @@ class RemoteBackend:
         """The conversation ``conversation_id`` the server has (``RemoteError`` 404 if none)."""
         connection = _Connection(workspace, transport)
         try:
-            connection.learn(
-                raise_for_status(connection.client.get(f"/api/conversations/{conversation_id}"))
-            )
-            return cls._attach(connection, conversation_id, agent=None, callbacks=callbacks)
+            path = f"{CONVERSATIONS_PATH}/{conversation_id}"
+            connection.learn(send_request(connection.client, "GET", path))
+            backend = cls(connection, conversation_id, agent=None, callbacks=callbacks)
+            if backend.speaks_cowconv:
+                try:
+                    backend.snapshot()  # the first snapshot (its events page in on first read)
+                except BaseException:
+                    backend.close()
+                    raise
+            return backend
         finally:
             connection.release()
 
@@ -407,11 +1066,23 @@ class RemoteBackend:
         cls,
         connection: _Connection,
         conversation_id: str,
-        *,
+        info: Any,
         agent: Agent | None,
         callbacks: Iterable[EventCallback],
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
     ) -> RemoteBackend:
+        served_json = info.get("agent") if isinstance(info, dict) else None
+        served: Agent | None = None
+        if agent is not None and isinstance(served_json, Mapping):
+            kind = served_json.get("kind", "Agent")
+            if kind != "Agent":
+                raise InvalidValueError(
+                    f"conversation {conversation_id!r} on {connection.workspace.host} was started "
+                    f"with a different agent kind ({kind!r}); attach with the same kind of "
+                    "agent, or without one (RemoteConversation.attach)"
+                )
+            if not connection.cowconv:
+                served = Agent.model_validate(agent_from_openhands(served_json))
         backend = cls(
             connection,
             conversation_id,
@@ -420,15 +1091,17 @@ class RemoteBackend:
             max_iteration_per_run=max_iteration_per_run,
         )
         try:
-            served = backend.snapshot(as_served=True)  # fails now if the server has no such id
-            if agent is not None and _without_key(served.agent) != _without_key(agent):
-                raise remote_error_class(ConversationConflictError)(
-                    409,
-                    f"conversation {conversation_id!r} on {connection.workspace.host} runs another "
-                    f"agent ({served.agent.llm.model!r}, {len(served.agent.tools)} tools) than "
-                    f"the one given ({agent.llm.model!r}, {len(agent.tools)} tools); attach "
-                    "without an agent (RemoteConversation.attach), or fork it with yours",
-                )
+            if agent is not None and connection.cowconv:
+                served = backend.snapshot(as_served=True).agent  # cowconv's own agent JSON
+            if agent is not None and served is not None:
+                if _without_key(served) != _without_key(agent):
+                    raise remote_error_class(ConversationConflictError)(
+                        409,
+                        f"conversation {conversation_id!r} on {connection.workspace.host} runs "
+                        f"another agent ({served.llm.model!r}, {len(served.tools)} tools) than "
+                        f"the one given ({agent.llm.model!r}, {len(agent.tools)} tools); attach "
+                        "without an agent (RemoteConversation.attach), or fork it with yours",
+                    )
         except BaseException:
             backend.close()
             raise
@@ -446,13 +1119,31 @@ class RemoteBackend:
         """The workspace: the server's URL and the working directory there."""
         return self._connection.workspace
 
+    @property
+    def callbacks(self) -> tuple[EventCallback, ...]:
+        """What each event is handed to, in order."""
+        return self._callbacks
+
+    @property
+    def run_endings(self) -> queue.Queue[str]:
+        """On an OpenHands agent server: the statuses the socket reported as ends of runs, not
+        yet taken by a waiting ``run()`` (OpenHands' ``_terminal_status_queue``)."""
+        return self._terminal
+
+    @property
+    def speaks_cowconv(self) -> bool:
+        """Whether the server is cowconv's: then its additions (``/state``, the event stream)
+        are used; on any other OpenHands agent server, OpenHands' routes and events socket."""
+        return self._cowconv
+
     def _path(self, suffix: str = "") -> str:
         return f"/api/conversations/{self._id}{suffix}"
 
     def events(self, *, offset: int, limit: int) -> list[Event]:
         """Events ``offset`` to ``offset + limit`` of the history (one request to cowconv)."""
         if not self._cowconv:
-            return list(self._openhands_events()[offset : offset + limit])
+            assert self._cache is not None
+            return list(self._cache[offset : offset + limit])
         response = self._client.get(
             self._path("/events"), params={"offset": offset, "limit": limit}
         )
@@ -490,33 +1181,16 @@ class RemoteBackend:
             changes["agent"] = self._agent  # the server shows the api key redacted
         return state._replace(**changes)
 
-    def _openhands_events(self) -> EventLog:
-        """Every event, through OpenHands' ``/events/search`` (kinds cowconv lacks left out)."""
-        events: list[Event] = []
-        page_id: str | None = None
-        while True:
-            params: dict[str, Any] = {"limit": _SEARCH_PAGE}
-            if page_id is not None:
-                params["page_id"] = page_id
-            response = self._client.get(self._path("/events/search"), params=params)
-            page = raise_for_status(response).json()
-            for item in page["items"]:
-                data = event_from_openhands(item)
-                if data is not None:
-                    events.append(Event.model_validate(data))
-            page_id = page.get("next_page_id")
-            if not page_id:
-                return EventLog(events)
-
     def _openhands_snapshot(self, *, as_served: bool) -> ConversationState:
-        info = raise_for_status(self._client.get(self._path())).json()
+        info = self._refresh_info()
         agent = self._agent
         if agent is None or as_served:
             agent = Agent.model_validate(agent_from_openhands(info["agent"]))
         tags = dict(info.get("tags") or {})
         if info.get("title") is not None:
             tags["title"] = info["title"]
-        events = _active_branch(self._openhands_events(), info)
+        assert self._cache is not None
+        events = _active_branch(EventLog(list(self._cache)), info)
         with self._events_lock:
             self._events = events
         fields = {
@@ -531,7 +1205,7 @@ class RemoteBackend:
             if info.get(key) is not None
         }
         return ConversationState(
-            id=info["id"],
+            id=self._id,
             agent=agent,
             workspace=self.workspace,
             branch=events,
@@ -547,8 +1221,13 @@ class RemoteBackend:
         if not self._cowconv and isinstance(change, SetTag):
             self._set_openhands_tag(change)
             return
+        if not self._cowconv and isinstance(change, NavigateTo):
+            body = {"event_id": change.event_id}
+            send_request(self._client, "POST", self._path("/navigate"), json=body)
+            self._refresh_info()  # the server does not announce the new leaf on the socket
+            return
         route = CHANGE_ROUTES.get(type(change))
-        if route is None or (not self._cowconv and not isinstance(change, NavigateTo)):
+        if route is None or not self._cowconv:
             raise NotImplementedError(
                 f"{change!r} is not supported on an agent server: a remote conversation "
                 "changes through its methods (append_event, set_tag, update_agent_state, "
@@ -583,6 +1262,10 @@ class RemoteBackend:
             if self._notifying:
                 return  # the delivery going on will hand it over after the current event
             self._notifying = True
+        self._drain()
+
+    def _drain(self) -> None:
+        # The caller set _notifying: hand over _unnotified until it is empty.
         try:
             while True:
                 with self._notify_lock:
@@ -601,12 +1284,12 @@ class RemoteBackend:
         if change.key == "title" and change.value is not None:
             body: dict[str, Any] = {"title": change.value}
         else:
-            info = raise_for_status(self._client.get(self._path())).json()
+            info = self._refresh_info()
             tags = {k: v for k, v in (info.get("tags") or {}).items() if k != change.key}
             if change.value is not None:
                 tags[change.key] = change.value
             body = {"tags": tags}
-        raise_for_status(self._client.patch(self._path(), json=body))
+        send_request(self._client, "PATCH", self._path(), json=body)
 
     def send_message(self, text: str) -> MessageEvent:
         """Send a user message (OpenHands' ``POST /events``); the server records the system
@@ -614,18 +1297,10 @@ class RemoteBackend:
 
         The callbacks get the prompt (if the server recorded one) and then the message.
         """
-        before = None if self._cowconv else len(self._openhands_events())
         body = {"role": "user", "content": [{"type": "text", "text": text}], "run": False}
+        if not self._cowconv:
+            return self._send_openhands_message(body)
         response = raise_for_status(self._client.post(self._path("/events"), json=body))
-        if not self._cowconv:  # OpenHands answers {"success": true}: read what it recorded
-            assert before is not None
-            new = list(self._openhands_events()[before:])
-            sent = [e for e in new if isinstance(e, MessageEvent) and e.source == "user"]
-            if not sent:
-                raise RemoteError(0, "the server recorded no user message")
-            for event in new[: new.index(sent[-1]) + 1]:
-                notify(self._callbacks, event)
-            return sent[-1]
         event = Event.model_validate(response.json()["event"])
         assert isinstance(event, MessageEvent)
         if self._callbacks:
@@ -635,6 +1310,52 @@ class RemoteBackend:
                     self._deliver(prompt, sent=True)
             self._deliver(event, sent=True)
         return event
+
+    def _send_openhands_message(self, body: dict[str, Any]) -> MessageEvent:
+        # OpenHands answers {"success": true}; the events socket brings what it recorded (and
+        # the system prompt before it, to the callbacks, in order). Wait a moment for that;
+        # else read the history again, so the message is in the next snapshot either way.
+        assert self._cache is not None
+        text = body["content"][0]["text"]
+        with self._arrivals:
+            before = len(self._user_messages)
+
+        def echoed() -> MessageEvent | None:
+            return next((e for e in self._user_messages[before:] if e.text == text), None)
+
+        known = {event.id for event in self._cache}
+        send_request(self._client, "POST", self._path("/events"), json=body)
+        if self._socket_live:
+            with self._arrivals:
+                self._arrivals.wait_for(lambda: echoed() is not None, timeout=_ECHO_WAIT)
+                heard = echoed()
+            if heard is not None:
+                return heard
+        self._cache.reconcile()
+        new = [event for event in self._cache if event.id not in known]
+        self._hear(new)
+        sent = [e for e in new if isinstance(e, MessageEvent) and e.source == "user"]
+        if sent:
+            return sent[-1]
+        # Not in the server's history yet: the message as sent (its event comes on the socket).
+        return MessageEvent(
+            source="user", llm_message=Message(role="user", content=[TextContent(text=text)])
+        )
+
+    def generate_title(self, llm: LLM | None = None, max_length: int = 50) -> str:
+        """A title from the first user message, by ``llm`` (the agent's by default).
+
+        On an OpenHands agent server the events are fetched again first, so a
+        message just sent is seen; nothing is recorded.
+        """
+        if self._cache is not None:
+            self._cache.reconcile()
+            events: Sequence[Event] = list(self._cache)
+        else:
+            events = self.snapshot().events
+        if llm is None:
+            llm = self._agent.llm if self._agent is not None else self.snapshot().agent.llm
+        return generate_conversation_title(events=events, llm=llm, max_length=max_length)
 
     def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> RemoteBackend:
         """Fork on the server (O(1) there); the fork shares this connection."""
@@ -656,10 +1377,10 @@ class RemoteBackend:
             body["tags"] = tags
         if spec.from_event_id is not None:
             body["from_event_id"] = spec.from_event_id
-        info = raise_for_status(self._client.post(self._path("/fork"), json=body)).json()
+        info = send_request(self._client, "POST", self._path("/fork"), json=body).json()
         return RemoteBackend(
             self._connection,
-            info["id"],
+            str(info["id"]),
             agent=self._agent,
             callbacks=callbacks,
             max_iteration_per_run=self.max_iteration_per_run,
@@ -667,17 +1388,31 @@ class RemoteBackend:
 
     # -- running ---------------------------------------------------------------
 
-    def run(self) -> None:
-        """Run the agent on the server; blocks until the run ends.
+    def run(
+        self, *, blocking: bool = True, poll_interval: float = 1.0, timeout: float = 3600.0
+    ) -> None:
+        """Run the agent on the server; blocks until the run ends (unless not ``blocking``).
 
-        It follows the server's event stream (no polling) and hands every
-        new event to the callbacks. If a run is already going (started
-        elsewhere), it waits for that one.
+        On a cowconv server it follows the server's event stream (no
+        polling) and hands every new event to the callbacks. On another
+        OpenHands agent server it waits, as OpenHands' client does, for the
+        server's state update after the run on the events socket, checking
+        the status over REST every ``poll_interval`` seconds meanwhile; a
+        run that goes on past ``timeout`` seconds raises
+        :class:`~cowconv.ConversationRunError` (it may still be running
+        there), as does a server that no longer has the conversation. A run
+        that ends in ``error`` or ``stuck`` is not raised: the state says so.
+        If a run is already going (started elsewhere), it waits for that one.
+        ``blocking=False`` starts the run and returns.
         """
         if not self._cowconv:
-            self._run_on_openhands()
+            self._run_on_openhands(blocking, poll_interval, timeout)
             return
         response = self._client.post(self._path("/run"))
+        if not blocking:
+            if response.status_code != 409:
+                raise_for_status(response)
+            return
         if response.status_code == 409:
             start = len(self.snapshot().branch)
         else:
@@ -730,63 +1465,130 @@ class RemoteBackend:
         # The server ends an until_idle stream only after a status with running=false.
         return cursor, not running
 
-    def _socket_url(self) -> str:
-        host = self.workspace.host
-        assert host is not None
-        parts = urlsplit(host.rstrip("/"))
-        scheme = "wss" if parts.scheme == "https" else "ws"
-        return f"{scheme}://{parts.netloc}{parts.path}/sockets/events/{self._id}"
+    def _run_on_openhands(self, blocking: bool, poll_interval: float, timeout: float) -> None:
+        assert self._cache is not None
+        # Only a full state update that comes after the run was started ends this run: the
+        # one the socket sent when it subscribed, or one left from an earlier run, does not.
+        self._armed.clear()
+        while not self._terminal.empty():
+            self._terminal.get_nowait()
+        try:
+            send_request(self._client, "POST", self._path("/run"), {409}, timeout=30)
+        except (RemoteError, httpx.HTTPError) as error:
+            raise ConversationRunError(self._id, error) from error
+        if not blocking:
+            return
+        self._armed.set()
+        try:
+            self._wait_for_openhands_run(poll_interval, timeout)
+        finally:
+            self._armed.clear()
+        self._catch_up()
 
-    def _run_on_openhands(self) -> None:
-        """Run on an OpenHands agent server: follow its events WebSocket until the run ends.
-
-        The socket is open (and subscribed: the server's first full-state
-        update) before the run starts, so no event is missed; the run has
-        ended at the first full-state update after it that is not
-        ``running``, or at a per-field ``error``/``stuck`` status.
-        """
-        with ws_connect(self._socket_url(), open_timeout=_TIMEOUT.connect, max_size=None) as socket:
-            if self.workspace.api_key is not None:
-                key = self.workspace.api_key.get_secret_value()
-                socket.send(json.dumps({"type": "auth", "session_api_key": key}))
-            while not _is_state_update(json.loads(socket.recv(timeout=_SOCKET_TIMEOUT))):
+    def _wait_for_openhands_run(self, poll_interval: float, timeout: float) -> None:
+        started = time.monotonic()
+        ended_since: float | None = None  # since when REST says the run ended
+        while True:
+            if time.monotonic() - started > timeout:
+                raise ConversationRunError(
+                    self._id,
+                    TimeoutError(
+                        f"the run timed out after {timeout} seconds; it may still be running "
+                        "on the server"
+                    ),
+                )
+            try:
+                self._terminal.get(timeout=poll_interval)
+                return  # the server's word on the socket: the run is over
+            except queue.Empty:
                 pass
-            response = self._client.post(self._path("/run"))
-            if response.status_code != 409:
-                raise_for_status(response)
-            while True:
-                try:
-                    message = json.loads(socket.recv(timeout=_SOCKET_TIMEOUT))
-                except TimeoutError:
-                    status = raise_for_status(self._client.get(self._path())).json()
-                    if status.get("execution_status") != "running":
-                        return  # ended while the socket was quiet
-                    continue
-                if _is_state_update(message):
-                    value = message.get("value")
-                    if message.get("key") == "full_state" and isinstance(value, dict):
-                        if value.get("execution_status") != "running":
-                            return
-                    elif message.get("key") == "execution_status" and value in ("error", "stuck"):
-                        return
-                    continue
-                data = event_from_openhands(message)
-                if data is not None:
-                    notify(self._callbacks, Event.model_validate(data))
+            try:
+                status = self._poll_status()
+            except ConversationRunError:
+                raise
+            except (RemoteError, httpx.HTTPError) as error:
+                code = getattr(error, "status_code", 0)
+                if code == 404:
+                    raise ConversationRunError(
+                        self._id,
+                        RemoteError(404, "the conversation was not found: the server lost it"),
+                    ) from error
+                if 400 <= code < 500 and code != 429:
+                    raise ConversationRunError(self._id, error) from error
+                logger.warning("checking the run of %s failed (trying again): %s", self._id, error)
+                ended_since = None
+                continue
+            if status in ("error", "stuck"):
+                self._refresh_info()
+                return
+            if status in ("finished",):
+                # A hook on the server may still undo "finished": trust REST alone only after
+                # it has said so for _REST_ENDED_AFTER seconds without the socket's update.
+                now = time.monotonic()
+                ended_since = now if ended_since is None else ended_since
+                if now - ended_since >= _REST_ENDED_AFTER:
+                    logger.warning(
+                        "no state update came on the socket of %s; the run ended per REST",
+                        self._id,
+                    )
+                    self._refresh_info()
+                    return
+            else:
+                ended_since = None
+
+    def _poll_status(self) -> Any:
+        response = send_request(self._client, "GET", self._path(), timeout=30)
+        info = response.json()
+        return info.get("execution_status") if isinstance(info, dict) else None
 
     def pause(self) -> None:
         """Ask the server to pause the run after its current step (returns at once)."""
-        raise_for_status(self._client.post(self._path("/pause")))
+        self.request("POST", "/pause")
 
     def interrupt(self) -> None:
         """Ask the server to end the run now (returns at once)."""
-        raise_for_status(self._client.post(self._path("/interrupt")))
+        self.request("POST", "/interrupt")
+
+    def delete(self) -> None:
+        """Delete the conversation on the server (``DELETE``; OpenHands' ``delete_on_close``)."""
+        self.request("DELETE")
 
     def close(self) -> None:
-        """Let go of the connection (closed with its last user); the conversation stays."""
-        if not self._closed:
-            self._closed = True
-            self._connection.release()
+        """Stop the events socket, let go of the connection (closed with its last user).
+
+        The conversation stays on the server. As OpenHands' client, the cost
+        the socket last reported is added to a :class:`~cowconv.RemoteWorkspace`
+        (``accumulated_cost``); nothing is fetched to learn it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        socket, self._socket = self._socket, None
+        if socket is not None:
+            try:
+                socket.stop()
+            except Exception:
+                logger.debug("stopping the events socket failed", exc_info=True)
+        cost = self._reported_cost()
+        if cost is not None and isinstance(self.workspace, RemoteWorkspace):
+            self.workspace.register_cost(cost)
+        self._connection.release()
+
+    def _reported_cost(self) -> float | None:
+        with self._info_lock:
+            stats = None if self._info is None else self._info.get("stats")
+        if isinstance(stats, BaseModel):
+            stats = stats.model_dump(mode="json")
+        if not isinstance(stats, Mapping):
+            return None
+        per_llm = stats.get("usage_to_metrics")  # OpenHands' ConversationStats
+        if isinstance(per_llm, Mapping):
+            costs = [
+                m.get("accumulated_cost", 0.0) for m in per_llm.values() if isinstance(m, Mapping)
+            ]
+            return float(sum(c for c in costs if isinstance(c, int | float)))
+        cost = stats.get("accumulated_cost")  # cowconv's
+        return float(cost) if isinstance(cost, int | float) else None
 
     def __repr__(self) -> str:
         return f"<RemoteBackend {self._id} at {self.workspace.host}>"

@@ -12,7 +12,9 @@ import os
 from typing import Any
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
+    PrivateAttr,
     SecretStr,
     SerializationInfo,
     field_serializer,
@@ -47,6 +49,12 @@ class Workspace(CheckedModel):
     @classmethod
     def _path_to_str(cls, value: object) -> object:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @field_validator("host", mode="after")
+    @classmethod
+    def _host_without_slash(cls, value: str | None) -> str | None:
+        # As OpenHands' SDK: "http://h:8000/" and "http://h:8000" are the same server.
+        return value.rstrip("/") if isinstance(value, str) and value.endswith("/") else value
 
     @field_serializer("api_key")
     def _dump_api_key(self, key: SecretStr | None, info: SerializationInfo) -> Any:
@@ -101,3 +109,73 @@ class RemoteWorkspace(Workspace):
     """
 
     host: str
+
+    # OpenHands' RemoteWorkspace carries the HTTP client its conversations use (code written
+    # for OpenHands assigns ``workspace._client``), and is told which conversations it holds
+    # and what they cost. Private attributes: not fields, never dumped or compared as data.
+    _client: Any = PrivateAttr(default=None)
+    _conversation_ids: list[str] = PrivateAttr(default_factory=list)
+    _accumulated_cost: float | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when the fields are: the client and what was registered are not the value.
+
+        >>> a = RemoteWorkspace(host="http://127.0.0.1:8000", working_dir=".")
+        >>> a.register_conversation("c1")
+        >>> a == RemoteWorkspace(host="http://127.0.0.1:8000/", working_dir=".")
+        True
+        """
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = Workspace.__hash__
+
+    @property
+    def client(self) -> Any:
+        """The ``httpx.Client`` for the server (OpenHands' SDK's attribute), made on first use.
+
+        Assign ``workspace._client`` (as code written for OpenHands' SDK does) to
+        give conversations on this workspace another client; it stays the
+        caller's to close.
+        """
+        if self._client is None:
+            import httpx  # loaded here: a workspace value alone never loads httpx
+
+            headers = {}
+            if self.api_key is not None:
+                headers["X-Session-API-Key"] = self.api_key.get_secret_value()
+            self._client = httpx.Client(
+                base_url=self.host, headers=headers, timeout=httpx.Timeout(60.0)
+            )
+        return self._client
+
+    def register_conversation(self, conversation_id: str) -> None:
+        """Note a conversation made on this workspace (OpenHands' SDK calls it on create).
+
+        >>> workspace = RemoteWorkspace(host="http://127.0.0.1:8000", working_dir=".")
+        >>> workspace.register_conversation("c1"); workspace.conversation_ids
+        ('c1',)
+        """
+        self._conversation_ids.append(conversation_id)
+
+    @property
+    def conversation_ids(self) -> tuple[str, ...]:
+        """The conversations created on this workspace, oldest first."""
+        return tuple(self._conversation_ids)
+
+    def register_cost(self, cost: float) -> None:
+        """Add a closed conversation's LLM cost (OpenHands' SDK calls it on close).
+
+        >>> workspace = RemoteWorkspace(host="http://127.0.0.1:8000", working_dir=".")
+        >>> workspace.accumulated_cost is None
+        True
+        >>> workspace.register_cost(0.25); workspace.accumulated_cost
+        0.25
+        """
+        self._accumulated_cost = (self._accumulated_cost or 0.0) + float(cost)
+
+    @property
+    def accumulated_cost(self) -> float | None:
+        """The cost registered by closed conversations, ``None`` while none reported one."""
+        return self._accumulated_cost

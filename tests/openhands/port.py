@@ -202,6 +202,12 @@ MODULE_MAP: tuple[tuple[str, tuple[str, ...]], ...] = (
     # OpenHands' file-per-event log and its file stores (cowconv.EventLog is another class).
     ("openhands.sdk.conversation.event_store", ("cowconv.event_store", "cowconv")),
     ("openhands.sdk.io", ("cowconv.io", "cowconv")),
+    # The remote client: tests patch names there (WebSocketCallbackClient, time) that the
+    # remote backend looks up at run time.
+    (
+        "openhands.sdk.conversation.impl.remote_conversation",
+        ("cowconv.backends.remote", "cowconv"),
+    ),
     ("openhands.sdk", ("cowconv",)),
     ("openhands.agent_server", ("cowconv.agent_server", "cowconv")),
     ("openhands.tools.terminal", ("cowconv.tools.terminal", "cowconv.tools", "cowconv")),
