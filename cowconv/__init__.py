@@ -127,6 +127,7 @@ _LAZY = {
     "resolve_tool": "cowconv.agent.tools",
     "ConversationVisualizerBase": "cowconv.visualizer",
     "DefaultConversationVisualizer": "cowconv.visualizer",
+    "LocalWorkspace": "cowconv.core.workspace",
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
 }
@@ -186,7 +187,7 @@ if TYPE_CHECKING:
         Usage,
     )
     from cowconv.core.view import CondensationSummaryEvent, View
-    from cowconv.core.workspace import RemoteWorkspace, Workspace
+    from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
@@ -254,6 +255,7 @@ __all__ = [
     "LLMSummarizingCondenser",
     "LLMToolCall",
     "LocalConversation",
+    "LocalWorkspace",
     "MAX_DEPTH",
     "MemoryStore",
     "Message",

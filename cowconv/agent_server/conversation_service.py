@@ -60,6 +60,10 @@ class ConversationService:
     Use it as an async context manager, or call :meth:`close`, to close what
     it opened. ``conversation_worktree_root`` is OpenHands' argument, taken
     and unused (cowconv runs no git worktrees).
+
+    >>> import asyncio
+    >>> asyncio.run(ConversationService().search_conversations()).items
+    []
     """
 
     def __init__(

@@ -181,7 +181,15 @@ def _page_start(page_id: str | None) -> int:
 
 
 class EventService:
-    """One conversation of ``registry``, for the routes (async)."""
+    """One conversation of ``registry``, for the routes (async).
+
+    >>> import asyncio
+    >>> from cowconv import LLM, Agent
+    >>> registry = ConversationRegistry()
+    >>> conversation = registry.create(Agent(llm=LLM(model="openai/gpt-4o")), ".")
+    >>> asyncio.run(EventService(registry, conversation.id).list_events()).total
+    0
+    """
 
     def __init__(self, registry: ConversationRegistry, conversation_id: ConversationID) -> None:
         self._registry = registry

@@ -23,7 +23,7 @@ from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.core.frozen import CheckedModel
 from cowconv.core.llm import dump_secret
 
-__all__ = ["RemoteWorkspace", "Workspace"]
+__all__ = ["LocalWorkspace", "RemoteWorkspace", "Workspace"]
 
 
 class Workspace(CheckedModel):
@@ -101,3 +101,14 @@ class RemoteWorkspace(Workspace):
     """
 
     host: str
+
+
+class LocalWorkspace(Workspace):
+    """A :class:`Workspace` on this machine: no ``host`` (OpenHands' SDK's name).
+
+    >>> LocalWorkspace(working_dir="/tmp").is_remote
+    False
+    """
+
+    host: None = None
+    api_key: None = None
