@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from cowconv._exceptions import ConversationNotFoundError
+from cowconv._exceptions import ConversationConflictError, ConversationNotFoundError
 from cowconv.agent_server.event_service import OPENHANDS_KEY, EventService, conversation_info
 from cowconv.agent_server.models import (
     ConversationInfo,
@@ -83,7 +83,7 @@ class ConversationService:
             registry = ConversationRegistry(self._store)
         self._registry = registry
         self.conversation_worktree_root = conversation_worktree_root
-        self._event_services: dict[str, EventService] | None = {}
+        self._closed = False
 
     @property
     def registry(self) -> ConversationRegistry:
@@ -102,14 +102,17 @@ class ConversationService:
         await self.close()
 
     async def close(self) -> None:
-        """Pause running conversations and close what this service opened."""
-        self._event_services = None
+        """Pause running conversations and close what this service opened; afterwards every
+        method raises :class:`~cowconv.ConversationConflictError` (``inactive_service``)."""
+        self._closed = True
         if self._owns_registry:
             await asyncio.to_thread(self._registry.close)
         if self._store is not None:
             self._store.close()
 
     async def _call(self, work: Callable[[], _T]) -> _T:
+        if self._closed:
+            raise ConversationConflictError("inactive_service: the conversation service is closed")
         return await asyncio.to_thread(work)
 
     def _find(self, conversation_id: ConversationID) -> Any:
@@ -124,12 +127,8 @@ class ConversationService:
         """The :class:`EventService` of a conversation, or ``None`` if there is none."""
         if await self._call(lambda: self._find(conversation_id)) is None:
             return None
-        key = id_text(conversation_id)
-        services = self._event_services if self._event_services is not None else {}
-        service = services.get(key)
-        if service is None:
-            service = services[key] = EventService(self._registry, key)
-        return service
+        # An EventService holds no state of its own (the registry does): one per call.
+        return EventService(self._registry, conversation_id)
 
     async def get_conversation(self, conversation_id: ConversationID) -> ConversationInfo | None:
         """The conversation, or ``None``."""
@@ -264,8 +263,6 @@ class ConversationService:
                 self._registry.delete(id_text(conversation_id))
             except ConversationNotFoundError:
                 return False
-            if self._event_services is not None:
-                self._event_services.pop(id_text(conversation_id), None)
             return True
 
         return await self._call(delete)

@@ -203,6 +203,11 @@ class EventService:
     def _conversation(self) -> Conversation:
         return self._registry.get(self._id)
 
+    def get_conversation(self) -> Conversation:
+        """The live conversation (OpenHands' method of the same name); blocking, for
+        in-process code. :class:`~cowconv.ConversationNotFoundError` once it is gone."""
+        return self._conversation()
+
     async def _call(self, work: Callable[[], Any]) -> Any:
         return await asyncio.to_thread(work)
 
