@@ -49,7 +49,7 @@ from cowconv.agent_server.conversation_router import conversation_router
 from cowconv.agent_server.conversation_service import ConversationService
 from cowconv.agent_server.dependencies import ApiError, conversation_id_of
 from cowconv.agent_server.event_router import event_router
-from cowconv.agent_server.event_service import EventService
+from cowconv.agent_server.event_service import EventService, active_branch
 from cowconv.agent_server.models import (
     ID_WHITESPACE,
     ErrorResponse,
@@ -415,7 +415,7 @@ def _add_sockets(app: FastAPI, service: ConversationService, session_api_key: st
         if events is None:
             await websocket.close(code=4004, reason="Conversation not found")
             return
-        history = (await events.get_state()).events
+        history = active_branch(await events.get_state())
         start = len(history)
         if resend_mode == "all" or (resend_mode is None and resend_all):
             start = 0

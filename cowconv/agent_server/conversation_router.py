@@ -42,7 +42,7 @@ from cowconv.agent_server.dependencies import (
     get_event_service,
     not_found,
 )
-from cowconv.agent_server.event_service import EventService
+from cowconv.agent_server.event_service import EventService, active_branch
 from cowconv.agent_server.models import (
     ID_WHITESPACE,
     ActivateSkillRequest,
@@ -343,7 +343,7 @@ async def run_conversation(conversation_id: ConversationIdPath, service: Service
             ) from None
         raise ApiError(400, error) from None
     if isinstance(started, ConversationState):
-        return RunStarted(event_count=len(started.events))
+        return RunStarted(event_count=len(active_branch(started)))
     return Success()
 
 

@@ -58,7 +58,9 @@ __all__ = [
     "OPENHANDS_KEY",
     "EventService",
     "RecordedMessage",
+    "active_branch",
     "conversation_info",
+    "head_is_empty",
     "matching_events",
 ]
 
@@ -90,10 +92,30 @@ def conversation_info(conversation: Conversation) -> ConversationInfo:
             "agent": mask_secrets(agent),
             "workspace": {"kind": "LocalWorkspace", "working_dir": state.workspace.working_dir},
             "max_iterations": conversation.max_iteration_per_run,
-            "head_is_empty": state.leaf_event_id is None and len(state.events) > 0,
+            "head_is_empty": head_is_empty(state),
             "agent_state": {k: v for k, v in thaw(state.agent_state).items() if k != OPENHANDS_KEY},
         }
     )
+
+
+def active_branch(state: ConversationState) -> EventLog:
+    """The events of the conversation's active branch: what the routes page, search and stream.
+
+    OpenHands' tree keeps abandoned branches in ``state.events`` and names
+    the active one ``state.branch``; a snapshot without ``branch`` has the
+    active branch as ``events``. This reads either.
+    """
+    branch = getattr(state, "branch", None)
+    return branch if isinstance(branch, EventLog) else state.events
+
+
+def head_is_empty(state: ConversationState) -> bool:
+    """Whether the active branch was moved to the empty tree while events exist (OpenHands'
+    ``head_is_empty``)."""
+    known = getattr(state, "head_is_empty", None)
+    if isinstance(known, bool):
+        return known
+    return state.leaf_event_id is None and len(state.events) > 0
 
 
 @dataclass(frozen=True)
@@ -231,7 +253,7 @@ class EventService:
         """The snapshot but its events (api keys redacted), and the ids of the events a client
         lacks: it has ``known`` of them, the last one ``last``."""
         state = await self.get_state()
-        events = state.events
+        events = active_branch(state)
         start = known if known <= len(events) else 0
         if start and (last is None or events[start - 1].id != last):
             start = 0
@@ -261,12 +283,12 @@ class EventService:
         self, offset: int | None = None, after: str | None = None, limit: int = 100
     ) -> EventPage:
         """A page of events, oldest first, from ``offset`` or after the event ``after``."""
-        events = (await self.get_state()).events
+        events = active_branch(await self.get_state())
         return _page(events, self._start(events, offset, after), limit)
 
     async def stream_start(self, offset: int | None, after: str | None) -> int:
         """Where an event stream starts: at the end, given neither ``offset`` nor ``after``."""
-        events = (await self.get_state()).events
+        events = active_branch(await self.get_state())
         if offset is None and after is None:
             return len(events)
         return self._start(events, offset, after)
@@ -287,7 +309,7 @@ class EventService:
         Events are in history order (which is timestamp order); a naive time
         bound is the server's local time. ``next_page_id`` continues.
         """
-        events = (await self.get_state()).events
+        events = active_branch(await self.get_state())
         found = matching_events(events, kind, source, body, timestamp__gte, timestamp__lt)
         if sort_order == EventSortOrder.TIMESTAMP_DESC:
             found.reverse()
@@ -307,12 +329,12 @@ class EventService:
         timestamp__lt: datetime | None = None,
     ) -> int:
         """How many events match OpenHands' filters."""
-        events = (await self.get_state()).events
+        events = active_branch(await self.get_state())
         return len(matching_events(events, kind, source, body, timestamp__gte, timestamp__lt))
 
     async def get_event(self, event_id: str) -> dict[str, Any]:
         """One event in OpenHands' JSON shape (:class:`~cowconv.EventNotFoundError` if none)."""
-        events = (await self.get_state()).events
+        events = active_branch(await self.get_state())
         position = events.position_of(event_id)
         if position is None:
             raise EventNotFoundError(f"conversation {self._id!r} has no event with id {event_id!r}")
@@ -321,12 +343,13 @@ class EventService:
     async def branches(self) -> BranchList:
         """Every branch of the conversation tree, each by its leaf event; the active one last."""
         state = await self.get_state()
+        active = active_branch(state)
         return BranchList(
             items=[
                 BranchInfo(
                     leaf_event_id=None if branch.last is None else branch.last.id,
                     event_count=len(branch),
-                    active=len(branch) == len(state.events) and branch.starts_with(state.events),
+                    active=len(branch) == len(active) and branch.starts_with(active),
                 )
                 for branch in state.branches
             ]
@@ -348,9 +371,9 @@ class EventService:
 
     def _record(self, text: str, sender: str | None) -> RecordedMessage:
         conversation = self._conversation()
-        before = conversation.state.events
+        before = active_branch(conversation.state)
         event = conversation.send_message(text, sender)
-        events = conversation.state.events
+        events = active_branch(conversation.state)
         position = events.position_of(event.id)
         prompt_at = None
         if position:
@@ -385,7 +408,7 @@ class EventService:
 
         def append() -> Event:
             conversation = self._conversation()
-            if conversation.state.events.position_of(event.id) is not None:
+            if active_branch(conversation.state).position_of(event.id) is not None:
                 raise ConversationConflictError(
                     f"conversation {self._id!r} already has an event with id {event.id!r}"
                 )
@@ -503,9 +526,10 @@ class EventService:
                 # event it recorded is already in the snapshot read after it.
                 running = registry.is_running(self._id)
                 state = conversation.state
-                for position in range(cursor, len(state.events)):
-                    yield state.events[position]
-                cursor = max(cursor, len(state.events))
+                events = active_branch(state)
+                for position in range(cursor, len(events)):
+                    yield events[position]
+                cursor = max(cursor, len(events))
                 status = StreamStatus(
                     execution_status=state.execution_status, running=running, event_count=cursor
                 )
