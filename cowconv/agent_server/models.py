@@ -11,6 +11,7 @@ True
 from __future__ import annotations
 
 import inspect
+import uuid
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,7 @@ from pydantic import (
     AfterValidator,
     AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
@@ -97,8 +99,16 @@ ID_WHITESPACE = (
     "\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 )
 _CONTROL = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
+
+
+def _uuid_text(value: object) -> object:
+    # OpenHands' Python clients pass a uuid.UUID: the same id as its text.
+    return str(value) if isinstance(value, uuid.UUID) else value
+
+
 ConversationId = Annotated[
     str,
+    BeforeValidator(_uuid_text),
     StringConstraints(min_length=1, max_length=200, pattern=f"^[^/{ID_WHITESPACE}]+$"),
     AfterValidator(_plain_id),
 ]
@@ -243,7 +253,7 @@ class StartConversationRequest(BaseModel):
             )
         if not workspace.working_dir.strip():
             raise InvalidValueError("workspace.working_dir must not be empty")
-        return workspace
+        return Workspace.coerce(workspace)
 
     @property
     def kept(self) -> dict[str, Any]:
