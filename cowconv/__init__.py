@@ -128,6 +128,7 @@ _LAZY = {
     "ConversationVisualizerBase": "cowconv.visualizer",
     "DefaultConversationVisualizer": "cowconv.visualizer",
     "LocalWorkspace": "cowconv.core.workspace",
+    "NeverConfirm": "cowconv.core.confirmation",
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
 }
@@ -152,6 +153,7 @@ if TYPE_CHECKING:
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.compare import Comparison, ComparisonSide, compare
+    from cowconv.core.confirmation import NeverConfirm
     from cowconv.core.events import (
         ROOT_PARENT_ID,
         ActionEvent,
@@ -261,6 +263,7 @@ __all__ = [
     "Message",
     "MessageEvent",
     "MessageToolCall",
+    "NeverConfirm",
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",

@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cowconv import ConversationConflictError, EventNotFoundError, LocalWorkspace
+from cowconv import ConversationConflictError, EventNotFoundError, LocalWorkspace, NeverConfirm
 from cowconv.agent_server import ConversationService, EventService, create_app
 from cowconv.agent_server.conversation_router import conversation_router
 from cowconv.agent_server.dependencies import get_conversation_service, get_event_service
@@ -149,6 +149,7 @@ class TestConversationService:
                 request = StartConversationRequest(
                     agent=AGENT,
                     workspace=LocalWorkspace(working_dir=str(tmp_path)),
+                    confirmation_policy=NeverConfirm(),
                     conversation_id=custom,
                 )
                 info, created = await service.start_conversation(request)

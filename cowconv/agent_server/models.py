@@ -108,9 +108,10 @@ def _uuid_text(value: object) -> object:
 
 ConversationId = Annotated[
     str,
-    BeforeValidator(_uuid_text),
     StringConstraints(min_length=1, max_length=200, pattern=f"^[^/{ID_WHITESPACE}]+$"),
     AfterValidator(_plain_id),
+    # Last, so it runs first and the schema keeps the pattern above.
+    BeforeValidator(_uuid_text),
 ]
 _ID = Field(default=None)
 # What core/framing.check_framing_text lets through: no control characters or line
@@ -147,6 +148,8 @@ _NEVER_CONFIRM = "NeverConfirm"
 def _refuse_unsafe(data: dict[str, Any]) -> None:
     """Refuse (422, naming the field) what cowconv cannot honour where ignoring it is unsafe."""
     policy = data.get("confirmation_policy")
+    if isinstance(policy, BaseModel):  # a policy object (OpenHands' Python clients): its JSON
+        policy = data["confirmation_policy"] = policy.model_dump(mode="json")
     if policy is not None and (
         not isinstance(policy, dict) or policy.get("kind") != _NEVER_CONFIRM
     ):
@@ -222,8 +225,8 @@ class StartConversationRequest(BaseModel):
     def _from_openhands(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        _refuse_unsafe(data)
         data = dict(data)
+        _refuse_unsafe(data)
         data.pop("openhands_agent", None)  # computed here, never taken from the client
         agent = data.get("agent")
         if isinstance(agent, dict) and _openhands_shaped(agent):
