@@ -229,6 +229,10 @@ MODULE_MAP: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("cowconv.agent_server.models", "cowconv.agent_server", "cowconv"),
     ),
     (
+        "openhands.agent_server.sockets",
+        ("cowconv.agent_server.sockets", "cowconv.agent_server", "cowconv"),
+    ),
+    (
         "openhands.agent_server.utils",
         ("cowconv.agent_server.utils", "cowconv.agent_server", "cowconv"),
     ),
