@@ -337,3 +337,11 @@ class TestOpenHandsSettingsRoutes:
         assert client.post(path, json={"role": "user", "content": "bare"}).status_code == 422
         assert client.post(path, json={"text": "as text"}).status_code == 200
         assert client.get(f"{path}/count", params={"source": "user"}).json() == 1
+        sent = client.post(path, json={"text": "signed", "sender": "ci-bot"}).json()["event"]
+        assert sent["sender"] == "ci-bot"
+        assistant = {"role": "assistant", "content": [{"type": "text", "text": "x"}]}
+        refused = client.post(
+            "/api/conversations", json=start_body(tmp_path, initial_message=assistant)
+        )
+        assert refused.status_code == 422 and "role" in refused.json()["detail"]
+        assert client.get("/api/conversations/count").json() == 1  # nothing was stored

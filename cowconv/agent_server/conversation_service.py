@@ -41,7 +41,7 @@ from cowconv.agent_server.models import (
     UpdateConversationRequest,
 )
 from cowconv.agent_server.registry import ConversationRegistry
-from cowconv.backends.wire import mask_secrets
+from cowconv.backends.wire import mask_secrets, unsupported
 from cowconv.core.ids import ConversationID, id_text
 from cowconv.core.state import ConversationInfo as ConversationSummary
 from cowconv.core.state import ExecutionStatus
@@ -207,6 +207,9 @@ class ConversationService:
     ) -> tuple[ConversationInfo, bool]:
         """Create a conversation; ``(info, True)``, or ``(info, False)`` with the existing one,
         unchanged, when the request's id is taken (OpenHands' idempotent start)."""
+        message = request.initial_message
+        if message is not None and message.role != "user":  # refused before anything is stored
+            raise unsupported("initial_message.role", "only user messages can be sent")
         if request.id is not None:
             existing = await self.get_conversation(request.id)
             if existing is not None:
@@ -227,7 +230,6 @@ class ConversationService:
                 max_iteration_per_run=request.max_iteration_per_run,
                 agent_state={OPENHANDS_KEY: kept} if kept else None,
             )
-            message = request.initial_message
             if message is not None:
                 conversation.send_message(message.message_text(), message.sender)
                 if message.run:

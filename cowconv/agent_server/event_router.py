@@ -93,7 +93,9 @@ async def send_message(request: SendMessageRequest, response: Response, events: 
     With ``run`` a run starts (unless one is going). Only ``user`` messages
     are recorded (another role: 422).
     """
-    recorded = await events.send_message(request.create_message(), request.run)
+    recorded = await events.send_message(
+        request.create_message(), request.run, sender=request.sender
+    )
     return _sent(recorded, response)
 
 
