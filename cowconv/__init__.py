@@ -138,6 +138,8 @@ _LAZY = {
     "resolve_tool": "cowconv.agent.tools",
     "ConversationVisualizerBase": "cowconv.visualizer",
     "DefaultConversationVisualizer": "cowconv.visualizer",
+    "LocalWorkspace": "cowconv.core.workspace",
+    "NeverConfirm": "cowconv.core.confirmation",
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
 }
@@ -169,6 +171,7 @@ if TYPE_CHECKING:
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.compare import Comparison, ComparisonSide, compare
+    from cowconv.core.confirmation import NeverConfirm
     from cowconv.core.events import (
         ROOT_PARENT_ID,
         ActionEvent,
@@ -206,7 +209,7 @@ if TYPE_CHECKING:
         Usage,
     )
     from cowconv.core.view import CondensationSummaryEvent, View
-    from cowconv.core.workspace import RemoteWorkspace, Workspace
+    from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
@@ -280,11 +283,13 @@ __all__ = [
     "LLMSummarizingCondenser",
     "LLMToolCall",
     "LocalConversation",
+    "LocalWorkspace",
     "MAX_DEPTH",
     "MemoryStore",
     "Message",
     "MessageEvent",
     "MessageToolCall",
+    "NeverConfirm",
     "Observation",
     "ObservationEvent",
     "PauseEvent",
