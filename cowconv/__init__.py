@@ -43,6 +43,9 @@ from cowconv._exceptions import (
     StartError,
     StoreError,
     StoreLockedError,
+    SuiteError,
+    SuiteExistsError,
+    SuiteNotFoundError,
     ToolArgumentError,
     UnsafeExposureError,
     WorkspaceMissingError,
@@ -72,6 +75,7 @@ _LAZY = {
     "BranchResult": "cowconv.branches.suite",
     "iter_branches": "cowconv.branches.suite",
     "run_branches": "cowconv.branches.suite",
+    "resume_suite": "cowconv.branches.suite",
     "LLMSummarizingCondenser": "cowconv.core.agent",
     "Comparison": "cowconv.core.compare",
     "ComparisonSide": "cowconv.core.compare",
@@ -145,6 +149,7 @@ if TYPE_CHECKING:
         BranchResult,
         BranchRuns,
         iter_branches,
+        resume_suite,
         run_branches,
     )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
@@ -276,6 +281,9 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreLockedError",
+    "SuiteError",
+    "SuiteExistsError",
+    "SuiteNotFoundError",
     "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
@@ -296,6 +304,7 @@ __all__ = [
     "register_tool",
     "registered_tools",
     "resolve_tool",
+    "resume_suite",
     "run_branches",
     "thaw",
 ]
