@@ -39,6 +39,7 @@ from cowconv import (
 )
 from cowconv.branches import ledger
 from cowconv.distributed import PicklingExecutor, ProcessExecutor
+from cowconv.ports import SuiteRow
 from cowconv.stores import open_store
 from cowconv.stores.tree import TreeStore
 from cowconv.testing import StubLLMServer, StubReply
@@ -158,15 +159,15 @@ def _start_caller(
     )  # fmt: skip
 
 
-def _wait_mid_suite(store: TreeStore, caller: subprocess.Popen[bytes]) -> list[str]:
-    """Wait until a branch has ended and another is running; return the branches' states."""
+def _wait_mid_suite(store: TreeStore, caller: subprocess.Popen[bytes]) -> list[SuiteRow]:
+    """Wait until a branch has ended and another is running; return the branches' rows."""
     deadline = time.monotonic() + WAIT
     while time.monotonic() < deadline:
         assert caller.poll() is None, "the caller ended before it could be killed"
         rows = store.suite_rows(SUITE)[1:]
         states = [row.state for row in rows]
         if ledger.DONE in states and ledger.RUNNING in states:
-            return states
+            return rows
         time.sleep(0.2)
     raise AssertionError(f"the suite never got mid-way: {store.suite_rows(SUITE)}")
 
@@ -174,6 +175,16 @@ def _wait_mid_suite(store: TreeStore, caller: subprocess.Popen[bytes]) -> list[s
 def _kill(caller: subprocess.Popen[bytes]) -> None:
     os.kill(caller.pid, signal.SIGKILL)
     assert caller.wait(60) == -signal.SIGKILL
+
+
+def _in_flight(rows: list[SuiteRow]) -> dict[int, str | None]:
+    return {row.branch: row.owner for row in rows if row.state == ledger.RUNNING}
+
+
+def _committed_by(store: TreeStore, in_flight: dict[int, str | None]) -> dict[int, str | None]:
+    """Who committed the branches that were running when the caller died."""
+    rows = store.suite_rows(SUITE)[1:]
+    return {row.branch: row.owner for row in rows if row.branch in in_flight}
 
 
 def _check_exactly_once(forks: list[Conversation], stub: StubLLMServer) -> None:
@@ -197,15 +208,18 @@ class TestCallerKilled:
         store = open_store(location)
         assert isinstance(store, TreeStore)
         try:
-            states = _wait_mid_suite(store, caller)
+            rows = _wait_mid_suite(store, caller)
             _kill(caller)
         finally:
             if caller.poll() is None:
                 caller.kill()
-        assert ledger.PENDING in states  # something never started: the resume runs it
+        assert ledger.PENDING in [row.state for row in rows]  # never started: resume runs it
         with ProcessExecutor(max_workers=2, progress=False) as executor:
             forks = resume_suite(store, SUITE, executor=executor, lease=LEASE, timeout=WAIT)
         _check_exactly_once(forks, slow_stub)
+        # What ran when the caller died was finished and committed by its own worker process
+        # (the resume waited for it), not run again.
+        assert _committed_by(store, _in_flight(rows)) == _in_flight(rows)
         assert [row.state for row in store.suite_rows(SUITE)[1:]] == [ledger.DONE] * 6
         # Resuming again runs nothing and reads the same forks back.
         again = resume_suite(location, SUITE)
@@ -228,7 +242,7 @@ class TestCallerKilled:
         store = open_store(location)
         assert isinstance(store, TreeStore)
         try:
-            _wait_mid_suite(store, caller)
+            rows = _wait_mid_suite(store, caller)
             _kill(caller)
         finally:
             if caller.poll() is None:
@@ -237,6 +251,7 @@ class TestCallerKilled:
             executor = DaskExecutor(client, max_in_flight=2, progress=False)
             forks = resume_suite(store, SUITE, executor=executor, lease=LEASE, timeout=WAIT)
         _check_exactly_once(forks, slow_stub)
+        assert _committed_by(store, _in_flight(rows)) == _in_flight(rows)
         store.close()
 
 
@@ -303,13 +318,15 @@ class TestRecordedSuite:
                 run_branches(source, branches, executor=executor, suite_id="s")
             (error,) = raised.value.exceptions
             assert isinstance(error, BranchLostError) and error.index == 1
-            assert [r.status for r in raised.value.forks.results] == ["finished", "lost", "finished"]
+            statuses = [r.status for r in raised.value.forks.results]
+            assert statuses == ["finished", "lost", "finished"]
             states = [row.state for row in store.suite_rows("s")[1:]]
             assert states == [ledger.DONE, ledger.LOST, ledger.DONE]
             calls = len(stub.requests)
             with pytest.raises(BranchesError) as again:
                 resume_suite(store, "s", executor=executor)
-            assert [r.status for r in again.value.forks.results] == ["finished", "lost", "finished"]
+            statuses = [r.status for r in again.value.forks.results]
+            assert statuses == ["finished", "lost", "finished"]
             assert len(stub.requests) == calls  # nothing ran again
             # Asked to, the lost branch runs once more (and kills its worker again).
             with pytest.raises(BranchesError):
