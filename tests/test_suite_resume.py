@@ -11,6 +11,7 @@ per branch, however the suite was cut.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -112,9 +113,10 @@ def dask_cluster() -> Iterator[Any]:
 
 CALLER = textwrap.dedent(
     """
+    import json
     import sys
 
-    from cowconv import LLM, Agent, Conversation, run_branches
+    from cowconv import LLM, Agent, Conversation, Tool, run_branches
     from cowconv.stores import open_store
 
 
@@ -122,7 +124,8 @@ CALLER = textwrap.dedent(
         location, base_url, engine, scheduler, lease = sys.argv[1:6]
         store = open_store(location)
         llm = LLM(model="openai/stub-model", base_url=base_url, api_key="stub-key")
-        source = Conversation(agent=Agent(llm=llm), workspace=".", store=store)
+        tools = [Tool(name="terminal")] if len(sys.argv) > 7 else []
+        source = Conversation(agent=Agent(llm=llm, tools=tools), workspace=".", store=store)
         source.send_message("Plan the release.")
         if engine == "processes":
             from cowconv.distributed import ProcessExecutor
@@ -135,6 +138,8 @@ CALLER = textwrap.dedent(
 
             executor = DaskExecutor(Client(scheduler), max_in_flight=2, progress=False)
         branches = [f"Write variant {n} of the release note." for n in range(6)]
+        if len(sys.argv) > 7:
+            branches = json.loads(sys.argv[7])
         run_branches(source, branches, executor=executor, suite_id=sys.argv[6],
                      lease=float(lease))
         print("the suite ended before it was killed", flush=True)
@@ -147,13 +152,19 @@ CALLER = textwrap.dedent(
 
 
 def _start_caller(
-    tmp_path: Path, location: str, stub: StubLLMServer, engine: str, scheduler: str = ""
+    tmp_path: Path,
+    location: str,
+    stub: StubLLMServer,
+    engine: str,
+    scheduler: str = "",
+    branches: list[str] | None = None,
 ) -> subprocess.Popen[bytes]:
     script = tmp_path / "caller.py"
     script.write_text(CALLER)
+    extra = [] if branches is None else [json.dumps(branches)]
     return subprocess.Popen(
         [sys.executable, str(script), location, stub.base_url, engine, scheduler, str(LEASE),
-         SUITE],
+         SUITE, *extra],
         cwd=tmp_path,
         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
     )  # fmt: skip
@@ -333,3 +344,59 @@ class TestRecordedSuite:
                 resume_suite(store, "s", executor=executor, rerun_lost=True)
             assert len(stub.requests) == calls + 1
         store.close()
+
+
+class TestRunnerGone:
+    def test_a_runner_whose_heartbeat_stalls_is_lost_and_not_run_again(
+        self, tmp_path: Path, stub: StubLLMServer
+    ) -> None:
+        """The caller is killed while one of its workers is stopped (SIGSTOP) mid-branch:
+        that branch's row says ``running`` but its heartbeat no longer moves. The resume
+        waits ``lease`` seconds, declares it lost (its LLM call was paid: not run again)
+        and finishes the rest; the stopped worker is found by the owner name it wrote."""
+        location = str(tmp_path / "cowconv.db")
+        branches = ["Run `kill -STOP $PPID`.", "Say one.", "Say two."]
+        caller = _start_caller(tmp_path, location, stub, "processes", branches=branches)
+        store = open_store(location)
+        assert isinstance(store, TreeStore)
+        stopped = 0
+        try:
+            deadline = time.monotonic() + WAIT
+            while time.monotonic() < deadline and not stopped:
+                assert caller.poll() is None, "the caller ended before it could be killed"
+                rows = store.suite_rows(SUITE)[1:]
+                if rows and rows[0].state == ledger.RUNNING and rows[0].owner:
+                    pid = int(rows[0].owner.split(":")[1])
+                    stopped = pid if _is_stopped(pid) else 0
+                time.sleep(0.2)
+            assert stopped, f"the worker never stopped: {store.suite_rows(SUITE)}"
+            _kill(caller)
+            forks = resume_suite(store, SUITE, lease=LEASE, timeout=WAIT)
+        except BranchesError as raised:
+            (error,) = raised.exceptions
+            assert isinstance(error, BranchLostError) and error.index == 0, repr(error)
+            assert "stopped beating" in str(error)
+            forks = raised.forks
+        else:
+            raise AssertionError(f"the stalled branch was not reported: {forks.results}")
+        finally:
+            if caller.poll() is None:
+                caller.kill()
+            if stopped:
+                os.kill(stopped, signal.SIGKILL)
+        assert [r.status for r in forks.results] == ["lost", "finished", "finished"]
+        assert [row.state for row in store.suite_rows(SUITE)[1:]] == [
+            ledger.LOST,
+            ledger.DONE,
+            ledger.DONE,
+        ]
+        assert _calls(stub).get(branches[0]) == 1  # its one LLM call, never made again
+        store.close()
+
+
+def _is_stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
