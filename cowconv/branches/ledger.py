@@ -304,7 +304,8 @@ class Claim:
         if self._beating is not None:
             self._beating.join(30)
 
-    def _beat(self) -> None:
+    def beat(self) -> bool:
+        """Count one heartbeat; ``False`` if the branch is no longer held by this claim."""
         suite, branch = self.ticket.suite, self.branch
 
         def write(rows: RowTransaction) -> bool:
@@ -314,13 +315,18 @@ class Claim:
             rows.put_suite_row(row._replace(beat=row.beat + 1))
             return True
 
+        return self.store.change_suite(write)
+
+    def _beat(self) -> None:
         while not self._stop.wait(max(0.1, self.ticket.lease / 4)):
             try:
-                if not self.store.change_suite(write):
+                if not self.beat():
                     self.lost = True  # declared lost meanwhile: the run stops
                     return
             except Exception as error:  # a busy store: the next beat tries again
-                logger.warning("suite %s branch %d: heartbeat failed: %s", suite, branch, error)
+                logger.warning(
+                    "suite %s branch %d: heartbeat failed: %s", self.ticket.suite, self.branch, error
+                )
 
     def commit(
         self, change: Callable[[ConversationState], ConversationState], detail: dict[str, Any]
