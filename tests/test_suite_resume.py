@@ -131,6 +131,13 @@ CALLER = textwrap.dedent(
             from cowconv.distributed import ProcessExecutor
 
             executor = ProcessExecutor(max_workers=2, progress=False)
+        elif engine == "ray":
+            import ray
+
+            from cowconv.distributed import RayExecutor
+
+            ray.init(address=scheduler, log_to_driver=False, configure_logging=False)
+            executor = RayExecutor(max_in_flight=2, progress=False)
         else:
             from distributed import Client
 
@@ -264,6 +271,75 @@ class TestCallerKilled:
         _check_exactly_once(forks, slow_stub)
         assert _committed_by(store, _in_flight(rows)) == _in_flight(rows)
         store.close()
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[Any]:
+    """A real local Ray instance (2 CPUs, no dashboard) another process's driver can join."""
+    ray = pytest.importorskip("ray")
+    context = ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield context
+    finally:
+        ray.shutdown()
+
+
+class TestCallerKilledOnRay:
+    def test_ray_ends_the_dead_drivers_tasks_their_branches_are_lost_not_run_twice(
+        self, tmp_path: Path, slow_stub: StubLLMServer, ray_session: Any
+    ) -> None:
+        """Ray ties a task's fate to its owner, the driver: when the caller is killed, Ray
+        ends the branches it was running. The resume finds their heartbeats stalled and
+        reports them lost (never run again); the branches that never started run once."""
+        from cowconv.distributed import RayExecutor
+
+        location = str(tmp_path / "cowconv.db")
+        address = ray_session.address_info["gcs_address"]
+        caller = _start_caller(tmp_path, location, slow_stub, "ray", address)
+        store = open_store(location)
+        assert isinstance(store, TreeStore)
+        try:
+            _wait_running(store, caller)
+            _kill(caller)
+        finally:
+            if caller.poll() is None:
+                caller.kill()
+        in_flight = set(_in_flight(store.suite_rows(SUITE)[1:]))  # as the caller died
+        try:
+            forks = resume_suite(
+                store, SUITE, executor=RayExecutor(progress=False), lease=LEASE, timeout=WAIT
+            )
+            errors: list[BaseException] = []
+        except BranchesError as raised:
+            forks, errors = raised.forks, list(raised.exceptions)
+        statuses = [result.status for result in forks.results]
+        lost = {index for index, status in enumerate(statuses) if status == "lost"}
+        assert lost <= in_flight and {e.index for e in errors} == lost  # type: ignore[attr-defined]
+        assert all(status in ("finished", "lost") for status in statuses), statuses
+        calls = _calls(slow_stub)
+        assert all(count == 1 for count in calls.values()), calls  # nothing paid twice
+        for index, status in enumerate(statuses):
+            if status == "finished":
+                assert calls.get(BRANCHES[index]) == 1
+        store.close()
+
+
+def _wait_running(store: TreeStore, caller: subprocess.Popen[bytes]) -> list[SuiteRow]:
+    """Wait until a branch is running; return the branches' rows."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        assert caller.poll() is None, "the caller ended before it could be killed"
+        rows = store.suite_rows(SUITE)[1:]
+        if ledger.RUNNING in [row.state for row in rows]:
+            return rows
+        time.sleep(0.2)
+    raise AssertionError(f"no branch ever ran: {store.suite_rows(SUITE)}")
 
 
 def _source(stub: StubLLMServer, store: object, tmp_path: Path) -> Conversation:
