@@ -325,7 +325,10 @@ class Claim:
                     return
             except Exception as error:  # a busy store: the next beat tries again
                 logger.warning(
-                    "suite %s branch %d: heartbeat failed: %s", self.ticket.suite, self.branch, error
+                    "suite %s branch %d: heartbeat failed: %s",
+                    self.ticket.suite,
+                    self.branch,
+                    error,
                 )
 
     def commit(

@@ -208,6 +208,10 @@ def run_branch_job(
         raise InvalidTypeError(f"expected a BranchJob, got {type(job).__name__}")
     if job.suite is None:
         return pickled(_run_job(job, load_prefix, claim, cancelled))
+    if claim is not None and not claim():
+        # The engine's refusal first, before the store is touched: a branch the engine never
+        # started stays pending there (a resume runs it), one it did start is running there.
+        return pickled(_refused(job))
     held = Claim(job.suite, job.index, str(job.conversation_id))
     try:
         refused = held.take()
@@ -221,7 +225,7 @@ def run_branch_job(
         def stop() -> bool:
             return held.lost or (cancelled is not None and cancelled())
 
-        outcome = _run_job(job, load_prefix, claim, stop)
+        outcome = _run_job(job, load_prefix, None, stop)
     finally:
         held.stop()
     return pickled(_commit_outcome(held, job, outcome))
@@ -257,6 +261,15 @@ def _commit_outcome(held: Claim, job: BranchJob, outcome: BranchOutcome) -> Bran
     return replace(outcome, committed=True)
 
 
+def _refused(job: BranchJob) -> BranchOutcome:
+    return BranchOutcome.failed(
+        job.index,
+        "its worker died while running it, and the engine tried to run it again: "
+        "refused (that would repeat its LLM calls)",
+        "lost",
+    )
+
+
 def _run_job(
     job: BranchJob,
     load_prefix: Callable[[], bytes],
@@ -265,12 +278,7 @@ def _run_job(
 ) -> BranchOutcome:
     worker = f"{socket.gethostname()}:{os.getpid()}"
     if claim is not None and not claim():
-        return BranchOutcome.failed(
-            job.index,
-            "its worker died while running it, and the engine tried to run it again: "
-            "refused (that would repeat its LLM calls)",
-            "lost",
-        )
+        return _refused(job)
     try:
         state = job.state
         if job.workspace is not None:
