@@ -71,6 +71,7 @@ __all__ = [
     "reset_lost",
     "shared_store",
     "store_of",
+    "without_password",
 ]
 
 logger = logging.getLogger("cowconv.distributed")
@@ -110,6 +111,28 @@ class SuiteTicket:
     location: str
     suite: str
     lease: float = LEASE
+
+
+def without_password(location: str) -> str:
+    """``location`` without the password of a PostgreSQL URL or connection string.
+
+    >>> without_password("postgresql://suite:s3cret@db.internal:5432/cowconv")
+    'postgresql://suite@db.internal:5432/cowconv'
+    >>> without_password("host=db.internal user=suite password=s3cret dbname=cowconv")
+    'host=db.internal user=suite dbname=cowconv'
+    >>> without_password("/srv/suites/cowconv.db")
+    '/srv/suites/cowconv.db'
+    """
+    if is_store_url(location):
+        scheme, _, rest = location.partition("://")
+        authority, slash, path = rest.partition("/")
+        user, at, host = authority.rpartition("@")
+        if at and ":" in user:
+            authority = f"{user.split(':', 1)[0]}@{host}"
+        return f"{scheme}://{authority}{slash}{path}"
+    if "password=" in location and "=" in location.split()[0]:
+        return " ".join(part for part in location.split() if not part.startswith("password="))
+    return location
 
 
 def store_of(store: object) -> TreeStore:

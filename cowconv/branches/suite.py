@@ -508,10 +508,12 @@ class _Record:
     callbacks: tuple[EventCallback, ...]
     rerun_lost: bool = False
 
-    @property
-    def ticket(self) -> SuiteTicket:
-        assert self.store.location is not None
-        return SuiteTicket(self.store.location, self.suite_id, self.lease)
+    def ticket(self, *, with_password: bool) -> SuiteTicket:
+        location = self.store.location
+        assert location is not None
+        if not with_password:
+            location = ledger.without_password(location)
+        return SuiteTicket(location, self.suite_id, self.lease)
 
 
 @dataclass
@@ -757,7 +759,11 @@ class _Suite:
         assert self.inherited is not None
         prefix = SharedPrefix.of(self.inherited)
         ship_api_keys = bool(getattr(executor, "ship_api_keys", True))
-        ticket = None if self.record is None else self.record.ticket
+        ticket = None
+        if self.record is not None:
+            # ship_api_keys=False keeps the store's password off the wire too: the workers'
+            # libpq reads it from their PGPASSWORD or ~/.pgpass.
+            ticket = self.record.ticket(with_password=ship_api_keys)
         pending: set[int] = set()
         jobs = []
         for index in todo:
