@@ -45,6 +45,9 @@ from cowconv._exceptions import (
     StartError,
     StoreError,
     StoreLockedError,
+    SuiteError,
+    SuiteExistsError,
+    SuiteNotFoundError,
     ToolArgumentError,
     UnsafeExposureError,
     WebSocketConnectionError,
@@ -75,6 +78,7 @@ _LAZY = {
     "BranchResult": "cowconv.branches.suite",
     "iter_branches": "cowconv.branches.suite",
     "run_branches": "cowconv.branches.suite",
+    "resume_suite": "cowconv.branches.suite",
     "LLMSummarizingCondenser": "cowconv.core.agent",
     "Comparison": "cowconv.core.compare",
     "ComparisonSide": "cowconv.core.compare",
@@ -165,6 +169,7 @@ if TYPE_CHECKING:
         BranchResult,
         BranchRuns,
         iter_branches,
+        resume_suite,
         run_branches,
     )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
@@ -309,6 +314,9 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreLockedError",
+    "SuiteError",
+    "SuiteExistsError",
+    "SuiteNotFoundError",
     "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
@@ -332,6 +340,7 @@ __all__ = [
     "register_tool",
     "registered_tools",
     "resolve_tool",
+    "resume_suite",
     "run_branches",
     "thaw",
 ]
