@@ -671,7 +671,7 @@ class _Suite:
                 suite.known.append(suite._ended(row.branch, row))
         if suite.todo:
             first = forks[suite.todo[0]].state
-            suite.inherited = first.events.take(first.forked_from_event_count or 0)
+            suite.inherited = first.branch.take(first.forked_from_event_count or 0)
         return suite
 
     @property
@@ -960,7 +960,7 @@ class _Suite:
         assert record is not None
         old = self.forks[index]
         fork = Conversation.resume(record.store, old.id, callbacks=record.callbacks)
-        before, after = old.state.events, fork.state.events
+        before, after = old.state.branch, fork.state.branch
         start = len(before) if after.starts_with(before) else len(after)
         for position in range(start, len(after)):
             notify(record.callbacks, after[position])
