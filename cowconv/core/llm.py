@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import sys
 import threading
 import time
@@ -638,7 +637,11 @@ def _connection_failure(error: BaseException | None) -> str | None:
     found: str | None = None
     for cause in _error_chain(error):
         name = type(cause).__name__
-        if isinstance(cause, ConnectionError | socket.gaierror):
+        # An unknown host is socket.gaierror; one can only exist once socket is imported, so
+        # the core does not import it (first use stays light).
+        socket = sys.modules.get("socket")
+        unknown_host = socket is not None and isinstance(cause, socket.gaierror)
+        if isinstance(cause, ConnectionError) or unknown_host:
             return f"{name}: {cause}"  # the root cause: refused, reset, unknown host
         if name in _CONNECTION_ERRORS and found is None:
             found = f"{name}: {cause}"
