@@ -82,7 +82,13 @@ _LAZY = {
     "Conversation": "cowconv.conversation",
     "LocalConversation": "cowconv.conversation",
     "RemoteConversation": "cowconv.conversation",
-    "ConversationStateUpdateEvent": "cowconv.backends.remote",
+    "ConversationErrorEvent": "cowconv.core.events",
+    "ConversationStateUpdateEvent": "cowconv.core.events",
+    "AlwaysConfirm": "cowconv.core.security",
+    "ConfirmRisky": "cowconv.core.security",
+    "ConfirmationPolicyBase": "cowconv.core.security",
+    "NeverConfirm": "cowconv.core.security",
+    "SecurityRisk": "cowconv.core.security",
     "FULL_STATE_KEY": "cowconv.backends.remote",
     "RemoteEventsList": "cowconv.backends.remote",
     "WebSocketCallbackClient": "cowconv.backends.remote",
@@ -124,6 +130,7 @@ _LAZY = {
     "ConversationStats": "cowconv.core.state",
     "ExecutionStatus": "cowconv.core.state",
     "TokenUsage": "cowconv.core.state",
+    "Metrics": "cowconv.core.usage",
     "Usage": "cowconv.core.state",
     "MemoryStore": "cowconv.stores",
     "SQLiteStore": "cowconv.stores",
@@ -153,7 +160,6 @@ if TYPE_CHECKING:
     )
     from cowconv.backends.remote import (
         FULL_STATE_KEY,
-        ConversationStateUpdateEvent,
         RemoteEventsList,
         WebSocketCallbackClient,
     )
@@ -178,6 +184,8 @@ if TYPE_CHECKING:
         CondensationEvent,
         CondensationRequest,
         Content,
+        ConversationErrorEvent,
+        ConversationStateUpdateEvent,
         Event,
         EventSource,
         ImageContent,
@@ -196,6 +204,13 @@ if TYPE_CHECKING:
     from cowconv.core.history import EventLog
     from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
     from cowconv.core.schema import Action, Observation
+    from cowconv.core.security import (
+        AlwaysConfirm,
+        ConfirmationPolicyBase,
+        ConfirmRisky,
+        NeverConfirm,
+        SecurityRisk,
+    )
     from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
@@ -205,6 +220,7 @@ if TYPE_CHECKING:
         TokenUsage,
         Usage,
     )
+    from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import RemoteWorkspace, Workspace
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
@@ -220,6 +236,7 @@ __all__ = [
     "ActionEvent",
     "Agent",
     "AgentErrorEvent",
+    "AlwaysConfirm",
     "AnyEvent",
     "Backend",
     "Branch",
@@ -242,9 +259,12 @@ __all__ = [
     "CondensationEvent",
     "CondensationRequest",
     "CondensationSummaryEvent",
+    "ConfirmRisky",
+    "ConfirmationPolicyBase",
     "Content",
     "Conversation",
     "ConversationConflictError",
+    "ConversationErrorEvent",
     "ConversationExecutionStatus",
     "ConversationExistsError",
     "ConversationInfo",
@@ -285,6 +305,8 @@ __all__ = [
     "Message",
     "MessageEvent",
     "MessageToolCall",
+    "Metrics",
+    "NeverConfirm",
     "Observation",
     "ObservationEvent",
     "PauseEvent",
@@ -296,6 +318,7 @@ __all__ = [
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
+    "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
     "SourceType",
