@@ -559,9 +559,9 @@ class ConversationStateUpdateEvent(Event):
 
     ``key`` names the field (``execution_status``, ``stats``, ...), or is
     ``"full_state"`` for the whole info in ``value``. A client keeps these in
-    its cached info. It is no step of the conversation: a history that holds
-    one (an OpenHands server may write it there) keeps it as a record, and the
-    active branch, the view and new events' parents skip it.
+    its cached info (:class:`~cowconv.RemoteEventsList` does not keep it).
+    A history it is appended to keeps it like any other event; it is never
+    sent to the LLM.
 
     >>> update = ConversationStateUpdateEvent(key="execution_status", value="paused")
     >>> update.kind, update.source, update.key, update.value
