@@ -29,6 +29,7 @@ from cowconv import (
     InvalidValueError,
     Metrics,
     NeverConfirm,
+    RemoteWorkspace,
     SecurityRisk,
     Usage,
     Workspace,
@@ -294,3 +295,36 @@ def test_state_update_is_an_event_the_remote_cache_skips():
     assert Event.model_validate_json(update.model_dump_json()) == update
     with pytest.raises(InvalidTypeError):
         ConversationStats(usage_to_metrics={"agent": object()})  # type: ignore[dict-item]
+
+
+def test_update_state_from_event_feeds_the_cost_close_reports(
+    openhands_server: str,  # noqa: F811 (the fixture imported above)
+    stub: StubLLMServer,
+    tmp_path: Path,
+):
+    """state.update_state_from_event keeps a streamed stats update; close() reports its cost."""
+    workspace = RemoteWorkspace(host=openhands_server, working_dir=str(tmp_path))
+    agent = Agent(llm=LLM(model="openai/stub", base_url=stub.base_url, api_key="sk-stub"))
+    conversation = Conversation(agent=agent, workspace=workspace, visualizer=None)
+    account = Metrics(model_name="stub")
+    account.add_cost(0.75)
+    state = conversation.state
+    state.update_state_from_event(
+        ConversationStateUpdateEvent(
+            key="stats", value=ConversationStats(usage_to_metrics={"agent": account})
+        )
+    )
+    with pytest.raises(InvalidTypeError, match="expected a ConversationStateUpdateEvent"):
+        state.update_state_from_event(ConversationErrorEvent(code="E", detail="d"))  # type: ignore[arg-type]
+    conversation.close()
+    assert workspace.accumulated_cost == 0.75
+
+
+def test_a_local_state_refuses_a_server_update(tmp_path: Path):
+    conversation = Conversation(
+        agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=str(tmp_path), visualizer=None
+    )
+    update = ConversationStateUpdateEvent(key="execution_status", value="idle")
+    with pytest.raises(InvalidTypeError, match="only a RemoteConversation"):
+        conversation.state.update_state_from_event(update)
+    assert len(conversation.state.events) == 0  # nothing recorded

@@ -47,6 +47,7 @@ from cowconv._exceptions import (
     ConversationConflictError,
     ConversationRunError,
     EventIndexError,
+    InvalidTypeError,
     InvalidValueError,
     LLMError,
     RemoteError,
@@ -905,15 +906,31 @@ class RemoteBackend:
             self._cache.reconcile()
             self._hear(list(self._cache))
 
-    def _note_update(self, update: ConversationStateUpdateEvent) -> None:
+    def update_info(self, update: ConversationStateUpdateEvent) -> None:
+        """Keep ``update`` in the cached conversation info (OpenHands' ``update_state_from_event``).
+
+        ``key`` :data:`FULL_STATE_KEY` updates every field its mapping holds,
+        any other key sets that field. What :meth:`close` reports as the cost
+        is read from it. Only the events socket's updates can end a run.
+        """
+        if not isinstance(update, ConversationStateUpdateEvent):
+            raise InvalidTypeError(
+                f"expected a ConversationStateUpdateEvent, got {type(update).__name__}"
+            )
+        value = update.value
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json")
         with self._info_lock:
             info = {} if self._info is None else self._info
             if update.key == FULL_STATE_KEY:
-                if isinstance(update.value, Mapping):
-                    info.update(update.value)
+                if isinstance(value, Mapping):
+                    info.update(value)
             else:
-                info[update.key] = update.value
+                info[update.key] = value
             self._info = info
+
+    def _note_update(self, update: ConversationStateUpdateEvent) -> None:
+        self.update_info(update)
         # A per-field error or stuck ends a run at once; otherwise only a full update after
         # run() started does (a per-field "finished" may still be undone on the server).
         if update.key == "execution_status":

@@ -25,7 +25,14 @@ from pyrsistent import pmap
 
 from cowconv._exceptions import FrozenInstanceError, InvalidTypeError, InvalidValueError
 from cowconv.core.agent import Agent
-from cowconv.core.events import ActionEvent, AgentErrorEvent, Event, ObservationEvent, utc_now
+from cowconv.core.events import (
+    ActionEvent,
+    AgentErrorEvent,
+    ConversationStateUpdateEvent,
+    Event,
+    ObservationEvent,
+    utc_now,
+)
 from cowconv.core.frozen import (
     CheckedModel,
     FrozenJSONMap,
@@ -329,6 +336,36 @@ class ConversationState(CheckedModel):
         ['MessageEvent']
         """
         return active_branch(self, limit)
+
+    def update_state_from_event(self, event: ConversationStateUpdateEvent) -> None:
+        """Hand a server's state update to the remote conversation this snapshot came from.
+
+        OpenHands' ``RemoteState.update_state_from_event``: the client keeps
+        the update in its cached conversation info (see
+        :meth:`~cowconv.RemoteConversation.update_state_from_event`); this
+        snapshot itself never changes. A local conversation's snapshot, or one
+        no conversation holds, refuses it (:class:`~cowconv.InvalidTypeError`):
+
+        >>> from cowconv import LLM, Agent, Conversation, ConversationStateUpdateEvent
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> update = ConversationStateUpdateEvent(key="execution_status", value="idle")
+        >>> try:
+        ...     conversation.state.update_state_from_event(update)
+        ... except InvalidTypeError as error:
+        ...     print(str(error)[:48])
+        only a RemoteConversation keeps a server's state
+        """
+        if not isinstance(event, ConversationStateUpdateEvent):
+            raise InvalidTypeError(
+                f"expected a ConversationStateUpdateEvent, got {type(event).__name__}"
+            )
+        hand_over = getattr(self.branch, "state_update_on_conversation", None)
+        if hand_over is None:
+            raise InvalidTypeError(
+                "this snapshot belongs to no conversation: only a RemoteConversation's "
+                "state keeps a server's state updates"
+            )
+        hand_over(event)
 
     def _resolve_active_leaf(self) -> str | None:
         # OpenHands' private name, for code written against it: the leaf is stored there and
