@@ -45,6 +45,9 @@ from cowconv._exceptions import (
     StartError,
     StoreError,
     StoreLockedError,
+    SuiteError,
+    SuiteExistsError,
+    SuiteNotFoundError,
     ToolArgumentError,
     UnsafeExposureError,
     WebSocketConnectionError,
@@ -75,6 +78,7 @@ _LAZY = {
     "BranchResult": "cowconv.branches.suite",
     "iter_branches": "cowconv.branches.suite",
     "run_branches": "cowconv.branches.suite",
+    "resume_suite": "cowconv.branches.suite",
     "LLMSummarizingCondenser": "cowconv.core.agent",
     "Comparison": "cowconv.core.compare",
     "ComparisonSide": "cowconv.core.compare",
@@ -145,6 +149,7 @@ _LAZY = {
     "resolve_tool": "cowconv.agent.tools",
     "ConversationVisualizerBase": "cowconv.visualizer",
     "DefaultConversationVisualizer": "cowconv.visualizer",
+    "LocalWorkspace": "cowconv.core.workspace",
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
 }
@@ -169,6 +174,7 @@ if TYPE_CHECKING:
         BranchResult,
         BranchRuns,
         iter_branches,
+        resume_suite,
         run_branches,
     )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
@@ -222,7 +228,7 @@ if TYPE_CHECKING:
     )
     from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
-    from cowconv.core.workspace import RemoteWorkspace, Workspace
+    from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
@@ -300,6 +306,7 @@ __all__ = [
     "LLMSummarizingCondenser",
     "LLMToolCall",
     "LocalConversation",
+    "LocalWorkspace",
     "MAX_DEPTH",
     "MemoryStore",
     "Message",
@@ -327,6 +334,9 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreLockedError",
+    "SuiteError",
+    "SuiteExistsError",
+    "SuiteNotFoundError",
     "SuiteReport",
     "SystemPromptEvent",
     "TextContent",
@@ -350,6 +360,7 @@ __all__ = [
     "register_tool",
     "registered_tools",
     "resolve_tool",
+    "resume_suite",
     "run_branches",
     "thaw",
 ]

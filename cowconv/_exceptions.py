@@ -35,7 +35,10 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     │   ├── BranchRunError: its run ended in error (LLM call, tool); with raise_on_error
     │   ├── BranchTimeoutError: it ran past its time limit (or the suite's)
     │   └── BranchWorkspaceError: its workspace is missing on its worker (no LLM call made)
-    └── BranchesError (also ExceptionGroup): the branch runs that raised, and every fork
+    ├── BranchesError (also ExceptionGroup): the branch runs that raised, and every fork
+    └── SuiteError: a recorded branch suite (suite_id=) cannot be started or resumed as asked
+        ├── SuiteExistsError (also ValueError): the suite id is taken
+        └── SuiteNotFoundError (also KeyError): the store records no such suite
 
 An error the agent server answers is raised by the client as a
 :class:`RemoteError` that is also the error the server raised (a remote
@@ -82,6 +85,9 @@ __all__ = [
     "StoreError",
     "StartError",
     "StoreLockedError",
+    "SuiteError",
+    "SuiteExistsError",
+    "SuiteNotFoundError",
     "ToolArgumentError",
     "UnsafeExposureError",
     "WebSocketConnectionError",
@@ -505,6 +511,34 @@ class BranchesError(ExceptionGroup[Exception], CowconvError):
 
     def derive(self, errors: Sequence[Exception]) -> BranchesError:  # type: ignore[override]
         return BranchesError(self.message, errors, self.forks)
+
+
+class SuiteError(CowconvError):
+    """A recorded branch suite (``run_branches(..., suite_id=...)``) cannot be started or
+    resumed as asked: its store cannot be shared, or it differs from what was recorded.
+
+    >>> issubclass(SuiteExistsError, SuiteError)
+    True
+    """
+
+
+class SuiteExistsError(SuiteError, ValueError):
+    """The store already records a suite under this id (resume it, or choose another id).
+
+    >>> issubclass(SuiteExistsError, ValueError)
+    True
+    """
+
+
+class SuiteNotFoundError(SuiteError, KeyError):
+    """The store records no suite under this id.
+
+    >>> str(SuiteNotFoundError("no suite 'nightly' in the store"))
+    "no suite 'nightly' in the store"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class ToolArgumentError(CowconvError, ValueError):

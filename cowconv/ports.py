@@ -43,6 +43,7 @@ __all__ = [
     "RowTransaction",
     "StateSink",
     "StateStore",
+    "SuiteRow",
     "notify",
 ]
 
@@ -144,6 +145,28 @@ class Row(NamedTuple):
         return self.id is None and self.branch_of is None
 
 
+class SuiteRow(NamedTuple):
+    """One branch of a recorded branch suite (``run_branches(..., suite_id=...)``), as stored.
+
+    ``branch`` is the branch's index in the suite (``-1``: the suite's own row, whose
+    ``conversation`` is the source and ``detail`` what the suite was asked);
+    ``state`` is ``pending``, ``running``, ``done`` or ``lost``; ``owner``
+    names the runner holding a ``running`` branch and ``beat`` counts its
+    heartbeats (a stalled count is a dead owner). ``detail`` is JSON text.
+
+    >>> SuiteRow("s1", 0, "c-1", "pending").owner is None
+    True
+    """
+
+    suite: str
+    branch: int
+    conversation: str
+    state: str
+    owner: str | None = None
+    beat: int = 0
+    detail: str = "{}"
+
+
 class RowTransaction(Protocol):
     """The row operations of one transaction of a :class:`RowStore`.
 
@@ -235,6 +258,14 @@ class RowTransaction(Protocol):
 
     def epoch(self) -> object:
         """A token that changes when another connection may have reused a freed key."""
+        ...
+
+    def suite_rows(self, suite: str) -> Sequence[SuiteRow]:
+        """The rows of the branch suite ``suite``, by ``branch`` (empty if it is not recorded)."""
+        ...
+
+    def put_suite_row(self, row: SuiteRow) -> None:
+        """Write ``row`` (insert, or replace the row of its suite and branch)."""
         ...
 
 

@@ -60,6 +60,16 @@ def _ensure_known(case: schemathesis.Case) -> None:
         case.path_parameters = {**case.path_parameters, "conversation_id": KNOWN}
 
 
+def _no_runs(body: Any) -> None:
+    """No generated body starts a run (``run: true`` on a message, also as a create body's
+    ``initial_message``): like ``/run``, it would call the LLM the body names, from a thread
+    that outlives the case (and imports litellm where warnings are errors)."""
+    if isinstance(body, dict):
+        if body.get("run") is True:
+            body["run"] = False
+        _no_runs(body.get("initial_message"))
+
+
 def _within_condenser_rule(body: Any) -> None:
     """The one rule JSON Schema cannot state (it relates two fields): a condenser's
     ``keep_first`` must be below ``max_size // 2``. Generated bodies are made to keep it."""
@@ -88,6 +98,7 @@ def test_no_server_errors(case: schemathesis.Case) -> None:
     """Every generated request, valid or not, gets a documented non-5xx answer."""
     _ensure_known(case)
     _within_condenser_rule(case.body)
+    _no_runs(case.body)
     if case.path.endswith("/events/append") and isinstance(case.body, dict):
         # Where an event may go depends on the conversation's state (its parent must be the
         # active branch's leaf), which no schema can say: let the server stamp it.
@@ -213,6 +224,7 @@ def test_unstorable_values_in_bodies(case: schemathesis.Case, data: st.DataObjec
     if not isinstance(case.body, dict | list):
         return
     _ensure_known(case)
+    _no_runs(case.body)
     from fastapi.testclient import TestClient
 
     client = TestClient(app)

@@ -32,9 +32,13 @@ from cowconv._exceptions import (
 )
 from cowconv.agent_server.app import create_app
 from cowconv.agent_server.background import BackgroundServer
+from cowconv.agent_server.conversation_service import ConversationService
+from cowconv.agent_server.event_service import EventService
 from cowconv.agent_server.models import (
     ActivateSkillRequest,
     AppendEventRequest,
+    ConversationInfo,
+    ConversationListPage,
     ConversationPage,
     CreateConversationRequest,
     ErrorResponse,
@@ -59,12 +63,16 @@ __all__ = [
     "AppendEventRequest",
     "BackgroundServer",
     "ConversationConflictError",
+    "ConversationInfo",
+    "ConversationListPage",
     "ConversationPage",
     "ConversationRegistry",
+    "ConversationService",
     "CreateConversationRequest",
     "ErrorResponse",
     "EventNotFoundError",
     "EventPage",
+    "EventService",
     "ForkRequest",
     "HealthResponse",
     "InProcessTransport",

@@ -4,19 +4,22 @@ Requests reuse the library's own models (:class:`~cowconv.Agent`,
 :class:`~cowconv.Workspace`); responses are :class:`~cowconv.ConversationInfo`,
 events, and the pages below.
 
->>> ForkRequest.model_validate({"title": "Debug"}).reset_metrics
+>>> ForkConversationRequest.model_validate({"title": "Debug"}).reset_metrics
 True
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, Any
+import uuid
+from enum import StrEnum
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
@@ -43,32 +46,42 @@ from cowconv.core.events import AnyEvent, Event
 from cowconv.core.frozen import CheckedModel, check_text
 from cowconv.core.kinds import kind_names
 from cowconv.core.message import ImageContent, Message, TextContent
-from cowconv.core.state import ConversationInfo, ExecutionStatus
+from cowconv.core.state import ConversationInfo as ConversationSummary
+from cowconv.core.state import ExecutionStatus
 from cowconv.core.workspace import Workspace
 
 __all__ = [
-    "ID_WHITESPACE",
     "ActivateSkillRequest",
     "AppendEventRequest",
     "BranchInfo",
     "BranchList",
+    "ConversationInfo",
+    "ConversationListPage",
     "ConversationPage",
     "ConversationResponse",
     "ConversationSearchPage",
+    "ConversationSortOrder",
     "CreateConversationRequest",
     "ErrorResponse",
     "EventPage",
+    "EventSortOrder",
+    "ForkConversationRequest",
     "ForkRequest",
     "HealthResponse",
+    "ID_WHITESPACE",
+    "NavigateConversationRequest",
     "NavigateRequest",
     "OpenHandsEventPage",
     "RunStarted",
     "SendMessageRequest",
     "SentMessage",
+    "SetConfirmationPolicyRequest",
+    "StartConversationRequest",
     "StateResponse",
     "StreamStatus",
     "Success",
     "UpdateConversationRequest",
+    "UpdateSecretsRequest",
 ]
 
 
@@ -86,10 +99,19 @@ ID_WHITESPACE = (
     "\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
 )
 _CONTROL = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
+
+
+def _uuid_text(value: object) -> object:
+    # OpenHands' Python clients pass a uuid.UUID: the same id as its text.
+    return str(value) if isinstance(value, uuid.UUID) else value
+
+
 ConversationId = Annotated[
     str,
     StringConstraints(min_length=1, max_length=200, pattern=f"^[^/{ID_WHITESPACE}]+$"),
     AfterValidator(_plain_id),
+    # Last, so it runs first and the schema keeps the pattern above.
+    BeforeValidator(_uuid_text),
 ]
 _ID = Field(default=None)
 # What core/framing.check_framing_text lets through: no control characters or line
@@ -128,6 +150,8 @@ _NEVER_CONFIRM = "NeverConfirm"
 def _refuse_unsafe(data: dict[str, Any]) -> None:
     """Refuse (422, naming the field) what cowconv cannot honour where ignoring it is unsafe."""
     policy = data.get("confirmation_policy")
+    if isinstance(policy, BaseModel):  # a policy object (OpenHands' Python clients): its JSON
+        policy = data["confirmation_policy"] = policy.model_dump(mode="json")
     if policy is not None and (
         not isinstance(policy, dict) or policy.get("kind") != _NEVER_CONFIRM
     ):
@@ -221,7 +245,7 @@ class _AgentOrOpenHandsAgent:
         return {"anyOf": [ours, openhands]}
 
 
-class CreateConversationRequest(BaseModel):
+class StartConversationRequest(BaseModel):
     """Create a conversation: OpenHands' ``StartConversationRequest`` (or cowconv's older body).
 
     ``agent`` is OpenHands' ``Agent`` JSON as its ``RemoteConversation``
@@ -241,7 +265,7 @@ class CreateConversationRequest(BaseModel):
     ...                   "stream": False}, "tools": [{"name": "terminal", "params": {}}]},
     ...         "workspace": {"kind": "LocalWorkspace", "working_dir": "/tmp"},
     ...         "max_iterations": 50, "stuck_detection": True}
-    >>> request = CreateConversationRequest.model_validate(body)
+    >>> request = StartConversationRequest.model_validate(body)
     >>> request.agent.tools[0].name, request.max_iteration_per_run, request.kept
     ('terminal', 50, {'stuck_detection': True})
     >>> request.openhands_agent  # kept: what cowconv's JSON of the agent does not say
@@ -272,8 +296,8 @@ class CreateConversationRequest(BaseModel):
     def _from_openhands(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        _refuse_unsafe(data)
         data = dict(data)
+        _refuse_unsafe(data)
         data.pop("openhands_agent", None)  # computed here, never taken from the client
         agent = data.get("agent")
         if isinstance(agent, dict) and _openhands_shaped(agent):
@@ -303,7 +327,7 @@ class CreateConversationRequest(BaseModel):
             )
         if not workspace.working_dir.strip():
             raise InvalidValueError("workspace.working_dir must not be empty")
-        return workspace
+        return Workspace.coerce(workspace)
 
     @property
     def kept(self) -> dict[str, Any]:
@@ -353,14 +377,14 @@ def _openhands_shaped(agent: dict[str, Any]) -> bool:
     )
 
 
-class ForkRequest(_Request):
+class ForkConversationRequest(_Request):
     """Fork a conversation: every field is optional.
 
     ``id`` names the fork (a new UUID when left out), ``title`` becomes
     ``tags["title"]``, ``reset_metrics`` starts the fork's stats at zero and
     ``from_event_id`` forks the history up to and including that event.
 
-    >>> ForkRequest().model_dump()
+    >>> ForkConversationRequest().model_dump()
     {'id': None, 'title': None, 'tags': None, 'reset_metrics': True, 'from_event_id': None}
     """
 
@@ -371,16 +395,24 @@ class ForkRequest(_Request):
     from_event_id: str | None = None
 
 
-class NavigateRequest(_Request):
+class NavigateConversationRequest(_Request):
     """Move a conversation's active branch to end at ``event_id`` (``null``: empty).
 
     OpenHands' SDK's body for ``POST /api/conversations/{id}/navigate``.
 
-    >>> NavigateRequest(event_id="e1").event_id
+    >>> NavigateConversationRequest(event_id="e1").event_id
     'e1'
     """
 
     event_id: str | None = None
+
+
+CreateConversationRequest = StartConversationRequest
+"""cowconv's earlier name of :class:`StartConversationRequest`."""
+ForkRequest = ForkConversationRequest
+"""cowconv's earlier name of :class:`ForkConversationRequest`."""
+NavigateRequest = NavigateConversationRequest
+"""cowconv's earlier name of :class:`NavigateConversationRequest`."""
 
 
 class BranchInfo(BaseModel):
@@ -432,7 +464,7 @@ def _send_message_schema(schema: dict[str, Any]) -> None:
             "additionalProperties": False,
             "properties": {
                 "role": {"const": "user", "default": "user"},
-                "content": {"anyOf": [{"type": "string"}, {"type": "array", "items": part}]},
+                "content": {"type": "array", "items": part},
                 "text": {"type": "string"},
                 "run": {"type": "boolean", "default": False},
                 "sender": {"anyOf": [{"type": "string"}, {"type": "null"}]},
@@ -446,10 +478,13 @@ def _send_message_schema(schema: dict[str, Any]) -> None:
 
 
 class SendMessageRequest(BaseModel):
-    """A user message: OpenHands' body (``role``, ``content`` parts, ``run``) or cowconv's ``text``.
+    """A message: OpenHands' body (``role``, ``content`` parts, ``run``) or cowconv's ``text``.
 
     ``run`` starts a run after recording it (as OpenHands' server does);
-    ``sender`` is kept on the event. Only text parts can be sent.
+    ``sender`` is kept on the event. The body takes OpenHands' roles; the
+    server records user messages only (another role is a 422 from the
+    conversation, see :class:`~cowconv.agent_server.event_service.EventService`).
+    Only text parts can be sent.
 
     >>> SendMessageRequest.model_validate({"role": "user", "content": [{"type": "text",
     ...     "text": "Run `ls`."}], "run": False}).message_text()
@@ -462,8 +497,8 @@ class SendMessageRequest(BaseModel):
         frozen=True, extra="forbid", defer_build=False, json_schema_extra=_send_message_schema
     )
 
-    role: str = "user"
-    content: list[TextContent | ImageContent] | str | None = None
+    role: Literal["user", "system", "assistant", "tool"] = "user"
+    content: list[TextContent | ImageContent] | None = None
     text: str | None = None
     run: bool = False
     sender: str | None = None
@@ -472,17 +507,13 @@ class SendMessageRequest(BaseModel):
     def _one_text(self) -> SendMessageRequest:
         # JSON can carry lone surrogates ("\\ud800"): refused here (422), not by the event
         # built from this body later (a 500).
-        for name in ("role", "text", "sender"):
+        for name in ("text", "sender"):
             value = getattr(self, name)
             if isinstance(value, str):
                 check_text(value, name)
-        if isinstance(self.content, str):
-            check_text(self.content, "content")
-        if self.role != "user":
-            raise unsupported("role", "only user messages can be sent to a conversation")
         if (self.text is None) == (self.content is None):
             raise InvalidValueError("give the message as content parts or as text, not both")
-        for part in self.content if isinstance(self.content, list) else ():
+        for part in self.content or ():
             if not isinstance(part, TextContent):
                 raise unsupported("content", "cowconv sends text parts only")
         return self
@@ -491,14 +522,12 @@ class SendMessageRequest(BaseModel):
         """The message's text (its text parts joined)."""
         if self.text is not None:
             return self.text
-        if isinstance(self.content, str):
-            return self.content
         return "".join(part.text for part in self.content or () if isinstance(part, TextContent))
 
     def create_message(self) -> Message:
         """The message as an LLM message (OpenHands' method of the same name)."""
         content = self.content if self.content is not None else self.text or ""
-        return Message(role="user", content=content)
+        return Message(role=self.role, content=content)
 
 
 class Success(BaseModel):
@@ -513,14 +542,24 @@ class Success(BaseModel):
     success: bool = True
 
 
-class ConversationResponse(ConversationInfo):
-    """A conversation as shown: cowconv's summary plus OpenHands' ``ConversationInfo``.
+class ConversationInfo(ConversationSummary):
+    """A conversation as shown: OpenHands' ``ConversationInfo`` plus cowconv's summary.
 
     The fields OpenHands' ``RemoteConversation`` reads are all here; ``agent``
-    is OpenHands' ``Agent`` JSON (api keys shown as ``"**********"``);
-    fields of the creating request cowconv does not implement come back as
-    sent (``stuck_detection``, ``client_tools``...). ``stats`` keeps cowconv's
-    shape (OpenHands' client reads it as empty stats).
+    is OpenHands' ``Agent`` JSON (api keys shown as ``"**********"``; an
+    :class:`~cowconv.Agent` is taken and shown so); fields of the creating
+    request cowconv does not implement come back as sent (``stuck_detection``,
+    ``client_tools``...). ``stats`` keeps cowconv's shape (OpenHands' client
+    reads it as empty stats).
+
+    >>> from datetime import UTC, datetime
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> now = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> info = ConversationInfo(id="c1", agent=Agent(llm=LLM(model="m", api_key="sk-1")),
+    ...     workspace=Workspace(working_dir="/tmp"), execution_status="idle",
+    ...     created_at=now, updated_at=now)
+    >>> info.agent["llm"]["api_key"], info.workspace, info.max_iterations
+    ('**********', {'kind': 'LocalWorkspace', 'working_dir': '/tmp'}, 500)
     """
 
     model_config = ConfigDict(frozen=True, extra="allow", defer_build=True)
@@ -528,7 +567,7 @@ class ConversationResponse(ConversationInfo):
     agent: dict[str, Any]
     workspace: dict[str, Any]
     persistence_dir: str | None = None
-    max_iterations: int
+    max_iterations: int = Field(default=500, gt=0)
     stuck_detection: bool = True
     confirmation_policy: dict[str, Any] = Field(default_factory=lambda: {"kind": _NEVER_CONFIRM})
     security_analyzer: None = None
@@ -540,6 +579,24 @@ class ConversationResponse(ConversationInfo):
     agent_state: dict[str, Any] = {}
     client_tools: list[Any] = []
     tool_module_qualnames: dict[str, str] = {}
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _agent_json(cls, agent: Any) -> Any:
+        if isinstance(agent, Agent):
+            return mask_secrets(agent_to_openhands(agent.model_dump(mode="json")))
+        return agent
+
+    @field_validator("workspace", mode="before")
+    @classmethod
+    def _workspace_json(cls, workspace: Any) -> Any:
+        if isinstance(workspace, Workspace):
+            return {"kind": "LocalWorkspace", "working_dir": workspace.working_dir}
+        return workspace
+
+
+ConversationResponse = ConversationInfo
+"""cowconv's earlier name of :class:`ConversationInfo`."""
 
 
 class AppendEventRequest(RootModel[AnyEvent]):
@@ -626,16 +683,18 @@ class EventPage(BaseModel):
     next_offset: int | None = None
 
 
-class ConversationPage(BaseModel):
-    """A page of conversation summaries, oldest first.
+class ConversationListPage(BaseModel):
+    """A page of ``GET /api/conversations`` without ``ids``: summaries, oldest first.
 
-    >>> ConversationPage(items=[], next_offset=None).items
+    cowconv's listing (tag filters, offsets); OpenHands' search is :class:`ConversationPage`.
+
+    >>> ConversationListPage(items=[], next_offset=None).items
     []
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    items: list[ConversationInfo]
+    items: list[ConversationSummary]
     next_offset: int | None = None
     unreadable: list[str] = []
     """Ids of the stored conversations this page covers that cannot be read (damaged rows),
@@ -717,17 +776,101 @@ class OpenHandsEventPage(BaseModel):
     next_page_id: str | None = None
 
 
-class ConversationSearchPage(BaseModel):
-    """A page of ``GET /api/conversations/search`` (OpenHands' shape).
+class ConversationPage(BaseModel):
+    """A page of ``GET /api/conversations/search`` (OpenHands' ``ConversationPage``).
 
-    >>> ConversationSearchPage(items=[]).next_page_id is None
+    >>> ConversationPage(items=[]).next_page_id is None
     True
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    items: list[ConversationResponse]
+    items: list[ConversationInfo]
     next_page_id: str | None = None
+
+
+ConversationSearchPage = ConversationPage
+"""cowconv's earlier name of :class:`ConversationPage`."""
+
+
+class ConversationSortOrder(StrEnum):
+    """How OpenHands' conversation search sorts (``sort_order``).
+
+    >>> ConversationSortOrder("UPDATED_AT_DESC").descending
+    True
+    """
+
+    CREATED_AT = "CREATED_AT"
+    UPDATED_AT = "UPDATED_AT"
+    CREATED_AT_DESC = "CREATED_AT_DESC"
+    UPDATED_AT_DESC = "UPDATED_AT_DESC"
+
+    @property
+    def field(self) -> str:
+        """The :class:`ConversationInfo` field sorted on."""
+        return "updated_at" if self.value.startswith("UPDATED_AT") else "created_at"
+
+    @property
+    def descending(self) -> bool:
+        """Whether the newest comes first."""
+        return self.value.endswith("_DESC")
+
+
+class EventSortOrder(StrEnum):
+    """How OpenHands' event search sorts (``sort_order``).
+
+    >>> EventSortOrder.TIMESTAMP_DESC.value
+    'TIMESTAMP_DESC'
+    """
+
+    TIMESTAMP = "TIMESTAMP"
+    TIMESTAMP_DESC = "TIMESTAMP_DESC"
+
+
+def _no_secrets_schema(schema: dict[str, Any]) -> None:
+    """What the server takes: no secrets (cowconv injects none; a secret is a 422)."""
+    schema["properties"]["secrets"] = {"type": "object", "maxProperties": 0}
+
+
+def _never_confirm_schema(schema: dict[str, Any]) -> None:
+    """What the server takes: the ``NeverConfirm`` policy (cowconv has no confirmation mode)."""
+    schema["properties"]["policy"] = {
+        "type": "object",
+        "properties": {"kind": {"const": _NEVER_CONFIRM}},
+        "required": ["kind"],
+    }
+
+
+class UpdateSecretsRequest(_Request):
+    """OpenHands' ``POST /{id}/secrets`` body: secret name to a value or a secret source's JSON.
+
+    The body takes OpenHands' shapes; the server takes an empty map only
+    (cowconv injects no secrets: one given is a 422 naming ``secrets``), and
+    its schema says so.
+
+    >>> sorted(UpdateSecretsRequest(secrets={"A": "x", "B": {"kind": "StaticSecret"}}).secrets)
+    ['A', 'B']
+    """
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", defer_build=False, json_schema_extra=_no_secrets_schema
+    )
+
+    secrets: dict[str, str | dict[str, Any]]
+
+
+class SetConfirmationPolicyRequest(_Request):
+    """OpenHands' ``POST /{id}/confirmation_policy`` body: the policy's JSON (its ``kind``).
+
+    >>> SetConfirmationPolicyRequest(policy={"kind": "NeverConfirm"}).policy["kind"]
+    'NeverConfirm'
+    """
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", defer_build=False, json_schema_extra=_never_confirm_schema
+    )
+
+    policy: dict[str, Any]
 
 
 class UpdateConversationRequest(_Request):
@@ -737,5 +880,5 @@ class UpdateConversationRequest(_Request):
     'Report'
     """
 
-    title: str | None = None
+    title: str | None = Field(default=None, min_length=1, max_length=200)
     tags: dict[str, str | None] | None = None

@@ -18,6 +18,7 @@ touched.
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
@@ -35,7 +36,10 @@ from cowconv._exceptions import (
     BranchWorkspaceError,
     InvalidTypeError,
     InvalidValueError,
+    SuiteError,
 )
+from cowconv.branches import ledger
+from cowconv.branches.ledger import LEASE, SuiteTicket
 from cowconv.branches.report import SuiteReport
 from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix, WorkspaceSpec
 from cowconv.conversation import Conversation
@@ -45,9 +49,17 @@ from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationState, ExecutionStatus
 from cowconv.core.tree import extend_active
 from cowconv.distributed.process import PicklingExecutor
-from cowconv.ports import BranchExecutor, EventCallback
+from cowconv.ports import BranchExecutor, EventCallback, SuiteRow, notify
+from cowconv.stores.tree import TreeStore
 
-__all__ = ["Branch", "BranchResult", "BranchRuns", "iter_branches", "run_branches"]
+__all__ = [
+    "Branch",
+    "BranchResult",
+    "BranchRuns",
+    "iter_branches",
+    "resume_suite",
+    "run_branches",
+]
 
 
 @dataclass(frozen=True)
@@ -77,7 +89,8 @@ class BranchResult:
     """How one branch of a suite ended: its fork, and the error that ended it, if one did.
 
     ``status`` is the fork's execution status (``finished``, ``error``,
-    ``stuck``...), or ``timeout`` / ``cancelled`` when the suite cut it off.
+    ``stuck``...), or ``timeout`` / ``cancelled`` when the suite cut it off,
+    ``lost`` when its worker died while running it.
     ``error`` is a :class:`~cowconv.BranchError` (a subclass says what
     happened), what a commit raised, or, for a run that ended in error, a
     :class:`~cowconv.BranchRunError` when ``raise_on_error`` asked for it.
@@ -98,11 +111,13 @@ class BranchResult:
 
     @property
     def status(self) -> str:
-        """``timeout``, ``cancelled``, or the fork's execution status."""
+        """``timeout``, ``cancelled``, ``lost``, or the fork's execution status."""
         if isinstance(self.error, BranchTimeoutError):
             return "timeout"
         if isinstance(self.error, BranchCancelledError):
             return "cancelled"
+        if isinstance(self.error, BranchLostError):
+            return "lost"
         return self.fork.state.execution_status.value
 
     @property
@@ -165,6 +180,10 @@ def run_branches(
     workspace: WorkspaceSpec | None = None,
     raise_on_error: bool = False,
     on_result: Callable[[BranchResult], None] | None = None,
+    suite_id: str | None = None,
+    resume: bool = False,
+    lease: float = LEASE,
+    rerun_lost: bool = False,
 ) -> BranchRuns:
     """Fork ``source`` once per branch, send each its message, run them all concurrently.
 
@@ -214,6 +233,15 @@ def run_branches(
     threads are interrupted after their current step), branches not started
     are recorded ``cancelled``, and the interrupt propagates.
 
+    ``suite_id`` records the suite in the store of ``source`` (a
+    :class:`~cowconv.SQLiteStore` file, or a
+    :class:`~cowconv.stores.postgres.PostgresStore` for workers on other
+    machines), so that it survives this process: each worker claims its
+    branch there before its first LLM call, and commits the outcome to the
+    fork itself; :func:`resume_suite` (or calling this again with
+    ``resume=True``) finishes it from any process. See :func:`resume_suite`
+    for ``lease`` and ``rerun_lost``, and ``docs/distributed.md``.
+
     >>> from cowconv import LLM, Agent, Conversation
     >>> from cowconv.testing import StubLLMServer, StubReply
     >>> with StubLLMServer() as stub:
@@ -225,6 +253,8 @@ def run_branches(
     >>> [f.state.execution_status.value for f in forks], len(source.state.events)
     (['finished', 'finished'], 2)
     """
+    if on_result is not None and not callable(on_result):
+        raise InvalidTypeError(f"on_result must be callable, got {type(on_result).__name__}")
     suite = _Suite.start(
         source,
         branches,
@@ -236,9 +266,94 @@ def run_branches(
         branch_timeout=branch_timeout,
         timeout=timeout,
         workspace=workspace,
+        suite_id=suite_id,
+        resume=resume,
+        lease=lease,
+        rerun_lost=rerun_lost,
     )
+    return _finish(suite, raise_on_error=raise_on_error, on_result=on_result)
+
+
+def resume_suite(
+    store: TreeStore | str,
+    suite_id: str,
+    *,
+    max_workers: int | None = None,
+    executor: BranchExecutor | None = None,
+    callbacks: Iterable[EventCallback] = (),
+    branch_timeout: float | None = None,
+    timeout: float | None = None,
+    workspace: WorkspaceSpec | None = None,
+    raise_on_error: bool = False,
+    on_result: Callable[[BranchResult], None] | None = None,
+    lease: float = LEASE,
+    rerun_lost: bool = False,
+) -> BranchRuns:
+    """Finish the suite ``run_branches(..., suite_id=suite_id)`` recorded in ``store``.
+
+    ``store`` is the suite's store (or its location: a SQLite file, a
+    ``postgresql://`` URL). Returns every branch's fork, in branch order,
+    as :func:`run_branches` does, from whichever process ran it:
+
+    * a branch that ended (``done``: finished, failed, timed out) is not run
+      again; its fork is read from the store;
+    * a branch no worker started (``pending``) runs now, on ``executor``
+      (claimed in the store first: a branch is never run by two runners);
+    * a branch still running elsewhere (``running``) is waited for, as long
+      as its worker's heartbeat goes on; a heartbeat that stalls ``lease``
+      seconds means its worker is gone, and the branch is ``lost``;
+    * a ``lost`` branch (its worker died mid-run, after LLM calls that may
+      have been paid for) is reported with a :class:`~cowconv.BranchLostError`
+      and not run again, unless ``rerun_lost=True``.
+
+    The other options are :func:`run_branches`'; ``timeout`` bounds the wait
+    too. :class:`~cowconv.SuiteNotFoundError` if the store records no such
+    suite.
+
+    >>> import pathlib, tempfile
+    >>> from cowconv import LLM, Agent, Conversation, SQLiteStore
+    >>> from cowconv.testing import StubLLMServer
+    >>> store = SQLiteStore(pathlib.Path(tempfile.mkdtemp()) / "cowconv.db")
+    >>> with StubLLMServer() as stub:
+    ...     source = Conversation(agent=Agent(llm=LLM(**stub.llm_settings())), workspace=".",
+    ...                           store=store)
+    ...     _ = source.send_message("Propose a plan.")
+    ...     first = run_branches(source, ["Be bold.", "Be careful."], suite_id="plans")
+    ...     again = resume_suite(store, "plans")  # nothing left to run: no LLM call
+    ...     calls = len(stub.requests)
+    >>> [f.id for f in again] == [f.id for f in first], calls
+    (True, 2)
+    """
     if on_result is not None and not callable(on_result):
         raise InvalidTypeError(f"on_result must be callable, got {type(on_result).__name__}")
+    if not isinstance(store, TreeStore):
+        if not isinstance(store, str):
+            raise InvalidTypeError(
+                f"store must be a Store or its location, got {type(store).__name__}"
+            )
+        store = ledger.shared_store(store)
+    suite = _Suite.reopen(
+        ledger.store_of(store),
+        _check_suite_id(suite_id),
+        max_workers=max_workers,
+        executor=executor,
+        callbacks=callbacks,
+        branch_timeout=branch_timeout,
+        timeout=timeout,
+        workspace=workspace,
+        lease=lease,
+        rerun_lost=rerun_lost,
+    )
+    return _finish(suite, raise_on_error=raise_on_error, on_result=on_result)
+
+
+def _finish(
+    suite: _Suite,
+    *,
+    raise_on_error: bool,
+    on_result: Callable[[BranchResult], None] | None,
+) -> BranchRuns:
+    """Run ``suite`` to its end: its forks and results, or the group of what went wrong."""
     if not suite.forks:
         return BranchRuns()
     results: list[BranchResult | None] = [None] * len(suite.forks)
@@ -284,6 +399,10 @@ def iter_branches(
     timeout: float | None = None,
     workspace: WorkspaceSpec | None = None,
     raise_on_error: bool = False,
+    suite_id: str | None = None,
+    resume: bool = False,
+    lease: float = LEASE,
+    rerun_lost: bool = False,
 ) -> Iterator[BranchResult]:
     """:func:`run_branches`, yielding each branch's :class:`BranchResult` as soon as it ends.
 
@@ -293,7 +412,8 @@ def iter_branches(
     ran past its limit, or whose run ended in error: a
     :class:`~cowconv.BranchError` subclass) is raised instead of yielded, and
     the branches still running are cancelled. Closing the iterator early
-    (``break`` and ``close()``, or Ctrl-C) cancels them too.
+    (``break`` and ``close()``, or Ctrl-C) cancels them too. ``suite_id``
+    and the options after it record the suite as :func:`run_branches` does.
 
     >>> from cowconv import LLM, Agent, Conversation
     >>> from cowconv.testing import StubLLMServer, StubReply
@@ -318,6 +438,10 @@ def iter_branches(
         branch_timeout=branch_timeout,
         timeout=timeout,
         workspace=workspace,
+        suite_id=suite_id,
+        resume=resume,
+        lease=lease,
+        rerun_lost=rerun_lost,
     )
     return suite.results(raise_on_error=raise_on_error)
 
@@ -366,6 +490,32 @@ _FAILURES: dict[str | None, type[BranchError]] = {
 }
 
 
+def _check_suite_id(suite_id: object) -> str:
+    if not isinstance(suite_id, str):
+        raise InvalidTypeError(f"suite_id must be a str, got {type(suite_id).__name__}")
+    if not suite_id or len(suite_id) > 200 or not suite_id.isprintable():
+        raise InvalidValueError(f"suite_id must be 1 to 200 printable characters, got {suite_id!r}")
+    return suite_id
+
+
+@dataclass
+class _Record:
+    """Where a recorded suite lives, and how this runner treats it."""
+
+    store: TreeStore
+    suite_id: str
+    lease: float
+    callbacks: tuple[EventCallback, ...]
+    rerun_lost: bool = False
+
+    def ticket(self, *, with_password: bool) -> SuiteTicket:
+        location = self.store.location
+        assert location is not None
+        if not with_password:
+            location = ledger.without_password(location)
+        return SuiteTicket(location, self.suite_id, self.lease)
+
+
 @dataclass
 class _Suite:
     """The forks of a suite, made and sent their messages, and how to run them."""
@@ -379,6 +529,15 @@ class _Suite:
     inherited: EventLog | None
     fatal: list[BaseException] = field(default_factory=list)
     """What ended the suite itself (a runner that could not go on), beside the branches' errors."""
+    record: _Record | None = None
+    """For a recorded suite (``suite_id=``): its store."""
+    todo: list[int] | None = None
+    """The branches to run (``None``: all of them)."""
+    known: list[BranchResult] = field(default_factory=list)
+    """Branches of a resumed suite that had ended already."""
+    watch: set[int] = field(default_factory=set)
+    """Branches of a recorded suite that another runner holds: waited for in the store."""
+    max_iterations: list[int] | None = None
 
     @classmethod
     def start(
@@ -394,6 +553,10 @@ class _Suite:
         branch_timeout: float | None,
         timeout: float | None,
         workspace: WorkspaceSpec | None,
+        suite_id: str | None = None,
+        resume: bool = False,
+        lease: float = LEASE,
+        rerun_lost: bool = False,
     ) -> _Suite:
         specs = [Branch(b) if isinstance(b, str) else b for b in branches]
         for spec in specs:
@@ -401,23 +564,42 @@ class _Suite:
                 raise InvalidTypeError(
                     f"branches must be Branch values or str, got {type(spec).__name__}"
                 )
-        if max_workers is not None and max_workers < 1:
-            raise InvalidValueError(f"max_workers must be at least 1, got {max_workers}")
-        if executor is not None and not callable(getattr(executor, "run_jobs", None)):
-            raise InvalidTypeError(
-                f"executor must have a run_jobs(prefix, jobs) method (a BranchExecutor), "
-                f"got {type(executor).__name__}"
-            )
+        _check_options(max_workers, executor, workspace)
         branch_timeout = _check_seconds("branch_timeout", branch_timeout)
         timeout = _check_seconds("timeout", timeout)
-        if workspace is not None and not (
-            isinstance(workspace, str) or hasattr(workspace, "__fspath__") or callable(workspace)
-        ):
-            raise InvalidTypeError(
-                "workspace must be a path or a function of (index, conversation_id), "
-                f"got {type(workspace).__name__}"
-            )
         callbacks = tuple(callbacks)
+        store: TreeStore | None = None
+        if suite_id is not None:
+            suite_id = _check_suite_id(suite_id)
+            lease = _check_seconds("lease", lease) or LEASE
+            store = ledger.store_of(getattr(source.backend, "sink", None))
+            if resume and store.suite_rows(suite_id):
+                head, _ = ledger.header(store, suite_id)
+                asked = [spec.message for spec in specs]
+                recorded = json.loads(head.detail).get("messages")
+                if head.conversation != str(source.id) or recorded != asked:
+                    raise SuiteError(
+                        f"the suite {suite_id!r} recorded in {store!r} was started from "
+                        f"conversation {head.conversation!r} with {len(recorded or ())} branches; "
+                        "this call asks for other ones (resume_suite(store, suite_id) resumes "
+                        "it as recorded)"
+                    )
+                return cls.reopen(
+                    store,
+                    suite_id,
+                    max_workers=max_workers,
+                    executor=executor,
+                    callbacks=callbacks,
+                    branch_timeout=branch_timeout,
+                    timeout=timeout,
+                    workspace=workspace,
+                    lease=lease,
+                    rerun_lost=rerun_lost,
+                )
+            if store.suite_rows(suite_id):
+                ledger.record(store, suite_id, "", (), {})  # raises SuiteExistsError
+        elif resume:
+            raise InvalidValueError("resume=True resumes a recorded suite: give its suite_id")
         forks: list[Conversation] = []
         inherited: EventLog | None = None
         for spec in specs:
@@ -433,7 +615,64 @@ class _Suite:
                 inherited = fork.state.branch
             fork.send_message(spec.message)
             forks.append(fork)
-        return cls(forks, executor, max_workers, branch_timeout, timeout, workspace, inherited)
+        suite = cls(forks, executor, max_workers, branch_timeout, timeout, workspace, inherited)
+        if store is not None and suite_id is not None:
+            ledger.record(
+                store,
+                suite_id,
+                str(source.id),
+                [str(fork.id) for fork in forks],
+                {
+                    "messages": [spec.message for spec in specs],
+                    "max_iteration_per_run": [fork.max_iteration_per_run for fork in forks],
+                },
+            )
+            suite.record = _Record(store, suite_id, lease, callbacks, rerun_lost)
+        return suite
+
+    @classmethod
+    def reopen(
+        cls,
+        store: TreeStore,
+        suite_id: str,
+        *,
+        max_workers: int | None,
+        executor: BranchExecutor | None,
+        callbacks: Iterable[EventCallback],
+        branch_timeout: float | None,
+        timeout: float | None,
+        workspace: WorkspaceSpec | None,
+        lease: float,
+        rerun_lost: bool,
+    ) -> _Suite:
+        """The suite ``suite_id`` as ``store`` records it: what ended, what to run, to wait for."""
+        _check_options(max_workers, executor, workspace)
+        branch_timeout = _check_seconds("branch_timeout", branch_timeout)
+        timeout = _check_seconds("timeout", timeout)
+        lease = _check_seconds("lease", lease) or LEASE
+        callbacks = tuple(callbacks)
+        head, rows = ledger.header(store, suite_id)
+        if rerun_lost:
+            ledger.reset_lost(store, suite_id, [row.branch for row in rows])
+            head, rows = ledger.header(store, suite_id)
+        forks = [Conversation.resume(store, row.conversation, callbacks=callbacks) for row in rows]
+        asked = json.loads(head.detail).get("max_iteration_per_run")
+        suite = cls(forks, executor, max_workers, branch_timeout, timeout, workspace, None)
+        suite.record = _Record(store, suite_id, lease, callbacks, rerun_lost)
+        if isinstance(asked, list) and len(asked) == len(forks):
+            suite.max_iterations = [int(n) for n in asked]
+        suite.todo = []
+        for row in rows:
+            if row.state == ledger.PENDING:
+                suite.todo.append(row.branch)
+            elif row.state == ledger.RUNNING:
+                suite.watch.add(row.branch)
+            else:
+                suite.known.append(suite._ended(row.branch, row))
+        if suite.todo:
+            first = forks[suite.todo[0]].state
+            suite.inherited = first.branch.take(first.forked_from_event_count or 0)
+        return suite
 
     @property
     def remote(self) -> bool:
@@ -446,6 +685,7 @@ class _Suite:
             self.branch_timeout is not None
             or self.timeout is not None
             or self.workspace is not None
+            or self.record is not None
         )
 
     def results(self, *, raise_on_error: bool = False) -> Generator[BranchResult, None, None]:
@@ -462,7 +702,7 @@ class _Suite:
                 executor = PicklingExecutor(
                     self.max_workers or min(32, len(self.forks)), progress=False
                 )
-            runs = self._on(executor)
+            runs = self._recorded(executor) if self.record is not None else self._on(executor)
         try:
             for result in runs:
                 if raise_on_error:
@@ -509,41 +749,51 @@ class _Suite:
 
     # -- on an executor: the runs happen on copies, their outcomes are committed here ----
 
-    def _on(self, executor: BranchExecutor) -> Generator[BranchResult, None, None]:
+    def _on(
+        self, executor: BranchExecutor, deadline: float | None = None
+    ) -> Generator[BranchResult, None, None]:
         forks = self.forks
+        todo = range(len(forks)) if self.todo is None else self.todo
+        if not todo:
+            return
         assert self.inherited is not None
         prefix = SharedPrefix.of(self.inherited)
         ship_api_keys = bool(getattr(executor, "ship_api_keys", True))
+        ticket = None
+        if self.record is not None:
+            # ship_api_keys=False keeps the store's password off the wire too: the workers'
+            # libpq reads it from their PGPASSWORD or ~/.pgpass.
+            ticket = self.record.ticket(with_password=ship_api_keys)
         pending: set[int] = set()
         jobs = []
-        for index, fork in enumerate(forks):
+        for index in todo:
+            fork = forks[index]
             try:
                 job = BranchJob.of(
                     index,
                     prefix,
                     fork.state,
-                    fork.max_iteration_per_run,
+                    fork.max_iteration_per_run
+                    if self.max_iterations is None
+                    else self.max_iterations[index],
                     ship_api_keys=ship_api_keys,
                     timeout=self.branch_timeout,
                     workspace=self.workspace,
+                    suite=ticket,
                 )
             except Exception as error:
                 failure = BranchError(index, str(fork.id), f"cannot be prepared: {error}")
-                _fail(fork, failure)
-                yield BranchResult(index, fork, failure)
+                yield self._failed(index, failure)
                 continue
             jobs.append(job)
             pending.add(index)
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        if deadline is None and self.timeout is not None:
+            deadline = time.monotonic() + self.timeout
         run_jobs = executor.run_jobs
         if deadline is not None and _takes_deadline(run_jobs):
             stream = iter(run_jobs(prefix, jobs, deadline=deadline))  # type: ignore[call-arg]
         else:
             stream = iter(run_jobs(prefix, jobs))
-
-        def failed(index: int, error: BranchError) -> BranchResult:
-            _fail(forks[index], error)
-            return BranchResult(index, forks[index], error)
 
         completed = False
         try:
@@ -554,7 +804,7 @@ class _Suite:
                     break
                 except Exception as error:
                     for index in sorted(pending):
-                        yield failed(
+                        yield self._failed(
                             index,
                             BranchError(
                                 index,
@@ -567,7 +817,9 @@ class _Suite:
                 if index not in pending:
                     continue  # not ours, or already answered: never commit a run twice
                 pending.discard(index)
-                yield self._commit(index, result)
+                answer = self._commit(index, result)
+                if answer is not None:
+                    yield answer
                 if deadline is not None and pending and time.monotonic() > deadline:
                     break  # an executor that does not take a deadline: stop at a result
             completed = True
@@ -585,24 +837,40 @@ class _Suite:
                 cid = str(forks[index].id)
                 return BranchError(index, cid, "the executor returned no result for it")
 
-            leftovers = [failed(index, reason(index)) for index in sorted(pending)]
+            leftovers = [self._failed(index, reason(index)) for index in sorted(pending)]
             pending.clear()
         yield from leftovers
 
-    def _commit(self, index: int, result: bytes | BaseException) -> BranchResult:
+    def _failed(self, index: int, error: BranchError) -> BranchResult:
+        """A branch that did not come back: recorded on its fork (or, for a recorded suite,
+        by the state of its row: it runs on resume if it never started)."""
+        if self.record is not None:
+            return self._settle(index, error, None)
+        _fail(self.forks[index], error)
+        return BranchResult(index, self.forks[index], error)
+
+    def _commit(self, index: int, result: bytes | BaseException) -> BranchResult | None:
         fork = self.forks[index]
         cid = str(fork.id)
-        if isinstance(result, BranchError):
-            if result.conversation_id != cid:
-                result = type(result)(index, cid, result.reason)
-            _fail(fork, result)
-            return BranchResult(index, fork, result)
         if isinstance(result, BaseException):
-            error = BranchError(index, cid, f"{type(result).__name__}: {result}")
-            _fail(fork, error)
-            return BranchResult(index, fork, error)
+            if not isinstance(result, BranchError):
+                result = BranchError(index, cid, f"{type(result).__name__}: {result}")
+            elif result.conversation_id != cid:
+                result = type(result)(index, cid, result.reason)
+            return self._failed(index, result)
         try:
             outcome = BranchOutcome.loads(result)
+        except Exception as unreadable:
+            return BranchResult(index, fork, unreadable)
+        if self.record is not None:
+            if outcome.committed:
+                return self._reloaded(index)
+            if outcome.failure == "claimed":
+                self.watch.add(index)  # another runner holds it: waited for at the end
+                return None
+            why = outcome.error or "its worker could not run it"
+            return self._settle(index, ledger.failure_error(index, cid, outcome.failure, why), None)
+        try:
             if outcome.stats is None:
                 kind = _FAILURES.get(outcome.failure, BranchError)
                 failure = kind(index, cid, outcome.error or "its worker could not run it")
@@ -625,6 +893,173 @@ class _Suite:
             outcome.wall_seconds,
             outcome.worker,
             outcome.prefix_loads,
+        )
+
+    # -- a recorded suite: its store says what ended, what runs where ---------------------
+
+    def _recorded(self, executor: BranchExecutor) -> Generator[BranchResult, None, None]:
+        """Yield what had ended, run what never started, then wait for what runs elsewhere."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        yield from self.known
+        yield from self._on(executor, deadline)
+        yield from self._watch(deadline)
+
+    def _settle(self, index: int, error: BranchError, row: SuiteRow | None) -> BranchResult:
+        """A branch of a recorded suite that did not come back committed, by its row's state.
+
+        ``running``: its worker is gone (killed, given up): the branch is
+        ``lost`` (its LLM calls may have been paid for). ``pending``: it never
+        started; its fork is left as it is and a resume runs it. ``done``:
+        its worker committed it after all.
+        """
+        record = self.record
+        assert record is not None
+        fork = self.forks[index]
+        if row is None:
+            try:
+                row = ledger.mark_lost(record.store, record.suite_id, index, str(error))
+            except Exception as failure:  # the store is gone too: say so with the error
+                error.add_note(f"recording it in the suite's store failed: {failure}")
+                return BranchResult(index, fork, error)
+        if row is not None and row.state == ledger.DONE:
+            return self._reloaded(index, row)
+        if (
+            row is not None
+            and row.state == ledger.LOST
+            and not isinstance(error, BranchTimeoutError | BranchCancelledError | BranchLostError)
+        ):
+            error = BranchLostError(index, str(fork.id), error.reason)
+        return BranchResult(index, fork, error)
+
+    def _ended(self, index: int, row: SuiteRow) -> BranchResult:
+        """The result of a branch whose row says it ended (``done`` or ``lost``)."""
+        fork = self.forks[index]
+        detail = _detail(row)
+        if row.state == ledger.LOST:
+            lost = str(detail.get("error") or "its worker died while running it")
+            return BranchResult(index, fork, BranchLostError(index, str(fork.id), lost))
+        failure, why = detail.get("failure"), detail.get("error")
+        error: BranchError | None = None
+        if failure is not None:
+            word = str(failure)
+            text = str(why or _FAILED.get(word, "it failed"))
+            error = ledger.failure_error(index, str(fork.id), word, text)
+        wall, loads = detail.get("wall_seconds"), detail.get("prefix_loads")
+        return BranchResult(
+            index,
+            fork,
+            error,
+            float(wall) if isinstance(wall, int | float) and failure is None else None,
+            str(detail.get("worker") or "") or None,
+            loads if isinstance(loads, int) else 0,
+        )
+
+    def _reloaded(self, index: int, row: SuiteRow | None = None) -> BranchResult:
+        """The fork as its worker committed it to the store; callbacks hear what it added."""
+        record = self.record
+        assert record is not None
+        old = self.forks[index]
+        fork = Conversation.resume(record.store, old.id, callbacks=record.callbacks)
+        before, after = old.state.branch, fork.state.branch
+        start = len(before) if after.starts_with(before) else len(after)
+        for position in range(start, len(after)):
+            notify(record.callbacks, after[position])
+        self.forks[index] = fork
+        if row is None:
+            found = [r for r in record.store.suite_rows(record.suite_id) if r.branch == index]
+            row = found[0] if found else SuiteRow(record.suite_id, index, str(fork.id), "done")
+        return self._ended(index, row)
+
+    def _watch(self, deadline: float | None) -> Generator[BranchResult, None, None]:
+        """Wait for the branches another runner holds: until done, or its heartbeat stalls."""
+        record = self.record
+        assert record is not None
+        seen: dict[int, tuple[str | None, int, float]] = {}
+        poll = min(1.0, record.lease / 8)
+        while self.watch:
+            now = time.monotonic()
+            rows = {row.branch: row for row in ledger.branch_rows(record.store, record.suite_id)}
+            for index in sorted(self.watch):
+                row = rows.get(index)
+                cid = str(self.forks[index].id)
+                if row is None or row.state == ledger.PENDING:
+                    self.watch.discard(index)
+                    yield BranchResult(
+                        index,
+                        self.forks[index],
+                        BranchError(
+                            index, cid, "it was given back unrun by another runner: resume again"
+                        ),
+                    )
+                elif row.state in (ledger.DONE, ledger.LOST):
+                    self.watch.discard(index)
+                    yield (
+                        self._reloaded(index, row)
+                        if row.state == ledger.DONE
+                        else self._ended(index, row)
+                    )
+                else:
+                    last = seen.get(index)
+                    if last is None or last[:2] != (row.owner, row.beat):
+                        seen[index] = (row.owner, row.beat, now)
+                    elif now - last[2] > record.lease:
+                        why = (
+                            f"its runner {row.owner} stopped beating for {record.lease:g} s: "
+                            "gone while running it; not run again (that could repeat LLM calls)"
+                        )
+                        held = ledger.mark_lost(
+                            record.store, record.suite_id, index, why, owner=row.owner,
+                            beat=row.beat,
+                        )  # fmt: skip
+                        if held is not None and held.state == ledger.LOST:
+                            self.watch.discard(index)
+                            yield self._ended(index, held)
+                    if deadline is not None and now > deadline and index in self.watch:
+                        self.watch.discard(index)
+                        yield BranchResult(
+                            index,
+                            self.forks[index],
+                            BranchTimeoutError(
+                                index,
+                                cid,
+                                "the suite's time limit passed while it ran elsewhere "
+                                "(it may still end there: resume the suite later)",
+                            ),
+                        )
+            if self.watch:
+                time.sleep(poll)
+
+
+_FAILED = {
+    "timeout": "it ran past its time limit",
+    "cancelled": "the suite was cancelled while it ran",
+}
+
+
+def _detail(row: SuiteRow) -> dict[str, object]:
+    try:
+        detail = json.loads(row.detail)
+    except ValueError:
+        return {}
+    return detail if isinstance(detail, dict) else {}
+
+
+def _check_options(
+    max_workers: int | None, executor: BranchExecutor | None, workspace: WorkspaceSpec | None
+) -> None:
+    if max_workers is not None and max_workers < 1:
+        raise InvalidValueError(f"max_workers must be at least 1, got {max_workers}")
+    if executor is not None and not callable(getattr(executor, "run_jobs", None)):
+        raise InvalidTypeError(
+            f"executor must have a run_jobs(prefix, jobs) method (a BranchExecutor), "
+            f"got {type(executor).__name__}"
+        )
+    if workspace is not None and not (
+        isinstance(workspace, str) or hasattr(workspace, "__fspath__") or callable(workspace)
+    ):
+        raise InvalidTypeError(
+            "workspace must be a path or a function of (index, conversation_id), "
+            f"got {type(workspace).__name__}"
         )
 
 

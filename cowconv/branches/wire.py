@@ -40,6 +40,7 @@ from typing import Any, Union
 
 from cowconv._exceptions import BranchError, InvalidTypeError, InvalidValueError
 from cowconv.agent.tools import ToolDefinition, resolve_tool
+from cowconv.branches.ledger import SuiteTicket
 from cowconv.core.events import Event
 from cowconv.core.frozen import FrozenJSONMap
 from cowconv.core.history import EventLog
@@ -175,6 +176,8 @@ class BranchJob:
     """Seconds the run may take on its worker (``None``: no limit)."""
     workspace: WorkspaceSpec | None = None
     """Where it works on its worker (default: the fork's own workspace)."""
+    suite: SuiteTicket | None = None
+    """For a recorded suite: where the worker claims the branch and commits its outcome."""
 
     @classmethod
     def of(
@@ -187,6 +190,7 @@ class BranchJob:
         ship_api_keys: bool = True,
         timeout: float | None = None,
         workspace: WorkspaceSpec | None = None,
+        suite: SuiteTicket | None = None,
     ) -> BranchJob:
         """The job for a fork whose snapshot is ``state``.
 
@@ -216,6 +220,7 @@ class BranchJob:
             tools=tools,
             timeout=timeout,
             workspace=workspace,
+            suite=suite,
         )
 
     @property
@@ -243,7 +248,9 @@ class BranchOutcome:
     ``usage`` and ``latencies`` are the LLM calls made on the worker, to be
     added to the caller's LLM metrics. ``error`` is set (and the rest empty)
     when the worker could not run the branch; ``failure`` then says why in
-    one word (``"workspace"``, ``"lost"``, ``"worker"``). A run cut off at
+    one word (``"workspace"``, ``"lost"``, ``"worker"``; for a recorded suite
+    ``"claimed"``: another runner holds the branch, ``"store"``: its store
+    could not be reached). A run cut off at
     its time limit has ``failure="timeout"`` and what it did until then.
 
     >>> outcome = BranchOutcome.failed(2, "tool 'x' is not importable")
@@ -266,6 +273,8 @@ class BranchOutcome:
     prefix_loads: int = 0
     """How many times that process had deserialised this suite's prefix (1: once)."""
     failure: str | None = None
+    committed: bool = False
+    """Whether the worker committed it to the fork in the suite's store itself."""
 
     @classmethod
     def failed(cls, index: int, error: str, failure: str = "worker") -> BranchOutcome:

@@ -25,7 +25,7 @@ from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.core.frozen import CheckedModel
 from cowconv.core.llm import dump_secret
 
-__all__ = ["RemoteWorkspace", "Workspace"]
+__all__ = ["LocalWorkspace", "RemoteWorkspace", "Workspace"]
 
 
 class Workspace(CheckedModel):
@@ -87,7 +87,14 @@ class Workspace(CheckedModel):
 
     @classmethod
     def coerce(cls, value: Workspace | str | os.PathLike[str]) -> Workspace:
-        """A workspace from a ``Workspace`` or a path."""
+        """A workspace from a ``Workspace`` or a path (a :class:`LocalWorkspace` becomes the
+        plain ``Workspace`` it is, which a snapshot stores and loads back unchanged).
+
+        >>> type(Workspace.coerce(LocalWorkspace(working_dir="/tmp"))).__name__
+        'Workspace'
+        """
+        if isinstance(value, LocalWorkspace):
+            return Workspace(working_dir=value.working_dir)
         if isinstance(value, Workspace):
             return value
         if isinstance(value, str | os.PathLike):
@@ -179,3 +186,17 @@ class RemoteWorkspace(Workspace):
     def accumulated_cost(self) -> float | None:
         """The cost registered by closed conversations, ``None`` while none reported one."""
         return self._accumulated_cost
+
+
+class LocalWorkspace(Workspace):
+    """A :class:`Workspace` on this machine: no ``host`` (OpenHands' SDK's name).
+
+    A conversation made with one keeps the plain :class:`Workspace` it
+    stands for (:meth:`Workspace.coerce`), so its snapshots store as before.
+
+    >>> LocalWorkspace(working_dir="/tmp").is_remote
+    False
+    """
+
+    host: None = None
+    api_key: None = None

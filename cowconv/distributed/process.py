@@ -56,10 +56,15 @@ def _serve(connection: Connection) -> None:
             continue
         try:
             result = run_branch_job(job, _constant(data if data is not None else b""))
+            answer: tuple[str, object] = ("done", result)
         except Exception as error:
-            connection.send(("error", f"{type(error).__name__}: {error}"))
-            continue
-        connection.send(("done", result))
+            answer = ("error", f"{type(error).__name__}: {error}")
+        try:
+            connection.send(answer)
+        except OSError:
+            # The caller is gone (killed): a branch of a recorded suite was committed to its
+            # store by run_branch_job already; nothing else is waiting for it.
+            return
 
 
 def _check_workers(max_workers: int | None) -> None:

@@ -23,11 +23,13 @@ import traceback
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 
 from cowconv._exceptions import InvalidTypeError
 from cowconv.agent.messages import render
 from cowconv.agent.tools import register_tool
 from cowconv.backends.local import LocalBackend
+from cowconv.branches.ledger import Claim, failed_change, failure_error
 from cowconv.branches.wire import (
     BranchJob,
     BranchOutcome,
@@ -38,7 +40,7 @@ from cowconv.branches.wire import (
 from cowconv.core.events import AgentErrorEvent
 from cowconv.core.history import EventLog
 from cowconv.core.llm import LLM
-from cowconv.core.state import ExecutionStatus
+from cowconv.core.state import ConversationState, ExecutionStatus
 from cowconv.core.usage import Usage
 
 __all__ = ["CACHE_SIZE", "forget_prefix", "has_prefix", "prefix_loads", "run_branch_job"]
@@ -183,6 +185,12 @@ def run_branch_job(
     during the run; once it says so, the run is interrupted the same way
     (``failure="cancelled"``).
 
+    For a recorded suite (``job.suite``), the branch is first claimed in the
+    suite's store (refused, ``failure="claimed"``, if another runner holds
+    it or ran it), a heartbeat says the claim is alive while it runs, and
+    the outcome is committed to the fork there, with the branch marked
+    ``done``, in one transaction (``committed=True``): the caller may be gone.
+
     >>> from cowconv import LLM, Agent, BranchJob, BranchOutcome, Conversation, SharedPrefix
     >>> fork = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
     >>> prefix = SharedPrefix.of(fork.state.events)
@@ -198,16 +206,79 @@ def run_branch_job(
     job = load_quietly(job_data)
     if not isinstance(job, BranchJob):
         raise InvalidTypeError(f"expected a BranchJob, got {type(job).__name__}")
+    if job.suite is None:
+        return pickled(_run_job(job, load_prefix, claim, cancelled))
+    if claim is not None and not claim():
+        # The engine's refusal first, before the store is touched: a branch the engine never
+        # started stays pending there (a resume runs it), one it did start is running there.
+        return pickled(_refused(job))
+    held = Claim(job.suite, job.index, str(job.conversation_id))
+    try:
+        refused = held.take()
+    except Exception as error:  # the store cannot be reached from here: nothing ran
+        return pickled(BranchOutcome.failed(job.index, f"{type(error).__name__}: {error}", "store"))
+    if refused is not None:
+        return pickled(BranchOutcome.failed(job.index, refused, "claimed"))
+    held.start()
+    try:
+
+        def stop() -> bool:
+            return held.lost or (cancelled is not None and cancelled())
+
+        outcome = _run_job(job, load_prefix, None, stop)
+    finally:
+        held.stop()
+    return pickled(_commit_outcome(held, job, outcome))
+
+
+def _commit_outcome(held: Claim, job: BranchJob, outcome: BranchOutcome) -> BranchOutcome:
+    """Commit ``outcome`` to the fork in the suite's store and mark its branch done."""
+    detail = {
+        "failure": outcome.failure,
+        "error": outcome.error,
+        "worker": outcome.worker,
+        "wall_seconds": outcome.wall_seconds,
+        "prefix_loads": outcome.prefix_loads,
+    }
+    change: Callable[[ConversationState], ConversationState]
+    if outcome.stats is not None:
+        change = outcome.apply
+    else:
+        cid = str(job.conversation_id)
+        error = failure_error(job.index, cid, outcome.failure, outcome.error or "it did not run")
+        change = failed_change(str(error))
+    try:
+        held.commit(change, detail)
+    except Exception as error:
+        # Not committed: the caller (if it is still there) learns why; the suite's row says
+        # the branch is running until its heartbeat stalls, then lost.
+        return replace(
+            outcome,
+            error=f"its outcome could not be committed to the suite's store: {error}",
+            failure="store",
+            stats=None,
+        )
+    return replace(outcome, committed=True)
+
+
+def _refused(job: BranchJob) -> BranchOutcome:
+    return BranchOutcome.failed(
+        job.index,
+        "its worker died while running it, and the engine tried to run it again: "
+        "refused (that would repeat its LLM calls)",
+        "lost",
+    )
+
+
+def _run_job(
+    job: BranchJob,
+    load_prefix: Callable[[], bytes],
+    claim: Callable[[], bool] | None,
+    cancelled: Callable[[], bool] | None,
+) -> BranchOutcome:
     worker = f"{socket.gethostname()}:{os.getpid()}"
     if claim is not None and not claim():
-        return pickled(
-            BranchOutcome.failed(
-                job.index,
-                "its worker died while running it, and the engine tried to run it again: "
-                "refused (that would repeat its LLM calls)",
-                "lost",
-            )
-        )
+        return _refused(job)
     try:
         state = job.state
         if job.workspace is not None:
@@ -217,14 +288,12 @@ def run_branch_job(
             )
         where = state.workspace
         if not where.is_remote and not os.path.isdir(where.working_dir):
-            return pickled(
-                BranchOutcome.failed(
-                    job.index,
-                    f"its workspace {where.working_dir!r} does not exist on worker {worker} "
-                    "(no LLM call was made; give the branches a workspace on their workers "
-                    "with run_branches(..., workspace=...))",
-                    "workspace",
-                )
+            return BranchOutcome.failed(
+                job.index,
+                f"its workspace {where.working_dir!r} does not exist on worker {worker} "
+                "(no LLM call was made; give the branches a workspace on their workers "
+                "with run_branches(..., workspace=...))",
+                "workspace",
             )
         for tool in job.tools:
             register_tool(tool)
@@ -246,12 +315,10 @@ def run_branch_job(
         wall = time.perf_counter() - started
     except Exception as error:
         frame = traceback.extract_tb(error.__traceback__)[-1]
-        return pickled(
-            BranchOutcome.failed(
-                job.index,
-                f"the worker could not run it: {type(error).__name__}: {error} "
-                f"({frame.filename}:{frame.lineno})",
-            )
+        return BranchOutcome.failed(
+            job.index,
+            f"the worker could not run it: {type(error).__name__}: {error} "
+            f"({frame.filename}:{frame.lineno})",
         )
     final = backend.snapshot()
     events = tuple(final.branch[position] for position in range(start, len(final.branch)))
@@ -264,19 +331,17 @@ def run_branch_job(
         )
         events = (*events, AgentErrorEvent(error=why))
         status = ExecutionStatus.ERROR
-    return pickled(
-        BranchOutcome(
-            index=job.index,
-            events=events,
-            stats=final.stats,
-            execution_status=status,
-            agent_state=final.agent_state,
-            activated_knowledge_skills=final.activated_knowledge_skills,
-            usage=_usage_since(usage, metrics.usage),
-            latencies=metrics.latencies[calls:],
-            wall_seconds=wall,
-            worker=worker,
-            prefix_loads=_loads_by_key.get(job.prefix_key, 0),
-            failure=cut_off,
-        )
+    return BranchOutcome(
+        index=job.index,
+        events=events,
+        stats=final.stats,
+        execution_status=status,
+        agent_state=final.agent_state,
+        activated_knowledge_skills=final.activated_knowledge_skills,
+        usage=_usage_since(usage, metrics.usage),
+        latencies=metrics.latencies[calls:],
+        wall_seconds=wall,
+        worker=worker,
+        prefix_loads=_loads_by_key.get(job.prefix_key, 0),
+        failure=cut_off,
     )

@@ -30,7 +30,7 @@ from pyrsistent import PMap, PVector, pmap, pvector
 
 from cowconv._exceptions import ConversationExistsError, StoreError
 from cowconv.core.events import Event
-from cowconv.ports import Row
+from cowconv.ports import Row, SuiteRow
 from cowconv.stores.tree import TreeStore
 
 __all__ = ["MemoryRows", "MemoryStore"]
@@ -50,6 +50,8 @@ class _Tables:
     events: PMap[int, tuple[int, PVector[tuple[str, Event]]]]
     # (created_at, tags) of each conversation row's state, for listing.
     summaries: PMap[int, tuple[str, Mapping[str, Any]]]
+    # The recorded branch suites: suite id -> branch index -> row.
+    suites: PMap[str, PMap[int, SuiteRow]] = pmap()
 
 
 def _summary(state: str) -> tuple[str, Mapping[str, Any]]:
@@ -200,6 +202,15 @@ class _Transaction:
 
     def epoch(self) -> object:
         return 0  # keys are never reused
+
+    def suite_rows(self, suite: str) -> list[SuiteRow]:
+        held = self.tables.suites.get(suite, pmap())
+        return [held[index] for index in sorted(held)]
+
+    def put_suite_row(self, row: SuiteRow) -> None:
+        suites = self.tables.suites
+        held = suites.get(row.suite, pmap()).set(row.branch, row)
+        self.tables = replace(self.tables, suites=suites.set(row.suite, held))
 
 
 class MemoryRows:

@@ -89,6 +89,16 @@ CREATE TABLE IF NOT EXISTS cowconv_events (
     event_id text NOT NULL,
     body text NOT NULL,
     PRIMARY KEY (conversation, position)
+);
+CREATE TABLE IF NOT EXISTS cowconv_suite_branches (
+    suite text NOT NULL,
+    idx integer NOT NULL,
+    conversation text NOT NULL,
+    state text NOT NULL,
+    owner text,
+    beat bigint NOT NULL,
+    detail text NOT NULL,
+    PRIMARY KEY (suite, idx)
 )
 """
 
@@ -124,6 +134,7 @@ class _Transaction(SQLTransaction):
 
     conversations = "cowconv_conversations"
     events = "cowconv_events"
+    suites = "cowconv_suite_branches"
     mark = "%s"
     columns = (*SQLTransaction.columns, "branch_of", "branch_order")
 
@@ -266,6 +277,12 @@ class PostgresStore(TreeStore):
             max_connections=max_connections,
         )  # fmt: skip
         super().__init__(self._postgres, name=self._postgres.name)
+        self._dsn = dsn
+
+    @property
+    def location(self) -> str | None:
+        """The connection URL this store was opened with (with its password, if it has one)."""
+        return self._dsn
 
     def bytes_written_by(self, action: Callable[[], object]) -> int:
         """The bytes of write-ahead log ``action()`` made the server write (for benchmarks).

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from cowconv.core.events import Event
-from cowconv.ports import Row
+from cowconv.ports import Row, SuiteRow
 from cowconv.stores.lazy import LazyEvents
 
 __all__ = ["SQLTransaction"]
@@ -49,6 +49,7 @@ class SQLTransaction:
 
     conversations = "conversations"
     events = "events"
+    suites = "suite_branches"
     mark = "?"
     # The columns written from a row, in the order encode() gives their values.
     columns: tuple[str, ...] = ("id", "parent", "fork_len", "event_count", "state", "generation",
@@ -68,7 +69,7 @@ class SQLTransaction:
     def sql(self, query: str) -> str:
         """``query`` with ``{c}``, ``{e}``, ``{cols}`` filled in, ``?`` as this database's mark."""
         columns = ", ".join(("key", *self.columns))
-        filled = query.format(c=self.conversations, e=self.events, cols=columns)
+        filled = query.format(c=self.conversations, e=self.events, s=self.suites, cols=columns)
         return filled.replace("?", self.mark)
 
     def execute(self, query: str, parameters: Sequence[Any] = ()) -> _Cursor:
@@ -153,3 +154,20 @@ class SQLTransaction:
 
     def epoch(self) -> object:
         return 0  # keys never come back (a database that reuses them says when)
+
+    def suite_rows(self, suite: str) -> list[SuiteRow]:
+        found = self.execute(
+            "SELECT suite, idx, conversation, state, owner, beat, detail FROM {s} "
+            "WHERE suite = ? ORDER BY idx",
+            (suite,),
+        ).fetchall()
+        return [SuiteRow(*values) for values in found]
+
+    def put_suite_row(self, row: SuiteRow) -> None:
+        self.execute(
+            "INSERT INTO {s} (suite, idx, conversation, state, owner, beat, detail) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (suite, idx) DO UPDATE SET "
+            "conversation = excluded.conversation, state = excluded.state, "
+            "owner = excluded.owner, beat = excluded.beat, detail = excluded.detail",
+            tuple(row),
+        )

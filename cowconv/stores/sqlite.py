@@ -90,6 +90,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
+# Any store gets the table of recorded branch suites when opened, as the index below (not a
+# new version: a cowconv that does not know it reads the file as before).
+_SUITES_TABLE = (
+    "CREATE TABLE IF NOT EXISTS suite_branches (suite TEXT NOT NULL, idx INTEGER NOT NULL, "
+    "conversation TEXT NOT NULL, state TEXT NOT NULL, owner TEXT, beat INTEGER NOT NULL, "
+    "detail TEXT NOT NULL, PRIMARY KEY (suite, idx)) WITHOUT ROWID"
+)
+
 # Any store gets this index when opened (not a new version: a cowconv that does not know it
 # reads the file as before; SQLite keeps it up to date). A listing page is read off it, from
 # an offset or from a cursor (created_at, id); the expression is the one named_rows orders by.
@@ -284,8 +292,11 @@ class SQLiteRows:
             with _translated(path):
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
-                listed = f"SELECT 1 FROM sqlite_master WHERE name = '{_LISTING_INDEX_NAME}'"
-                if version != SCHEMA_VERSION or not connection.execute(listed).fetchone():
+                listed = (
+                    "SELECT count(*) FROM sqlite_master "
+                    f"WHERE name IN ('{_LISTING_INDEX_NAME}', 'suite_branches')"
+                )
+                if version != SCHEMA_VERSION or connection.execute(listed).fetchone()[0] != 2:
                     self._set_up(connection)
         except BaseException:
             connection.close()
@@ -307,7 +318,7 @@ class SQLiteRows:
             else:
                 steps = range(version, SCHEMA_VERSION)
                 statements = [s for step in steps for s in _MIGRATIONS[step]]
-            for statement in (*statements, *_LISTING_INDEXES):
+            for statement in (*statements, *_LISTING_INDEXES, _SUITES_TABLE):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             connection.execute("COMMIT")
@@ -384,6 +395,16 @@ class SQLiteStore(TreeStore):
     def path(self) -> Path:
         """The database file."""
         return self._sqlite.path
+
+    @property
+    def location(self) -> str | None:
+        """The database file's absolute path (``None`` for ``:memory:``).
+
+        >>> SQLiteStore(":memory:").location is None
+        True
+        """
+        path = self._sqlite.path
+        return None if str(path) == ":memory:" else str(path.resolve())
 
     def bytes_written_by(self, action: Callable[[], object]) -> int:
         """The bytes ``action()`` makes the store append to its write-ahead log.

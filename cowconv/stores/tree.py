@@ -31,9 +31,9 @@ import secrets
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import NamedTuple, Self
+from typing import NamedTuple, Self, TypeVar
 
 from cowconv._exceptions import (
     ConversationExistsError,
@@ -46,7 +46,7 @@ from cowconv.core.history import EventLog, shared_prefix_length
 from cowconv.core.ids import ConversationID, id_text, public_id
 from cowconv.core.state import ConversationInfo, ConversationState, check_tags, dump_state_json
 from cowconv.core.storable import check_storable, loaded_history
-from cowconv.ports import Row, RowStore, RowTransaction
+from cowconv.ports import Row, RowStore, RowTransaction, SuiteRow
 from cowconv.stores.base import ExportRecord, export_document, loaded_status, parse_export
 
 __all__ = ["StorePage", "TreeStore"]
@@ -64,6 +64,8 @@ _CACHE_SIZE = 32
 
 # (row key, generation, version): which stored write a snapshot is.
 _Token = tuple[int, int, int]
+
+T = TypeVar("T")
 
 
 def _token(row: Row) -> _Token:
@@ -100,6 +102,42 @@ class TreeStore:
     def rows(self) -> RowStore:
         """The row database underneath (another ``TreeStore`` over it sees the same data)."""
         return self._rows
+
+    @property
+    def location(self) -> str | None:
+        """What another process opens to reach this store (:func:`~cowconv.stores.open_store`):
+        a file path or a ``postgresql://`` URL; ``None`` when only this process can.
+
+        >>> from cowconv import MemoryStore
+        >>> MemoryStore().location is None
+        True
+        """
+        return None
+
+    # -- recorded branch suites (cowconv.branches.ledger) -------------------------------
+
+    def suite_rows(self, suite: str) -> builtins.list[SuiteRow]:
+        """The stored rows of the branch suite ``suite``, by index (empty: not recorded).
+
+        >>> from cowconv import MemoryStore
+        >>> MemoryStore().suite_rows("nope")
+        []
+        """
+        with self._transaction(write=False) as rows:
+            return builtins.list(rows.suite_rows(suite))
+
+    def change_suite(self, change: Callable[[RowTransaction], T]) -> T:
+        """Run ``change`` in one write transaction (read, decide, write suite rows atomically).
+
+        >>> from cowconv import MemoryStore
+        >>> from cowconv.ports import SuiteRow
+        >>> store = MemoryStore()
+        >>> store.change_suite(lambda rows: rows.put_suite_row(SuiteRow("s", 0, "c", "pending")))
+        >>> [row.state for row in store.suite_rows("s")]
+        ['pending']
+        """
+        with self._transaction(write=True) as rows:
+            return change(rows)
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[RowTransaction]:
@@ -413,7 +451,13 @@ class TreeStore:
 
     # -- writing -------------------------------------------------------------------
 
-    def save(self, previous: ConversationState | None, current: ConversationState) -> None:
+    def save(
+        self,
+        previous: ConversationState | None,
+        current: ConversationState,
+        *,
+        guard: Callable[[RowTransaction], object] | None = None,
+    ) -> None:
         """Make ``current`` durable in one transaction (the :class:`~cowconv.StateSink`).
 
         ``previous is None`` stores a new conversation, or a fork: when its
@@ -427,10 +471,16 @@ class TreeStore:
         :class:`~cowconv.StoreError` and nothing is written. A snapshot that would
         not load again (see :func:`~cowconv.core.storable.check_storable`) is
         refused before anything is written.
+
+        ``guard(rows)``, if given, runs first in the same write transaction
+        (a branch suite checks and records its claim there): if it raises,
+        nothing is written.
         """
         check_storable(current, previous)  # whatever is stored loads again (core/storable.py)
         with self._lock:  # until remembered: a delete that frees the key comes after
             with self._transaction(write=True) as rows:
+                if guard is not None:
+                    guard(rows)
                 if previous is None:
                     token = self._insert(rows, current, *self._fork_point(rows, current))
                 else:

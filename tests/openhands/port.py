@@ -209,6 +209,42 @@ MODULE_MAP: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("cowconv.backends.remote", "cowconv"),
     ),
     ("openhands.sdk", ("cowconv",)),
+    (
+        "openhands.agent_server.config",
+        ("cowconv.agent_server.config", "cowconv.agent_server", "cowconv"),
+    ),
+    (
+        "openhands.agent_server.conversation_router",
+        ("cowconv.agent_server.conversation_router", "cowconv.agent_server", "cowconv"),
+    ),
+    (
+        "openhands.agent_server.conversation_service",
+        ("cowconv.agent_server.conversation_service", "cowconv.agent_server", "cowconv"),
+    ),
+    (
+        "openhands.agent_server.dependencies",
+        ("cowconv.agent_server.dependencies", "cowconv.agent_server", "cowconv"),
+    ),
+    (
+        "openhands.agent_server.event_router",
+        ("cowconv.agent_server.event_router", "cowconv.agent_server", "cowconv"),
+    ),
+    (
+        "openhands.agent_server.event_service",
+        ("cowconv.agent_server.event_service", "cowconv.agent_server", "cowconv"),
+    ),
+    (
+        "openhands.agent_server.models",
+        ("cowconv.agent_server.models", "cowconv.agent_server", "cowconv"),
+    ),
+    (
+        "openhands.agent_server.sockets",
+        ("cowconv.agent_server.sockets", "cowconv.agent_server", "cowconv"),
+    ),
+    (
+        "openhands.agent_server.utils",
+        ("cowconv.agent_server.utils", "cowconv.agent_server", "cowconv"),
+    ),
     ("openhands.agent_server", ("cowconv.agent_server", "cowconv")),
     ("openhands.tools.terminal", ("cowconv.tools.terminal", "cowconv.tools", "cowconv")),
     ("openhands.tools", ("cowconv.tools", "cowconv")),

@@ -1,0 +1,533 @@
+"""One conversation as the routes reach it: messages, runs, events (OpenHands' ``EventService``).
+
+An :class:`EventService` stands for one conversation of a
+:class:`~cowconv.agent_server.ConversationRegistry`; its methods are async
+(the store's blocking work runs in a worker thread) and raise cowconv's
+errors (:class:`~cowconv.ConversationNotFoundError`,
+:class:`~cowconv.ConversationConflictError`,
+:class:`~cowconv.InvalidValueError`...), which the app answers 404, 409,
+422. :class:`~cowconv.agent_server.conversation_service.ConversationService`
+hands them out.
+
+>>> import asyncio
+>>> from cowconv import LLM, Agent, Message, TextContent, Workspace
+>>> registry = ConversationRegistry()
+>>> agent, workspace = Agent(llm=LLM(model="openai/gpt-4o")), Workspace(working_dir=".")
+>>> conversation = registry.create(agent, workspace)
+>>> service = EventService(registry, conversation.id)
+>>> message = Message(role="user", content=[TextContent(text="hi")])
+>>> sent = asyncio.run(service.send_message(message))
+>>> sent.event.text, sent.system_prompt_at
+('hi', 0)
+>>> asyncio.run(service.count_events(kind="MessageEvent"))
+1
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cowconv._exceptions import ConversationConflictError, EventNotFoundError
+from cowconv.agent_server.models import (
+    BranchInfo,
+    BranchList,
+    ConversationInfo,
+    EventPage,
+    EventSortOrder,
+    OpenHandsEventPage,
+    StateResponse,
+    StreamStatus,
+)
+from cowconv.agent_server.registry import ConversationRegistry
+from cowconv.backends.wire import agent_to_openhands, event_to_openhands, mask_secrets, unsupported
+from cowconv.conversation import Conversation
+from cowconv.core.agent import Agent
+from cowconv.core.events import Event, MessageEvent, SystemPromptEvent
+from cowconv.core.frozen import thaw
+from cowconv.core.history import EventLog
+from cowconv.core.ids import ConversationID, id_text
+from cowconv.core.message import Message, TextContent
+from cowconv.core.state import ConversationInfo as ConversationSummary
+from cowconv.core.state import ConversationState, dump_state
+
+__all__ = [
+    "OPENHANDS_KEY",
+    "EventService",
+    "RecordedMessage",
+    "active_branch",
+    "conversation_info",
+    "matching_events",
+]
+
+OPENHANDS_KEY = "openhands"
+"""The ``agent_state`` key under which the server keeps what OpenHands' SDK sent and cowconv does
+not implement (the agent's JSON, secrets masked, and other request fields), to show it again."""
+
+_NEVER_CONFIRM = "NeverConfirm"
+
+
+def conversation_info(conversation: Conversation) -> ConversationInfo:
+    """The answer for a conversation: OpenHands' ``ConversationInfo`` and cowconv's summary."""
+    state = conversation.state
+    kept = state.agent_state.get(OPENHANDS_KEY)
+    kept = thaw(kept) if kept is not None else {}
+    if not isinstance(kept, dict):
+        kept = {}
+    ours = agent_to_openhands(state.agent.model_dump(mode="json"))
+    sent: dict[str, Any] = kept["agent"] if isinstance(kept.get("agent"), dict) else {}
+    agent = {**sent, **ours, "llm": {**sent.get("llm", {}), **ours["llm"]}}
+    if "tools" in sent:  # as sent: tools cowconv lacks are kept (and not run)
+        agent["tools"] = sent["tools"]
+    request: dict[str, Any] = kept["request"] if isinstance(kept.get("request"), dict) else {}
+    summary = ConversationSummary.of(state)
+    return ConversationInfo.model_validate(
+        {
+            **request,
+            **{name: getattr(summary, name) for name in ConversationSummary.model_fields},
+            "agent": mask_secrets(agent),
+            "workspace": {"kind": "LocalWorkspace", "working_dir": state.workspace.working_dir},
+            "max_iterations": conversation.max_iteration_per_run,
+            "head_is_empty": state.head_is_empty,
+            "agent_state": {k: v for k, v in thaw(state.agent_state).items() if k != OPENHANDS_KEY},
+        }
+    )
+
+
+def active_branch(state: ConversationState) -> EventLog:
+    """The events of the conversation's active branch: what the routes page, search and stream
+    (``state.events`` keeps abandoned branches too, as OpenHands' tree does)."""
+    return state.branch
+
+
+@dataclass(frozen=True)
+class RecordedMessage:
+    """What :meth:`EventService.send_message` recorded: the message's event, and the position
+    of the system prompt recorded just before it (``None`` when none was)."""
+
+    event: MessageEvent
+    system_prompt_at: int | None
+
+
+def _aware(moment: datetime | str) -> datetime:
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _bound(moment: datetime) -> datetime:
+    """A query's time bound: a naive one is the server's local time (OpenHands' rule)."""
+    return moment if moment.tzinfo is not None else moment.astimezone()
+
+
+def _in_time(timestamp: str, test: Callable[[datetime], bool]) -> bool:
+    # An event's timestamp is any text the schema allows: one that is not ISO 8601 has no
+    # time, so no time filter matches it (it used to be a 500).
+    try:
+        moment = _aware(timestamp)
+    except ValueError:
+        return False
+    return test(moment)
+
+
+def _text_of(event: Event) -> str | None:
+    if isinstance(event, MessageEvent):
+        return event.text
+    return None
+
+
+def matching_events(
+    events: Sequence[Event],
+    kind: str | None = None,
+    source: str | None = None,
+    body: str | None = None,
+    since: datetime | None = None,
+    before: datetime | None = None,
+) -> list[Event]:
+    """The events that pass OpenHands' event filters (``body``: case-insensitive, messages)."""
+    needle = None if body is None else body.lower()
+    low = None if since is None else _bound(since)
+    high = None if before is None else _bound(before)
+    found = []
+    for event in events:
+        if kind is not None and event.kind != kind:
+            continue
+        if source is not None and event.source != source:
+            continue
+        if needle is not None:
+            text = _text_of(event)
+            if text is None or needle not in text.lower():
+                continue
+        if low is not None and not _in_time(event.timestamp, lambda moment: moment >= low):
+            continue
+        if high is not None and not _in_time(event.timestamp, lambda moment: moment < high):
+            continue
+        found.append(event)
+    return found
+
+
+def _page(events: EventLog, start: int, limit: int) -> EventPage:
+    end = min(start + limit, len(events))
+    return EventPage(
+        items=list(events[start:end]),
+        offset=start,
+        total=len(events),
+        next_offset=end if end < len(events) else None,
+    )
+
+
+def _page_start(page_id: str | None) -> int:
+    """Where a page of OpenHands' search starts: ``page_id`` is the offset cowconv handed out;
+    another value starts from the beginning (as OpenHands does for an unknown page id)."""
+    if page_id is None or not page_id.isascii() or not page_id.isdigit() or len(page_id) > 15:
+        return 0
+    return int(page_id)
+
+
+class EventService:
+    """One conversation of ``registry``, for the routes (async).
+
+    >>> import asyncio
+    >>> from cowconv import LLM, Agent
+    >>> registry = ConversationRegistry()
+    >>> conversation = registry.create(Agent(llm=LLM(model="openai/gpt-4o")), ".")
+    >>> asyncio.run(EventService(registry, conversation.id).list_events()).total
+    0
+    """
+
+    def __init__(self, registry: ConversationRegistry, conversation_id: ConversationID) -> None:
+        self._registry = registry
+        self._id = id_text(conversation_id)
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation's id (its text)."""
+        return self._id
+
+    def _conversation(self) -> Conversation:
+        return self._registry.get(self._id)
+
+    def get_conversation(self) -> Conversation:
+        """The live conversation (OpenHands' method of the same name); blocking, for
+        in-process code. :class:`~cowconv.ConversationNotFoundError` once it is gone."""
+        return self._conversation()
+
+    async def _call(self, work: Callable[[], Any]) -> Any:
+        return await asyncio.to_thread(work)
+
+    # -- reading -----------------------------------------------------------------
+
+    async def get_state(self) -> ConversationState:
+        """The conversation's current snapshot."""
+        conversation: Conversation = await self._call(self._conversation)
+        return conversation.state
+
+    async def get_info(self) -> ConversationInfo:
+        """The conversation as :class:`~cowconv.agent_server.models.ConversationInfo`."""
+        info: ConversationInfo = await self._call(lambda: conversation_info(self._conversation()))
+        return info
+
+    async def get_agent(self) -> Agent:
+        """The agent as cowconv runs it."""
+        return (await self.get_state()).agent
+
+    async def get_state_response(self, known: int = 0, last: str | None = None) -> StateResponse:
+        """The snapshot but its events (api keys redacted), and the ids of the events a client
+        lacks: it has ``known`` of them, the last one ``last``."""
+        state = await self.get_state()
+        events = active_branch(state)
+        start = known if known <= len(events) else 0
+        if start and (last is None or events[start - 1].id != last):
+            start = 0
+        dumped = dump_state(state, secrets="masked", branches=True)
+        if isinstance(dumped.get("agent_state"), dict):  # what OpenHands sent stays server-side
+            dumped["agent_state"] = {
+                k: v for k, v in dumped["agent_state"].items() if k != OPENHANDS_KEY
+            }
+        return StateResponse(
+            state=dumped,
+            ids_from=start,
+            event_ids=[events[position].id for position in range(start, len(events))],
+        )
+
+    def _start(self, events: EventLog, offset: int | None, after: str | None) -> int:
+        if after is None:
+            return min(offset or 0, len(events))
+        try:
+            start = events.index_of(after) + 1
+        except KeyError:
+            raise EventNotFoundError(
+                f"conversation {self._id!r} has no event with id {after!r}"
+            ) from None
+        return min(start + (offset or 0), len(events))
+
+    async def list_events(
+        self, offset: int | None = None, after: str | None = None, limit: int = 100
+    ) -> EventPage:
+        """A page of events, oldest first, from ``offset`` or after the event ``after``."""
+        events = active_branch(await self.get_state())
+        return _page(events, self._start(events, offset, after), limit)
+
+    async def stream_start(self, offset: int | None, after: str | None) -> int:
+        """Where an event stream starts: at the end, given neither ``offset`` nor ``after``."""
+        events = active_branch(await self.get_state())
+        if offset is None and after is None:
+            return len(events)
+        return self._start(events, offset, after)
+
+    async def search_events(
+        self,
+        page_id: str | None = None,
+        limit: int = 100,
+        kind: str | None = None,
+        source: str | None = None,
+        body: str | None = None,
+        sort_order: EventSortOrder = EventSortOrder.TIMESTAMP,
+        timestamp__gte: datetime | None = None,
+        timestamp__lt: datetime | None = None,
+    ) -> OpenHandsEventPage:
+        """A page of the events matching OpenHands' filters, in OpenHands' JSON shapes.
+
+        Events are in history order (which is timestamp order); a naive time
+        bound is the server's local time. ``next_page_id`` continues.
+        """
+        events = active_branch(await self.get_state())
+        found = matching_events(events, kind, source, body, timestamp__gte, timestamp__lt)
+        if sort_order == EventSortOrder.TIMESTAMP_DESC:
+            found.reverse()
+        start = _page_start(page_id)
+        page = found[start : start + limit]
+        return OpenHandsEventPage(
+            items=[event_to_openhands(event.model_dump(mode="json")) for event in page],
+            next_page_id=str(start + limit) if start + limit < len(found) else None,
+        )
+
+    async def count_events(
+        self,
+        kind: str | None = None,
+        source: str | None = None,
+        body: str | None = None,
+        timestamp__gte: datetime | None = None,
+        timestamp__lt: datetime | None = None,
+    ) -> int:
+        """How many events match OpenHands' filters."""
+        events = active_branch(await self.get_state())
+        return len(matching_events(events, kind, source, body, timestamp__gte, timestamp__lt))
+
+    async def get_event(self, event_id: str) -> dict[str, Any]:
+        """One event in OpenHands' JSON shape (:class:`~cowconv.EventNotFoundError` if none)."""
+        events = active_branch(await self.get_state())
+        position = events.position_of(event_id)
+        if position is None:
+            raise EventNotFoundError(f"conversation {self._id!r} has no event with id {event_id!r}")
+        return event_to_openhands(events[position].model_dump(mode="json"))
+
+    async def branches(self) -> BranchList:
+        """Every branch of the conversation tree, each by its leaf event; the active one last."""
+        state = await self.get_state()
+        active = active_branch(state)
+        return BranchList(
+            items=[
+                BranchInfo(
+                    leaf_event_id=None if branch.last is None else branch.last.id,
+                    event_count=len(branch),
+                    active=len(branch) == len(active) and branch.starts_with(active),
+                )
+                for branch in state.branches
+            ]
+        )
+
+    async def branch_events(
+        self, leaf_event_id: str, offset: int = 0, limit: int = 100
+    ) -> EventPage:
+        """A page of the events of the branch ending at ``leaf_event_id``."""
+        state = await self.get_state()
+        for branch in state.branches:
+            if branch.last is not None and branch.last.id == leaf_event_id:
+                return _page(branch, min(offset, len(branch)), limit)
+        raise EventNotFoundError(
+            f"conversation {self._id!r} has no branch ending at event {leaf_event_id!r}"
+        )
+
+    # -- changing ----------------------------------------------------------------
+
+    def _record(self, text: str, sender: str | None) -> RecordedMessage:
+        conversation = self._conversation()
+        before = active_branch(conversation.state)
+        event = conversation.send_message(text, sender)
+        events = active_branch(conversation.state)
+        position = events.position_of(event.id)
+        prompt_at = None
+        if position:
+            prompt = events[position - 1]
+            if isinstance(prompt, SystemPromptEvent) and before.position_of(prompt.id) is None:
+                prompt_at = position - 1
+        return RecordedMessage(event=event, system_prompt_at=prompt_at)
+
+    async def send_message(
+        self, message: Message, run: bool = False, *, sender: str | None = None
+    ) -> RecordedMessage:
+        """Record a user message (its text parts); with ``run`` a run starts unless one is going.
+
+        The agent's system prompt is recorded just before it when it is not
+        current (the first message, or after the agent changed). Only
+        ``user`` messages are taken (:class:`~cowconv.InvalidValueError`).
+        """
+        if message.role != "user":
+            raise unsupported("role", "only user messages can be sent to a conversation")
+        text = "".join(part.text for part in message.content if isinstance(part, TextContent))
+        recorded: RecordedMessage = await self._call(lambda: self._record(text, sender))
+        if run:
+            try:
+                await self.run()
+            except ConversationConflictError:
+                pass  # already running: the run reads the message (OpenHands does the same)
+        return recorded
+
+    async def append_event(self, event: Event) -> Event:
+        """Append an event as given (:class:`~cowconv.ConversationConflictError` if its id is
+        already in the history)."""
+
+        def append() -> Event:
+            conversation = self._conversation()
+            if active_branch(conversation.state).position_of(event.id) is not None:
+                raise ConversationConflictError(
+                    f"conversation {self._id!r} already has an event with id {event.id!r}"
+                )
+            return conversation.append_event(event)
+
+        appended: Event = await self._call(append)
+        return appended
+
+    async def set_tags(self, tags: Mapping[str, str | None]) -> ConversationSummary:
+        """Set tags; a ``None`` value removes the tag."""
+
+        def change() -> ConversationSummary:
+            conversation = self._conversation()
+            for key, value in tags.items():
+                conversation.set_tag(key, value)
+            return ConversationSummary.of(conversation.state)
+
+        summary: ConversationSummary = await self._call(change)
+        return summary
+
+    async def update_agent_state(self, changes: Mapping[str, Any]) -> ConversationSummary:
+        """Merge the given keys into the agent state."""
+
+        def change() -> ConversationSummary:
+            conversation = self._conversation()
+            conversation.update_agent_state(dict(changes))
+            return ConversationSummary.of(conversation.state)
+
+        summary: ConversationSummary = await self._call(change)
+        return summary
+
+    async def activate_skill(self, name: str) -> ConversationSummary:
+        """Activate a knowledge skill (once)."""
+
+        def change() -> ConversationSummary:
+            conversation = self._conversation()
+            conversation.activate_skill(name)
+            return ConversationSummary.of(conversation.state)
+
+        summary: ConversationSummary = await self._call(change)
+        return summary
+
+    async def update_secrets(self, secrets: Mapping[str, Any]) -> None:
+        """OpenHands' secrets: cowconv injects none, so a secret is refused
+        (:class:`~cowconv.InvalidValueError`, a 422); no secrets is nothing to do."""
+        await self.get_state()  # an unknown conversation is a 404 first
+        if secrets:
+            raise unsupported("secrets", "cowconv does not inject or mask conversation secrets")
+
+    async def set_confirmation_policy(self, policy: Mapping[str, Any]) -> None:
+        """OpenHands' confirmation policy: ``NeverConfirm`` (what cowconv does) is taken, any
+        other refused (:class:`~cowconv.InvalidValueError`, a 422)."""
+        await self.get_state()  # an unknown conversation is a 404 first
+        if policy.get("kind") != _NEVER_CONFIRM:
+            raise unsupported(
+                "policy", "cowconv has no confirmation mode: actions would run unconfirmed"
+            )
+
+    # -- running -----------------------------------------------------------------
+
+    async def run(self) -> ConversationState:
+        """Start a run in the background; the snapshot it starts from.
+
+        :class:`~cowconv.ConversationConflictError` if one is going.
+        """
+        state: ConversationState = await self._call(lambda: self._registry.run(self._id))
+        return state
+
+    async def pause(self) -> ConversationState:
+        """Ask a running conversation to pause after its current step."""
+        state: ConversationState = await self._call(lambda: self._registry.pause(self._id))
+        return state
+
+    async def interrupt(self) -> ConversationState:
+        """End a run now: kill its running command, run no further tool call, end paused."""
+        state: ConversationState = await self._call(lambda: self._registry.interrupt(self._id))
+        return state
+
+    async def navigate(self, event_id: str | None) -> ConversationState:
+        """Move the active branch to end at ``event_id`` (404 unknown, 409 while running)."""
+        state: ConversationState = await self._call(
+            lambda: self._registry.navigate(self._id, event_id)
+        )
+        return state
+
+    # -- following ---------------------------------------------------------------
+
+    async def follow(self, start: int, until_idle: bool) -> AsyncIterator[Event | StreamStatus]:
+        """The events from ``start`` on, then live, and the status whenever it changes.
+
+        The first item after the events already there is always a status.
+        Ends when the conversation is deleted, the server closes, or
+        (``until_idle``) no run is going.
+        """
+        registry = self._registry
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(woken.set)
+            except RuntimeError:  # the loop has closed: the stream is gone anyway
+                pass
+
+        unsubscribe = registry.subscribe(self._id, wake)
+        try:
+            cursor = start
+            last_status: StreamStatus | None = None
+            while True:
+                woken.clear()
+                conversation = registry.find(self._id)
+                if conversation is None or registry.closed:
+                    return
+                # Read "running" before the snapshot: once a run is seen finished, every
+                # event it recorded is already in the snapshot read after it.
+                running = registry.is_running(self._id)
+                state = conversation.state
+                events = active_branch(state)
+                for position in range(cursor, len(events)):
+                    yield events[position]
+                cursor = max(cursor, len(events))
+                status = StreamStatus(
+                    execution_status=state.execution_status, running=running, event_count=cursor
+                )
+                if status != last_status:
+                    yield status
+                    last_status = status
+                if until_idle and not running:
+                    return
+                await woken.wait()
+        finally:
+            unsubscribe()
+
+    def current_info(self) -> ConversationInfo | None:
+        """The conversation's info now, or ``None`` once it is gone (for the socket)."""
+        conversation = self._registry.find(self._id)
+        return None if conversation is None else conversation_info(conversation)

@@ -1,0 +1,176 @@
+"""Issue 22, item 6: a worker that hangs because it is stopped (SIGSTOP), on every engine.
+
+The branch's own command stops the worker process that runs it (``kill -STOP
+$PPID``): the process is alive but never answers again, and nothing on the
+engine's side says so. The contract (docs/distributed.md, "Time limits"): with
+a ``branch_timeout`` the branch is given up once its limit and a grace period
+have passed, it ends ``timeout`` (a :class:`~cowconv.BranchTimeoutError`), its
+worker slot is freed (the process killed, the task cancelled), and every other
+branch's result is kept. In a recorded suite the branch is ``lost`` in the
+store (it ran, and its LLM calls may have been paid for): a resume does not run
+it again. Real parts: ProcessExecutor's processes, a Dask LocalCluster (2
+worker processes), a local Ray instance (2 CPUs), a SQLite file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cowconv import (
+    LLM,
+    Agent,
+    BranchesError,
+    BranchTimeoutError,
+    Conversation,
+    ExecutionStatus,
+    Tool,
+    resume_suite,
+    run_branches,
+)
+from cowconv.branches import ledger
+from cowconv.distributed import ProcessExecutor
+from cowconv.stores import open_store
+from cowconv.stores.tree import TreeStore
+from cowconv.testing import StubLLMServer
+
+STOP = "Run `kill -STOP $PPID`."  # the branch's shell stops the worker process running it
+BRANCHES = ["Say before.", STOP, "Say after.", "Say later."]
+LIMIT = 20.0  # seconds a branch may run; the worker's start is not counted
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+def _kill_stopped(pids: list[int]) -> list[int]:
+    """Kill the stopped ones of ``pids`` (the test's own workers); return them."""
+    killed = [pid for pid in pids if _stopped(pid)]
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    return killed
+
+
+@pytest.fixture
+def source(stub: StubLLMServer, tmp_path: Path) -> Conversation:
+    llm = LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+    agent = Agent(llm=llm, tools=[Tool(name="terminal")])
+    conversation = Conversation(
+        agent=agent, workspace=tmp_path, store=open_store(str(tmp_path / "cowconv.db"))
+    )
+    conversation.send_message("Hello.")
+    return conversation
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[Any]:
+    """A real Dask LocalCluster: 2 worker processes (1 thread each), default configuration."""
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        host="127.0.0.1",
+        dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+        processes=True,
+        memory_limit="1GiB",
+    )
+    client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def ray_session() -> Iterator[Any]:
+    """A real local Ray instance: 2 CPUs, no dashboard, on 127.0.0.1."""
+    ray = pytest.importorskip("ray")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _check(raised: BranchesError, status: str = "timeout") -> None:
+    """The stopped branch ended ``status`` alone; every other branch finished."""
+    (error,) = raised.exceptions
+    assert error.index == 1, repr(error)
+    results = raised.forks.results
+    assert [r.status for r in results] == ["finished", status, "finished", "finished"]
+    assert [f.state.execution_status for i, f in enumerate(raised.forks) if i != 1] == [
+        ExecutionStatus.FINISHED
+    ] * 3
+
+
+class TestStoppedWorker:
+    def test_processes(self, source: Conversation) -> None:
+        """A stopped worker process: its branch times out, the process is killed and
+        replaced; in the recorded suite the branch is lost and a resume runs nothing."""
+        with ProcessExecutor(max_workers=2, progress=False) as executor:
+            with pytest.raises(BranchesError) as raised:
+                run_branches(
+                    source, BRANCHES, executor=executor, branch_timeout=LIMIT, suite_id="s"
+                )
+            _check(raised.value)
+            assert isinstance(raised.value.exceptions[0], BranchTimeoutError)
+            store = source.backend.sink
+            assert isinstance(store, TreeStore)
+            states = [row.state for row in store.suite_rows("s")[1:]]
+            assert states == [ledger.DONE, ledger.LOST, ledger.DONE, ledger.DONE]
+            with pytest.raises(BranchesError) as again:
+                resume_suite(store, "s", executor=executor)
+            _check(again.value, "lost")
+            assert len(executor.worker_pids) >= 1  # usable: the stopped one was replaced
+
+    def test_dask(self, source: Conversation, dask_client: Any) -> None:
+        """A stopped Dask worker (its scheduler sees it alive for minutes): the branch is
+        given up at its limit plus grace and its task cancelled; the others finish."""
+        from cowconv.distributed import DaskExecutor
+
+        pids = list(dask_client.run(os.getpid).values())
+        try:
+            executor = DaskExecutor(dask_client, max_in_flight=2, progress=False)
+            with pytest.raises(BranchesError) as raised:
+                run_branches(source, BRANCHES, executor=executor, branch_timeout=LIMIT)
+            _check(raised.value)
+            assert isinstance(raised.value.exceptions[0], BranchTimeoutError)
+            fork = raised.value.forks[1]
+            assert fork.state.execution_status is ExecutionStatus.ERROR
+            assert "did not answer" in str(raised.value.exceptions[0])
+        finally:
+            killed = _kill_stopped(pids)
+        assert len(killed) == 1  # the one the branch stopped, cleaned up here
+        dask_client.wait_for_workers(2, timeout=300)  # the nanny starts a new one
+
+    def test_ray(self, source: Conversation, ray_session: Any) -> None:
+        """A stopped Ray worker: the branch is given up, its task cancelled with force (which
+        kills the stopped process); the others finish."""
+        from cowconv.distributed import RayExecutor
+
+        with pytest.raises(BranchesError) as raised:
+            run_branches(
+                source, BRANCHES, executor=RayExecutor(progress=False), branch_timeout=LIMIT
+            )
+        _check(raised.value)
+        assert isinstance(raised.value.exceptions[0], BranchTimeoutError)
+        # The engine is usable afterwards: a new suite runs on both CPUs.
+        forks = run_branches(source, ["Say one.", "Say two."], executor=RayExecutor(progress=False))
+        assert [f.state.execution_status for f in forks] == [ExecutionStatus.FINISHED] * 2
