@@ -34,6 +34,7 @@ from cowconv import (
     Usage,
     Workspace,
 )
+from cowconv.backends.wire import event_from_openhands
 from cowconv.core.error_classification import FailureKind, classify_error
 from cowconv.testing import StubLLMServer, StubReply
 from tests.test_openhands_wire import openhands, openhands_server  # noqa: F401 (fixtures)
@@ -154,6 +155,12 @@ class TestConversationErrorEvent:
         )
         assert ours.classification is not None
         assert ours.classification.model_dump(mode="json") == theirs["classification"]
+        # as cowconv's client reads it from an OpenHands agent server's history
+        cached = event_from_openhands(theirs)
+        assert cached is not None and Event.model_validate(cached) == ours
+        unknown = {**theirs, "classification": {**theirs["classification"], "kind": "newer"}}
+        cached = event_from_openhands(unknown)
+        assert cached is not None and Event.model_validate(cached) == ours  # derived again
 
     def test_recorded_in_a_history_but_never_sent_to_the_llm(
         self, stub: StubLLMServer, tmp_path: Path
