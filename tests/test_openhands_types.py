@@ -29,11 +29,13 @@ from cowconv import (
     InvalidValueError,
     Metrics,
     NeverConfirm,
+    RemoteError,
     RemoteWorkspace,
     SecurityRisk,
     Usage,
     Workspace,
 )
+from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.backends.wire import event_from_openhands
 from cowconv.core.error_classification import FailureKind, classify_error
 from cowconv.testing import StubLLMServer, StubReply
@@ -335,3 +337,25 @@ def test_a_local_state_refuses_a_server_update(tmp_path: Path):
     with pytest.raises(InvalidTypeError, match="only a RemoteConversation"):
         conversation.state.update_state_from_event(update)
     assert len(conversation.state.events) == 0  # nothing recorded
+
+
+def test_cowconv_server_takes_never_confirm_and_refuses_the_others(
+    stub: StubLLMServer, tmp_path: Path
+):
+    """cowconv's agent server has no confirmation mode: a policy that asks to confirm is a 422."""
+    agent = Agent(llm=LLM(**stub.llm_settings()))
+    with BackgroundServer(create_app()) as server:
+        conversation = Conversation(
+            agent=agent,
+            workspace=Workspace(host=server.url, working_dir=str(tmp_path)),
+            visualizer=None,
+        )
+        try:
+            conversation.set_confirmation_policy(NeverConfirm())
+            for policy in (AlwaysConfirm(), ConfirmRisky()):
+                with pytest.raises(RemoteError) as refused:
+                    conversation.set_confirmation_policy(policy)
+                assert refused.value.status_code == 422
+                assert "policy" in str(refused.value)
+        finally:
+            conversation.close()
