@@ -86,7 +86,13 @@ _LAZY = {
     "Conversation": "cowconv.conversation",
     "LocalConversation": "cowconv.conversation",
     "RemoteConversation": "cowconv.conversation",
-    "ConversationStateUpdateEvent": "cowconv.backends.remote",
+    "ConversationErrorEvent": "cowconv.core.events",
+    "ConversationStateUpdateEvent": "cowconv.core.events",
+    "AlwaysConfirm": "cowconv.core.security",
+    "ConfirmRisky": "cowconv.core.security",
+    "ConfirmationPolicyBase": "cowconv.core.security",
+    "NeverConfirm": "cowconv.core.security",
+    "SecurityRisk": "cowconv.core.security",
     "FULL_STATE_KEY": "cowconv.backends.remote",
     "RemoteEventsList": "cowconv.backends.remote",
     "WebSocketCallbackClient": "cowconv.backends.remote",
@@ -128,6 +134,7 @@ _LAZY = {
     "ConversationStats": "cowconv.core.state",
     "ExecutionStatus": "cowconv.core.state",
     "TokenUsage": "cowconv.core.state",
+    "Metrics": "cowconv.core.usage",
     "Usage": "cowconv.core.state",
     "MemoryStore": "cowconv.stores",
     "SQLiteStore": "cowconv.stores",
@@ -143,7 +150,6 @@ _LAZY = {
     "ConversationVisualizerBase": "cowconv.visualizer",
     "DefaultConversationVisualizer": "cowconv.visualizer",
     "LocalWorkspace": "cowconv.core.workspace",
-    "NeverConfirm": "cowconv.core.confirmation",
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
 }
@@ -159,7 +165,6 @@ if TYPE_CHECKING:
     )
     from cowconv.backends.remote import (
         FULL_STATE_KEY,
-        ConversationStateUpdateEvent,
         RemoteEventsList,
         WebSocketCallbackClient,
     )
@@ -176,7 +181,6 @@ if TYPE_CHECKING:
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.compare import Comparison, ComparisonSide, compare
-    from cowconv.core.confirmation import NeverConfirm
     from cowconv.core.events import (
         ROOT_PARENT_ID,
         ActionEvent,
@@ -186,6 +190,8 @@ if TYPE_CHECKING:
         CondensationEvent,
         CondensationRequest,
         Content,
+        ConversationErrorEvent,
+        ConversationStateUpdateEvent,
         Event,
         EventSource,
         ImageContent,
@@ -204,6 +210,13 @@ if TYPE_CHECKING:
     from cowconv.core.history import EventLog
     from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
     from cowconv.core.schema import Action, Observation
+    from cowconv.core.security import (
+        AlwaysConfirm,
+        ConfirmationPolicyBase,
+        ConfirmRisky,
+        NeverConfirm,
+        SecurityRisk,
+    )
     from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
@@ -213,6 +226,7 @@ if TYPE_CHECKING:
         TokenUsage,
         Usage,
     )
+    from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
@@ -228,6 +242,7 @@ __all__ = [
     "ActionEvent",
     "Agent",
     "AgentErrorEvent",
+    "AlwaysConfirm",
     "AnyEvent",
     "Backend",
     "Branch",
@@ -250,9 +265,12 @@ __all__ = [
     "CondensationEvent",
     "CondensationRequest",
     "CondensationSummaryEvent",
+    "ConfirmRisky",
+    "ConfirmationPolicyBase",
     "Content",
     "Conversation",
     "ConversationConflictError",
+    "ConversationErrorEvent",
     "ConversationExecutionStatus",
     "ConversationExistsError",
     "ConversationInfo",
@@ -294,6 +312,7 @@ __all__ = [
     "Message",
     "MessageEvent",
     "MessageToolCall",
+    "Metrics",
     "NeverConfirm",
     "Observation",
     "ObservationEvent",
@@ -306,6 +325,7 @@ __all__ = [
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
+    "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
     "SourceType",

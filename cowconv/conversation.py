@@ -41,7 +41,7 @@ from cowconv.core.changes import (
     SetTag,
     UpdateAgentState,
 )
-from cowconv.core.events import Event, Message, MessageEvent
+from cowconv.core.events import ConversationStateUpdateEvent, Event, Message, MessageEvent
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.ids import ConversationID, id_text, new_uuid, public_id
 from cowconv.core.llm import LLM, LLMMetrics
@@ -922,8 +922,23 @@ class RemoteConversation(Conversation):
             raise InvalidTypeError(f"secrets must be a mapping, got {type(secrets).__name__}")
         self._remote().request("POST", "/secrets", json={"secrets": _secret_values(secrets)})
 
+    def update_state_from_event(self, event: ConversationStateUpdateEvent) -> None:
+        """Keep a server's state update in this client's cached conversation info.
+
+        OpenHands' ``RemoteState.update_state_from_event``, also reached as
+        ``conversation.state.update_state_from_event(event)``. The events
+        socket does it for every update it brings; the cost :meth:`close`
+        reports to a :class:`~cowconv.RemoteWorkspace` is read from it.
+        """
+        self._remote().update_info(event)
+
     def set_confirmation_policy(self, policy: Any) -> None:
-        """Set OpenHands' confirmation policy on the server (``POST /confirmation_policy``)."""
+        """Set OpenHands' confirmation policy on the server (``POST /confirmation_policy``).
+
+        ``policy`` is a :class:`~cowconv.AlwaysConfirm`, :class:`~cowconv.NeverConfirm`
+        or :class:`~cowconv.ConfirmRisky` (or its JSON). cowconv's own server
+        refuses a policy that asks for confirmation: it has no confirmation mode.
+        """
         self._remote().request("POST", "/confirmation_policy", json={"policy": _json_of(policy)})
 
     def set_security_analyzer(self, analyzer: Any) -> None:

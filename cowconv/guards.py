@@ -89,6 +89,17 @@ class ConversationEvents(EventLog):
 
     record_on_conversation = append  # what the tree of conversation.state.events appends with
 
+    def state_update_on_conversation(self, update: Any) -> None:
+        """Hand ``update`` to the conversation (``state.update_state_from_event``)."""
+        conversation = self._conversation()
+        keep = getattr(conversation, "update_state_from_event", None)
+        if keep is None:
+            raise InvalidTypeError(
+                "only a RemoteConversation keeps a server's state updates; a local "
+                "conversation's state is its own history (record events with append_event)"
+            )
+        keep(update)
+
     def extend(self, events: Iterable[Event]) -> EventLog:
         """Record ``events`` on the conversation, in order; its new active branch."""
         conversation = self._conversation()

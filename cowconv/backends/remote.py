@@ -33,15 +33,13 @@ import os
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
-from typing import Any, Literal, overload
+from typing import Any, overload
 from urllib.parse import urlsplit
 
 import httpx
 import httpx_sse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
@@ -49,6 +47,7 @@ from cowconv._exceptions import (
     ConversationConflictError,
     ConversationRunError,
     EventIndexError,
+    InvalidTypeError,
     InvalidValueError,
     LLMError,
     RemoteError,
@@ -66,7 +65,14 @@ from cowconv.backends.wire import (
 )
 from cowconv.core.agent import Agent
 from cowconv.core.changes import AppendEvent, Change, NavigateTo, SetTag
-from cowconv.core.events import ROOT_PARENT_ID, Event, Message, MessageEvent, TextContent
+from cowconv.core.events import (
+    ROOT_PARENT_ID,
+    ConversationStateUpdateEvent,
+    Event,
+    Message,
+    MessageEvent,
+    TextContent,
+)
 from cowconv.core.history import EventLog
 from cowconv.core.ids import id_text
 from cowconv.core.llm import LLM
@@ -146,29 +152,6 @@ FULL_STATE_KEY = "full_state"
 """The ``key`` of a :class:`ConversationStateUpdateEvent` carrying the whole conversation info."""
 
 _FATAL_CLOSE_CODES = frozenset({4001, 4004})  # the server refused the key / has no such id
-
-
-class ConversationStateUpdateEvent(BaseModel):
-    """A change of a conversation's info, as the agent server's events socket sends it.
-
-    Not part of a history: the client keeps ``value`` in its cached
-    conversation info (``key`` :data:`FULL_STATE_KEY` replaces the fields it
-    holds, any other key sets that field), and a full update that is not
-    ``running`` after a ``run()`` started ends that run.
-
-    >>> update = ConversationStateUpdateEvent(key="execution_status", value="paused")
-    >>> update.kind, update.key, update.value
-    ('ConversationStateUpdateEvent', 'execution_status', 'paused')
-    """
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-
-    kind: Literal["ConversationStateUpdateEvent"] = "ConversationStateUpdateEvent"
-    id: str = Field(default_factory=lambda: str(uuid.uuid4()))
-    timestamp: str = Field(default_factory=lambda: datetime.now().isoformat())
-    source: str = "environment"
-    key: str
-    value: Any = None
 
 
 def _status_error_class(base: type[RemoteError]) -> type[RemoteError]:
@@ -510,7 +493,7 @@ class RemoteEventsList(Sequence[Event]):
         """A socket callback that adds each history event here (state updates are not events)."""
 
         def add(event: Any) -> None:
-            if isinstance(event, Event):
+            if isinstance(event, Event) and not isinstance(event, ConversationStateUpdateEvent):
                 self.add_event(event)
 
         return add
@@ -923,15 +906,31 @@ class RemoteBackend:
             self._cache.reconcile()
             self._hear(list(self._cache))
 
-    def _note_update(self, update: ConversationStateUpdateEvent) -> None:
+    def update_info(self, update: ConversationStateUpdateEvent) -> None:
+        """Keep ``update`` in the cached conversation info (OpenHands' ``update_state_from_event``).
+
+        ``key`` :data:`FULL_STATE_KEY` updates every field its mapping holds,
+        any other key sets that field. What :meth:`close` reports as the cost
+        is read from it. Only the events socket's updates can end a run.
+        """
+        if not isinstance(update, ConversationStateUpdateEvent):
+            raise InvalidTypeError(
+                f"expected a ConversationStateUpdateEvent, got {type(update).__name__}"
+            )
+        value = update.value
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json")
         with self._info_lock:
             info = {} if self._info is None else self._info
             if update.key == FULL_STATE_KEY:
-                if isinstance(update.value, Mapping):
-                    info.update(update.value)
+                if isinstance(value, Mapping):
+                    info.update(value)
             else:
-                info[update.key] = update.value
+                info[update.key] = value
             self._info = info
+
+    def _note_update(self, update: ConversationStateUpdateEvent) -> None:
+        self.update_info(update)
         # A per-field error or stuck ends a run at once; otherwise only a full update after
         # run() started does (a per-field "finished" may still be undone on the server).
         if update.key == "execution_status":

@@ -21,6 +21,7 @@ from typing import Any
 
 from cowconv._exceptions import InvalidValueError
 from cowconv.core.changes import ActivateSkill, AppendEvent, NavigateTo, SetTag, UpdateAgentState
+from cowconv.core.error_classification import FailureKind
 from cowconv.core.frozen import thaw
 
 __all__ = [
@@ -319,6 +320,9 @@ def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     return event
 
 
+_FAILURE_KINDS = frozenset(kind.value for kind in FailureKind)
+
+
 def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
     """cowconv's JSON of an event OpenHands' SDK wrote, ``None`` for a kind cowconv lacks.
 
@@ -380,6 +384,13 @@ def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
         }
     if kind == "PauseEvent":
         return common
+    if kind == "ConversationErrorEvent":
+        error = {**common, "code": str(data.get("code", "")), "detail": str(data.get("detail", ""))}
+        classification = data.get("classification")
+        # A kind this cowconv does not know is derived again from code and detail.
+        if isinstance(classification, Mapping) and classification.get("kind") in _FAILURE_KINDS:
+            error["classification"] = dict(classification)
+        return error
     if kind == "Condensation":
         keep_condensation = ("forgotten_event_ids", "summary", "summary_offset", "llm_response_id")
         return {

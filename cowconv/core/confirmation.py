@@ -5,7 +5,10 @@ OpenHands' SDK can ask a user to confirm an agent's actions before they run
 action runs. ``NeverConfirm`` says so, so code written for OpenHands' SDK that
 passes it (``StartConversationRequest(confirmation_policy=NeverConfirm())``,
 ``set_confirmation_policy(NeverConfirm())``) runs unchanged; another policy
-is refused where it is given (the agent server answers 422).
+is refused where cowconv's agent server is given it (a 422). The policies
+themselves, ``NeverConfirm`` included, live in :mod:`cowconv.core.security`
+(a :class:`~cowconv.RemoteConversation` sends any of them to an OpenHands
+agent server); this module keeps the name.
 
 >>> NeverConfirm().model_dump()
 {'kind': 'NeverConfirm'}
@@ -13,22 +16,6 @@ is refused where it is given (the agent server answers 422).
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import ConfigDict
-
-from cowconv.core.frozen import CheckedModel
+from cowconv.core.security import NeverConfirm
 
 __all__ = ["NeverConfirm"]
-
-
-class NeverConfirm(CheckedModel):
-    """Confirm no action: run each one as the agent asks (the only policy cowconv has).
-
-    >>> NeverConfirm().kind
-    'NeverConfirm'
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
-
-    kind: Literal["NeverConfirm"] = "NeverConfirm"

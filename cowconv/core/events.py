@@ -53,6 +53,7 @@ from pydantic import (
 )
 
 from cowconv._exceptions import InvalidValueError
+from cowconv.core.error_classification import ErrorClassification, classify_error
 from cowconv.core.framing import check_framing_text
 from cowconv.core.frozen import FrozenJSON, FrozenJSONMap
 from cowconv.core.kinds import Kinded
@@ -75,6 +76,8 @@ __all__ = [
     "Condensation",
     "CondensationRequest",
     "Content",
+    "ConversationErrorEvent",
+    "ConversationStateUpdateEvent",
     "Event",
     "EventID",
     "EventSource",
@@ -521,6 +524,53 @@ class CondensationRequest(Event):
     """
 
     source: SourceType = "environment"
+
+
+class ConversationErrorEvent(Event):
+    """A failure that stopped a run, for the client: not an observation, never sent to the LLM.
+
+    Unlike :class:`AgentErrorEvent` it answers no tool call; the run that
+    records it ends in status ``error``. ``code`` is usually the exception's
+    class name, ``detail`` its message; ``classification`` (derived from
+    them when not given) is what a client may act on.
+
+    >>> error = ConversationErrorEvent(code="LLMAuthenticationError", detail="invalid api key")
+    >>> error.source, error.classification.kind.value, error.classification.user_action
+    ('environment', 'auth', 'settings')
+    """
+
+    source: SourceType = "environment"
+    code: str
+    detail: str
+    classification: ErrorClassification | None = None
+
+    @model_validator(mode="after")
+    def _classified(self) -> ConversationErrorEvent:
+        if self.classification is None:
+            object.__setattr__(self, "classification", classify_error(self.code, self.detail))
+        return self
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__} ({self.source}): {self.code}: {self.detail}"
+
+
+class ConversationStateUpdateEvent(Event):
+    """A change of a conversation's info, as OpenHands' agent server streams it.
+
+    ``key`` names the field (``execution_status``, ``stats``, ...), or is
+    ``"full_state"`` for the whole info in ``value``. A client keeps these in
+    its cached info (:class:`~cowconv.RemoteEventsList` does not keep it).
+    A history it is appended to keeps it like any other event; it is never
+    sent to the LLM.
+
+    >>> update = ConversationStateUpdateEvent(key="execution_status", value="paused")
+    >>> update.kind, update.source, update.key, update.value
+    ('ConversationStateUpdateEvent', 'environment', 'execution_status', 'paused')
+    """
+
+    source: SourceType = "environment"
+    key: str
+    value: Any = None
 
 
 CondensationEvent = Condensation

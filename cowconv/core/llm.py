@@ -359,6 +359,10 @@ class LLM(CheckedModel):
     retry_max_wait: float = Field(default=20.0, ge=0)
     caching_prompt: bool = True
     """Mark the prompt's stable prefix for the provider's prompt cache (see ``completion``)."""
+    log_completions: bool = False
+    """Write each answered call (request without the key, response, cost) to a JSON file."""
+    log_completions_folder: str = os.path.join("logs", "completions")
+    """Where ``log_completions`` writes (created when needed; relative to the working directory)."""
 
     @staticmethod
     def preload() -> None:
@@ -536,7 +540,38 @@ class LLM(CheckedModel):
             cache_read_tokens=response.cache_read_tokens,
             cache_write_tokens=response.cache_write_tokens,
         )
+        if self.log_completions:
+            self._log_completion(arguments, raw, response)
         return response
+
+    def _log_completion(
+        self, arguments: Mapping[str, Any], raw: Any, response: LLMResponse
+    ) -> None:
+        """Write one answered call to a UTF-8 JSON file in ``log_completions_folder``.
+
+        The API key is left out. A file that cannot be written is a warning:
+        the call was answered (and paid for), so its answer is not lost.
+        """
+        request = {key: value for key, value in arguments.items() if key != "api_key"}
+        dump = getattr(raw, "model_dump", None)
+        record = {
+            "request": request,
+            "response": dump() if callable(dump) else str(raw),
+            "cost": response.cost,
+            "latency": response.latency,
+            "usage_id": self.usage_id,
+            "timestamp": time.time(),
+        }
+        name = f"{self.model.replace('/', '__')}-{time.time():.6f}-{uuid.uuid4().hex[:8]}.json"
+        try:
+            os.makedirs(self.log_completions_folder, exist_ok=True)
+            path = os.path.join(self.log_completions_folder, name)
+            with open(path, "w", encoding="utf-8") as file:
+                json.dump(record, file, ensure_ascii=False, default=str)
+        except OSError as error:
+            logger.warning(
+                "could not log the completion to %s: %s", self.log_completions_folder, error
+            )
 
     def _log_retry(self, state: Any) -> None:
         error = state.outcome.exception() if state.outcome is not None else None

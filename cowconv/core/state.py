@@ -25,7 +25,14 @@ from pyrsistent import pmap
 
 from cowconv._exceptions import FrozenInstanceError, InvalidTypeError, InvalidValueError
 from cowconv.core.agent import Agent
-from cowconv.core.events import ActionEvent, AgentErrorEvent, Event, ObservationEvent, utc_now
+from cowconv.core.events import (
+    ActionEvent,
+    AgentErrorEvent,
+    ConversationStateUpdateEvent,
+    Event,
+    ObservationEvent,
+    utc_now,
+)
 from cowconv.core.frozen import (
     CheckedModel,
     FrozenJSONMap,
@@ -36,7 +43,7 @@ from cowconv.core.frozen import (
 from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationIDField
 from cowconv.core.tree import EventTree, active_branch, branches, events_of, head_is_empty
-from cowconv.core.usage import TokenUsage, Usage
+from cowconv.core.usage import Metrics, TokenUsage, Usage
 from cowconv.core.view import View, view_of
 from cowconv.core.workspace import Workspace
 
@@ -130,9 +137,47 @@ class ConversationStats(Usage):
     >>> stats = ConversationStats().record("main", Usage(accumulated_cost=0.25, prompt_tokens=7))
     >>> stats.accumulated_cost, stats.by_usage_id["main"].prompt_tokens
     (0.25, 7)
+
+    OpenHands' SDK's way to build them, from one :class:`~cowconv.Metrics` per LLM:
+
+    >>> from cowconv import Metrics
+    >>> agent = Metrics(model_name="gpt-4o-mini")
+    >>> agent.add_cost(0.75)
+    >>> ConversationStats(usage_to_metrics={"agent": agent}).accumulated_cost
+    0.75
     """
 
     by_usage_id: FrozenMap[Usage] = pmap()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_usage_to_metrics(cls, data: Any) -> Any:
+        # OpenHands' SDK builds stats as ConversationStats(usage_to_metrics={usage_id: Metrics}):
+        # each account becomes its Usage under by_usage_id, and the totals are their sum.
+        if not isinstance(data, Mapping) or "usage_to_metrics" not in data:
+            return data
+        given = dict(data)
+        per_llm = given.pop("usage_to_metrics")
+        if not isinstance(per_llm, Mapping):
+            raise InvalidTypeError(
+                f"usage_to_metrics must map usage ids to Metrics, got {type(per_llm).__name__}"
+            )
+        if "by_usage_id" in given:
+            raise InvalidValueError("give usage_to_metrics or by_usage_id, not both")
+        by_usage_id: dict[str, Usage] = {}
+        for usage_id, account in per_llm.items():
+            if isinstance(account, Mapping):
+                account = Metrics.model_validate(account)
+            if isinstance(account, Metrics):
+                account = account.usage
+            if not isinstance(account, Usage):
+                raise InvalidTypeError(
+                    f"usage_to_metrics[{usage_id!r}] must be a Metrics or a Usage, "
+                    f"got {type(account).__name__}"
+                )
+            by_usage_id[str(usage_id)] = account
+        total = sum(by_usage_id.values(), Usage())
+        return {**total.model_dump(), **given, "by_usage_id": by_usage_id}
 
     def record(self, usage_id: str, usage: Usage) -> ConversationStats:
         """New stats with ``usage`` added under ``usage_id`` and to the totals."""
@@ -291,6 +336,36 @@ class ConversationState(CheckedModel):
         ['MessageEvent']
         """
         return active_branch(self, limit)
+
+    def update_state_from_event(self, event: ConversationStateUpdateEvent) -> None:
+        """Hand a server's state update to the remote conversation this snapshot came from.
+
+        OpenHands' ``RemoteState.update_state_from_event``: the client keeps
+        the update in its cached conversation info (see
+        :meth:`~cowconv.RemoteConversation.update_state_from_event`); this
+        snapshot itself never changes. A local conversation's snapshot, or one
+        no conversation holds, refuses it (:class:`~cowconv.InvalidTypeError`):
+
+        >>> from cowconv import LLM, Agent, Conversation, ConversationStateUpdateEvent
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> update = ConversationStateUpdateEvent(key="execution_status", value="idle")
+        >>> try:
+        ...     conversation.state.update_state_from_event(update)
+        ... except InvalidTypeError as error:
+        ...     print(str(error)[:48])
+        only a RemoteConversation keeps a server's state
+        """
+        if not isinstance(event, ConversationStateUpdateEvent):
+            raise InvalidTypeError(
+                f"expected a ConversationStateUpdateEvent, got {type(event).__name__}"
+            )
+        hand_over = getattr(self.branch, "state_update_on_conversation", None)
+        if hand_over is None:
+            raise InvalidTypeError(
+                "this snapshot belongs to no conversation: only a RemoteConversation's "
+                "state keeps a server's state updates"
+            )
+        hand_over(event)
 
     def _resolve_active_leaf(self) -> str | None:
         # OpenHands' private name, for code written against it: the leaf is stored there and

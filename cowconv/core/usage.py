@@ -9,11 +9,14 @@ imports the other for it.
 
 from __future__ import annotations
 
+import time
+
 from pydantic import ConfigDict, Field
 
+from cowconv._exceptions import InvalidValueError
 from cowconv.core.frozen import CheckedModel
 
-__all__ = ["TokenUsage", "Usage"]
+__all__ = ["Cost", "Metrics", "ResponseLatency", "TokenUsage", "Usage"]
 
 
 class TokenUsage(CheckedModel):
@@ -70,4 +73,117 @@ class Usage(CheckedModel):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+
+class Cost(CheckedModel):
+    """One cost added to :class:`Metrics` (OpenHands' ``Cost``).
+
+    >>> Cost(model="gpt-4o", cost=0.25, timestamp=0.0).cost
+    0.25
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    model: str
+    cost: float = Field(ge=0)
+    timestamp: float = Field(default_factory=time.time)
+
+
+class ResponseLatency(CheckedModel):
+    """How long one answer took, in seconds (OpenHands' ``ResponseLatency``).
+
+    >>> ResponseLatency(model="gpt-4o", latency=1.5, response_id="r1").latency
+    1.5
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    model: str
+    latency: float = Field(ge=0)
+    response_id: str
+
+
+class Metrics(CheckedModel):
+    """A running account of one model's cost and tokens, as OpenHands' SDK's ``Metrics``.
+
+    It is an accumulator (OpenHands' code adds to it in place), like
+    :class:`~cowconv.LLMMetrics`; :attr:`usage` is its value as a frozen
+    :class:`Usage`, which is what a conversation's stats keep.
+    ``ConversationStats(usage_to_metrics={"agent": metrics})`` reads it.
+
+    >>> metrics = Metrics(model_name="gpt-4o-mini")
+    >>> metrics.add_cost(0.5)
+    >>> metrics.add_token_usage(prompt_tokens=10, completion_tokens=3)
+    >>> metrics.add_cost(0.25)
+    >>> metrics.accumulated_cost, metrics.usage.prompt_tokens, len(metrics.costs)
+    (0.75, 10, 2)
+    >>> metrics.add_cost(-1)
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: a cost must be a finite number >= 0, got -1
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
+
+    model_name: str = "default"
+    accumulated_cost: float = Field(default=0.0, ge=0)
+    max_budget_per_task: float | None = None
+    accumulated_token_usage: TokenUsage | None = None
+    costs: list[Cost] = Field(default_factory=list)
+    response_latencies: list[ResponseLatency] = Field(default_factory=list)
+
+    def add_cost(self, value: float) -> None:
+        """Add ``value`` (USD, >= 0) to ``accumulated_cost`` and record it in ``costs``."""
+        if not isinstance(value, int | float) or not 0 <= value < float("inf"):
+            raise InvalidValueError(f"a cost must be a finite number >= 0, got {value!r}")
+        self.accumulated_cost += value
+        self.costs.append(Cost(model=self.model_name, cost=value))
+
+    def add_response_latency(self, value: float, response_id: str) -> None:
+        """Record that the answer ``response_id`` took ``value`` seconds (negative counts as 0)."""
+        latency = max(0.0, float(value))
+        self.response_latencies.append(
+            ResponseLatency(model=self.model_name, latency=latency, response_id=response_id)
+        )
+
+    def add_token_usage(self, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+        """Add tokens to ``accumulated_token_usage``."""
+        before = self.accumulated_token_usage or TokenUsage()
+        self.accumulated_token_usage = TokenUsage(
+            prompt_tokens=before.prompt_tokens + prompt_tokens,
+            completion_tokens=before.completion_tokens + completion_tokens,
+        )
+
+    def merge(self, other: Metrics) -> None:
+        """Add ``other``'s cost, tokens and records to this account.
+
+        >>> a, b = Metrics(accumulated_cost=1.0), Metrics(accumulated_cost=0.5)
+        >>> a.merge(b)
+        >>> a.accumulated_cost
+        1.5
+        """
+        self.accumulated_cost += other.accumulated_cost
+        if other.accumulated_token_usage is not None:
+            tokens = other.accumulated_token_usage
+            self.add_token_usage(tokens.prompt_tokens, tokens.completion_tokens)
+        self.costs.extend(other.costs)
+        self.response_latencies.extend(other.response_latencies)
+
+    def deep_copy(self) -> Metrics:
+        """An independent copy (adding to one leaves the other as it was)."""
+        return self.model_copy(deep=True)
+
+    @property
+    def usage(self) -> Usage:
+        """The account's cost and tokens now, as a frozen :class:`Usage`.
+
+        >>> Metrics(accumulated_cost=0.5).usage.accumulated_cost
+        0.5
+        """
+        tokens = self.accumulated_token_usage or TokenUsage()
+        return Usage(
+            accumulated_cost=self.accumulated_cost,
+            prompt_tokens=tokens.prompt_tokens,
+            completion_tokens=tokens.completion_tokens,
         )
