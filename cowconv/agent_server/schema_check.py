@@ -140,6 +140,7 @@ async def check_request(connection: HTTPConnection) -> None:
 
 
 _NOT_JSON = object()
+_UNDESCRIBED = _Operation(described=False, body=None, query=())
 
 
 def _route_refuses_body(route: BaseRoute, document: Any) -> bool:
@@ -152,21 +153,46 @@ def _route_refuses_body(route: BaseRoute, document: Any) -> bool:
 
 
 def _operation(connection: HTTPConnection, route: BaseRoute, method: str) -> _Operation:
-    """The compiled checks of ``route`` and ``method`` (cached on the app)."""
+    """The compiled checks of the request's route and ``method`` (cached on the app).
+
+    The route is found in the published schema by the request's path: a route
+    object need not know the prefix it was included under.
+    """
     state = connection.app.state
-    cache: dict[tuple[str, str], _Operation] | None = getattr(state, "schema_checks", None)
-    if cache is None:
+    checks: _Checks | None = getattr(state, "schema_checks", None)
+    if checks is None:
         with _cache_lock:
-            cache = getattr(state, "schema_checks", None)
-            if cache is None:
-                cache = {}
-                state.schema_checks = cache
-    key = (str(getattr(route, "path_format", getattr(route, "path", ""))), method)
-    found = cache.get(key)
-    if found is None:
-        found = _compile(connection.app.openapi(), *key)
-        cache[key] = found
-    return found
+            checks = getattr(state, "schema_checks", None)
+            if checks is None:
+                checks = _Checks(connection.app.openapi())
+                state.schema_checks = checks
+    root = connection.scope.get("root_path", "")
+    path = connection.scope["path"]
+    return checks.operation(path[len(root) :] if root and path.startswith(root) else path, method)
+
+
+class _Checks:
+    """The published schema's paths as patterns, and the checks compiled per route and method."""
+
+    def __init__(self, openapi: dict[str, Any]) -> None:
+        self.openapi = openapi
+        self.paths = [
+            (template, re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))))
+            for template in openapi.get("paths", {})
+        ]
+        self.compiled: dict[tuple[str, str], _Operation] = {}
+
+    def operation(self, path: str, method: str) -> _Operation:
+        matches = [template for template, pattern in self.paths if pattern.fullmatch(path)]
+        # A literal path (/search) is its own route, not an id of the templated one.
+        template = min(matches, key=lambda t: t.count("{"), default=None)
+        if template is None:
+            return _UNDESCRIBED
+        key = (template, method)
+        found = self.compiled.get(key)
+        if found is None:
+            found = self.compiled[key] = _compile(self.openapi, template, method)
+        return found
 
 
 def _compile(openapi: dict[str, Any], path: str, method: str) -> _Operation:

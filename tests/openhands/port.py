@@ -25,6 +25,8 @@ The rewriting is plain functions on source text, standard library only:
 >>> mapped_module("openhands.sdk.llm.llm")
 'cowconv'
 >>> mapped_module("openhands.agent_server.conversation_router")
+'cowconv.agent_server.conversation_router'
+>>> mapped_module("openhands.agent_server.bash_router")  # no such module: its package's row
 'cowconv.agent_server'
 >>> split_dotted("openhands.sdk.llm.llm.logger", modules)
 ('openhands.sdk.llm.llm', 'logger')
