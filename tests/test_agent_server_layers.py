@@ -316,13 +316,13 @@ class TestOpenHandsSettingsRoutes:
         path = f"/api/conversations/{conversation_id}"
         assert client.post(f"{path}/secrets", json={"secrets": {}}).json() == {"success": True}
         refused = client.post(f"{path}/secrets", json={"secrets": {"API_KEY": "x"}})
-        assert refused.status_code == 422 and "secrets" in refused.json()["detail"]
+        assert refused.status_code == 422 and "secrets" in str(refused.json()["detail"])
         never = {"policy": {"kind": "NeverConfirm"}}
         assert client.post(f"{path}/confirmation_policy", json=never).status_code == 200
         risky = client.post(
             f"{path}/confirmation_policy", json={"policy": {"kind": "AlwaysConfirm"}}
         )
-        assert risky.status_code == 422 and "policy" in risky.json()["detail"]
+        assert risky.status_code == 422 and "policy" in str(risky.json()["detail"])
         missing = client.post("/api/conversations/nope/secrets", json={"secrets": {}})
         assert missing.status_code == 404
 
@@ -332,7 +332,7 @@ class TestOpenHandsSettingsRoutes:
         for role in ("assistant", "system", "tool"):
             body = {"role": role, "content": [{"type": "text", "text": "x"}]}
             answer = client.post(path, json=body)
-            assert answer.status_code == 422 and "role" in answer.json()["detail"], role
+            assert answer.status_code == 422 and "role" in str(answer.json()["detail"]), role
         assert client.post(path, json={"role": "nobody", "content": []}).status_code == 422
         assert client.post(path, json={"role": "user", "content": "bare"}).status_code == 422
         assert client.post(path, json={"text": "as text"}).status_code == 200
@@ -343,5 +343,5 @@ class TestOpenHandsSettingsRoutes:
         refused = client.post(
             "/api/conversations", json=start_body(tmp_path, initial_message=assistant)
         )
-        assert refused.status_code == 422 and "role" in refused.json()["detail"]
+        assert refused.status_code == 422 and "role" in str(refused.json()["detail"])
         assert client.get("/api/conversations/count").json() == 1  # nothing was stored

@@ -463,7 +463,11 @@ def _send_message_schema(schema: dict[str, Any]) -> None:
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "role": {"const": "user", "default": "user"},
+                "role": {
+                    "const": "user",
+                    "default": "user",
+                    "description": "only user messages can be sent",
+                },
                 "content": {"type": "array", "items": part},
                 "text": {"type": "string"},
                 "run": {"type": "boolean", "default": False},
@@ -829,14 +833,23 @@ class EventSortOrder(StrEnum):
 
 def _no_secrets_schema(schema: dict[str, Any]) -> None:
     """What the server takes: no secrets (cowconv injects none; a secret is a 422)."""
-    schema["properties"]["secrets"] = {"type": "object", "maxProperties": 0}
+    schema["properties"]["secrets"] = {
+        "type": "object",
+        "maxProperties": 0,
+        "description": "cowconv injects no secrets into a conversation: only {} is taken",
+    }
 
 
 def _never_confirm_schema(schema: dict[str, Any]) -> None:
     """What the server takes: the ``NeverConfirm`` policy (cowconv has no confirmation mode)."""
     schema["properties"]["policy"] = {
         "type": "object",
-        "properties": {"kind": {"const": _NEVER_CONFIRM}},
+        "properties": {
+            "kind": {
+                "const": _NEVER_CONFIRM,
+                "description": "cowconv has no confirmation mode: every action runs",
+            }
+        },
         "required": ["kind"],
     }
 

@@ -50,7 +50,7 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema.exceptions import ValidationError
+from jsonschema.exceptions import ValidationError, best_match
 from starlette.requests import HTTPConnection, Request
 from starlette.routing import BaseRoute
 
@@ -284,7 +284,10 @@ def _typed(text: str, allowed: frozenset[str]) -> Any:
 
 def _details(errors: Iterator[ValidationError], prefix: list[Any]) -> list[dict[str, Any]]:
     """FastAPI's 422 items, without echoing the input (a body may hold an API key)."""
-    ordered = sorted(errors, key=lambda error: [str(part) for part in error.absolute_path])
+    # Where a value matched none of several shapes, the error of the shape it was closest to
+    # (jsonschema's best_match: the branch of the value's own type) says what to change.
+    found = [best_match([error]) if error.context else error for error in errors]
+    ordered = sorted(found, key=lambda error: [str(part) for part in error.absolute_path])
     return [
         {
             "type": f"schema_{error.validator}",
@@ -296,6 +299,19 @@ def _details(errors: Iterator[ValidationError], prefix: list[Any]) -> list[dict[
 
 
 def _message(error: ValidationError) -> str:
+    """What the rule says, and why when the schema tells (its ``description``)."""
+    text = _rule_message(error)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    # A property's own reason, not an object's (whose description is its model's docstring).
+    why = (
+        None
+        if error.validator in ("required", "additionalProperties")
+        else schema.get("description")
+    )
+    return f"{text}: {why}" if isinstance(why, str) and len(why) <= 200 else text
+
+
+def _rule_message(error: ValidationError) -> str:
     rule, value = str(error.validator), error.validator_value
     if rule == "type":
         return f"must be of type {_short(value)}"
