@@ -310,7 +310,6 @@ class TestCallerKilledOnRay:
         finally:
             if caller.poll() is None:
                 caller.kill()
-        in_flight = set(_in_flight(store.suite_rows(SUITE)[1:]))  # as the caller died
         try:
             forks = resume_suite(
                 store, SUITE, executor=RayExecutor(progress=False), lease=LEASE, timeout=WAIT
@@ -320,7 +319,11 @@ class TestCallerKilledOnRay:
             forks, errors = raised.forks, list(raised.exceptions)
         statuses = [result.status for result in forks.results]
         lost = {index for index, status in enumerate(statuses) if status == "lost"}
-        assert lost <= in_flight and {e.index for e in errors} == lost  # type: ignore[attr-defined]
+        # A task of the dead driver may still claim a branch before Ray ends it, after the
+        # rows were read: what is lost was claimed by a runner (an owner), never by none.
+        owners = {row.branch: row.owner for row in store.suite_rows(SUITE)[1:]}
+        assert all(owners[index] is not None for index in lost), owners
+        assert {e.index for e in errors} == lost  # type: ignore[attr-defined]
         assert all(status in ("finished", "lost") for status in statuses), statuses
         calls = _calls(slow_stub)
         assert all(count == 1 for count in calls.values()), calls  # nothing paid twice
