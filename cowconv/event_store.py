@@ -28,16 +28,14 @@ history), this log changes in place: ``append`` writes a file.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from typing import overload
 
 from cowconv._exceptions import (
-    EventIndexError,
     EventNotFoundError,
     InvalidTypeError,
     InvalidValueError,
 )
 from cowconv.core.events import ROOT_PARENT_ID, Event
+from cowconv.core.history import EventSequence
 from cowconv.io import FileStore
 
 __all__ = [
@@ -55,7 +53,7 @@ EVENT_FILE_PATTERN = "event-{idx:05d}-{event_id}.json"
 _EVENT_FILE = re.compile(r"^event-(?P<idx>\d{5,})-(?P<event_id>.+)\.json$")
 
 
-class FileEventLog(Sequence[Event]):
+class FileEventLog(EventSequence):
     """Events stored one file each in ``file_store`` under ``dir_path``; appends write a file.
 
     Reading validates an event from its file once and keeps it
@@ -101,29 +99,12 @@ class FileEventLog(Sequence[Event]):
     def __len__(self) -> int:
         return len(self._ids)
 
-    @overload
-    def __getitem__(self, index: int) -> Event: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Event]: ...
-
-    def __getitem__(self, index: int | slice) -> Event | list[Event]:
-        if isinstance(index, slice):
-            return [self[position] for position in range(*index.indices(len(self)))]
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise InvalidTypeError(f"event positions are ints, got {type(index).__name__}")
-        position = index + len(self) if index < 0 else index
-        if not 0 <= position < len(self):
-            raise EventIndexError(f"event position {index} out of range for {len(self)} events")
+    def _event_at(self, position: int) -> Event:
         cached = self._event_cache.get(position)
         if cached is None:
             cached = Event.model_validate_json(self.file_store.read(self._path(position)))
             self._event_cache[position] = cached
         return cached
-
-    def __iter__(self) -> Iterator[Event]:
-        for position in range(len(self)):
-            yield self[position]
 
     def __contains__(self, item: object) -> bool:
         """Whether the log has this event, or an event with this id (a ``str``)."""

@@ -46,7 +46,6 @@ from websockets.sync.client import connect as ws_connect
 from cowconv._exceptions import (
     ConversationConflictError,
     ConversationRunError,
-    EventIndexError,
     InvalidTypeError,
     InvalidValueError,
     LLMError,
@@ -73,7 +72,7 @@ from cowconv.core.events import (
     MessageEvent,
     TextContent,
 )
-from cowconv.core.history import EventLog
+from cowconv.core.history import EventLog, EventSequence
 from cowconv.core.ids import id_text
 from cowconv.core.llm import LLM
 from cowconv.core.state import (
@@ -721,7 +720,7 @@ class _Connection:
             self.client.close()
 
 
-class RemoteEvents(Sequence[Event]):
+class RemoteEvents(EventSequence):
     """Events ``start`` to ``start + count`` of a remote conversation, fetched when read.
 
     Pages of 100 events are fetched on first access and kept; histories only
@@ -748,18 +747,7 @@ class RemoteEvents(Sequence[Event]):
             self._pages[number] = page
         return page
 
-    @overload
-    def __getitem__(self, index: int) -> Event: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Event]: ...
-
-    def __getitem__(self, index: int | slice) -> Event | list[Event]:
-        if isinstance(index, slice):
-            return [self[position] for position in range(*index.indices(self._count))]
-        position = index + self._count if index < 0 else index
-        if not 0 <= position < self._count:
-            raise EventIndexError(f"event index {index} out of range for {self._count} events")
+    def _event_at(self, position: int) -> Event:
         return self._page(position // _PAGE)[position % _PAGE]
 
     def __iter__(self) -> Iterator[Event]:

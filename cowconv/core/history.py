@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from abc import abstractmethod
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, islice
@@ -75,7 +76,14 @@ from cowconv._exceptions import (
 )
 from cowconv.core.events import AnyEvent, Event
 
-__all__ = ["VECTOR_IMPLEMENTATION", "EventLog", "PrefixCache", "shared_prefix_length"]
+__all__ = [
+    "VECTOR_IMPLEMENTATION",
+    "EventLog",
+    "EventSequence",
+    "PrefixCache",
+    "event_position",
+    "shared_prefix_length",
+]
 
 VECTOR_IMPLEMENTATION = "C extension" if type(pvector()).__module__ == "pvectorc" else "pure Python"
 """Which pyrsistent vector holds the histories.
@@ -603,6 +611,68 @@ class EventLog(Sequence[Event]):
 
 
 _EMPTY = EventLog()
+
+
+def event_position(index: object, length: int) -> int:
+    """The position ``index`` names among ``length`` events (negative counts from the end).
+
+    The one check every position-indexed event view makes: an ``int`` (not a
+    ``bool``) in range, or a clear error.
+
+    >>> event_position(-1, 3)
+    2
+    >>> event_position(3, 3)
+    Traceback (most recent call last):
+    cowconv._exceptions.EventIndexError: event position 3 out of range for 3 events
+    """
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise InvalidTypeError(f"event positions are ints, got {type(index).__name__}")
+    position = index + length if index < 0 else index
+    if not 0 <= position < length:
+        raise EventIndexError(f"event position {index} out of range for {length} events")
+    return position
+
+
+class EventSequence(Sequence[Event]):
+    """A read-only sequence of events that a subclass reads one position at a time.
+
+    A subclass gives ``__len__`` and ``_event_at(position)`` (``0 <= position <
+    len(self)``, already checked); this class gives indexing with negative
+    positions and slices (a list) and iteration, the same for every view.
+
+    >>> from cowconv import MessageEvent
+    >>> class Repeat(EventSequence):
+    ...     def __init__(self, event: Event, times: int) -> None:
+    ...         self.event, self.times = event, times
+    ...     def __len__(self) -> int:
+    ...         return self.times
+    ...     def _event_at(self, position: int) -> Event:
+    ...         return self.event
+    >>> view = Repeat(MessageEvent(source="user", role="user", content="hi"), 3)
+    >>> view[-1].text, len(view[1:]), len(list(view))
+    ('hi', 2, 3)
+    """
+
+    __slots__ = ()
+
+    @abstractmethod
+    def _event_at(self, position: int) -> Event:
+        """The event at ``position``, which is in range."""
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Event]: ...
+
+    def __getitem__(self, index: int | slice) -> Event | list[Event]:
+        if isinstance(index, slice):
+            return [self._event_at(p) for p in range(*index.indices(len(self)))]
+        return self._event_at(event_position(index, len(self)))
+
+    def __iter__(self) -> Iterator[Event]:
+        for position in range(len(self)):
+            yield self._event_at(position)
 
 
 def shared_prefix_length(length: int, same_at: Callable[[int], bool]) -> int:

@@ -34,16 +34,15 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cowconv._exceptions import (
-    EventIndexError,
     EventNotFoundError,
     InvalidTypeError,
     InvalidValueError,
 )
 from cowconv.core.events import ROOT_PARENT_ID, Event
-from cowconv.core.history import EventLog
+from cowconv.core.history import EventLog, EventSequence
 
 if TYPE_CHECKING:
     from cowconv.core.state import ConversationState
@@ -255,7 +254,7 @@ def active_branch(state: ConversationState, limit: int | None = None) -> list[Ev
     return [events[position] for position in range(max(length - limit, 0), length)]
 
 
-class EventTree(Sequence[Event]):
+class EventTree(EventSequence):
     """Every event of a conversation tree once: what ``state.events`` is after a branch was left.
 
     OpenHands' SDK keeps the events of branches that ``navigate_to`` left in
@@ -317,20 +316,7 @@ class EventTree(Sequence[Event]):
     def __len__(self) -> int:
         return self._len
 
-    @overload
-    def __getitem__(self, index: int) -> Event: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[Event]: ...
-
-    def __getitem__(self, index: int | slice) -> Event | list[Event]:
-        if isinstance(index, slice):
-            return [self[position] for position in range(*index.indices(self._len))]
-        if isinstance(index, bool) or not isinstance(index, int):
-            raise InvalidTypeError(f"event positions are ints, got {type(index).__name__}")
-        position = index + self._len if index < 0 else index
-        if not 0 <= position < self._len:
-            raise EventIndexError(f"event position {index} out of range for {self._len} events")
+    def _event_at(self, position: int) -> Event:
         which = bisect_right(self._starts, position) - 1  # empty segments share a start
         return self._branches[which][self._skips[which] + position - self._starts[which]]
 
