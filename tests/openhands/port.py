@@ -632,7 +632,9 @@ def run(out: Path, python: str, pytest_args: Sequence[str] = ()) -> int:
     env = dict(os.environ)
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     env.setdefault("COWCONV_PRELOAD_LITELLM", "0")
-    env["PYTHONPATH"] = str(out)  # _ohport and the ported ``tests`` package
+    # _ohport and the ported ``tests`` package first, then the caller's path (a worktree's
+    # checkout of cowconv ahead of the installed one).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(out), os.environ.get("PYTHONPATH")]))
     command = [
         python,
         "-m",
