@@ -140,9 +140,7 @@ class TestMetaJson:
 
         async def first_life() -> uuid.UUID:
             async with ConversationService(conversations_dir=directory) as service:
-                info, _ = await service.start_conversation(
-                    request(tmp_path, stuck_detection=False)
-                )
+                info, _ = await service.start_conversation(request(tmp_path, stuck_detection=False))
                 assert isinstance(info.id, uuid.UUID)
                 assert info.id in (service._event_services or {})
                 written = meta(directory, info.id)
