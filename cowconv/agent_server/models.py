@@ -76,6 +76,7 @@ __all__ = [
     "NavigateRequest",
     "OpenHandsEventPage",
     "RunStarted",
+    "SERVER_FIELDS",
     "SendMessageRequest",
     "SentMessage",
     "SetConfirmationPolicyRequest",
