@@ -24,6 +24,7 @@ no such conversation, and the routes turn that into a 404.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -198,7 +199,9 @@ class ConversationService:
             state = await service.get_state()
         except ConversationNotFoundError:
             return None
-        return compose_conversation_info(service.stored, state)
+        # A started service reads its stored metadata off the registry: a worker thread's work.
+        stored = await self._call(functools.partial(_stored_of, service))
+        return compose_conversation_info(stored, state)
 
     async def get_conversation(self, conversation_id: ConversationID) -> ConversationInfo | None:
         """The conversation, or ``None``."""
@@ -244,7 +247,7 @@ class ConversationService:
             except ConversationNotFoundError:  # deleted meanwhile (by another server)
                 services.pop(key, None)
                 continue
-            stored = service.stored
+            stored = await self._call(functools.partial(_stored_of, service))
             records[key] = _Record(
                 key, stored.created_at, stored.updated_at, state.execution_status, (stored, state)
             )
@@ -457,6 +460,10 @@ class ConversationService:
             return conversation_info(self._registry.get(conversation_id))
 
         return await self._call(navigate)
+
+
+def _stored_of(service: EventService) -> StoredConversation:
+    return service.stored
 
 
 def _key(conversation_id: ConversationID) -> ConversationID:
