@@ -10,7 +10,8 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── EventNotFoundError (also ValueError and KeyError)
     ├── ConversationConflictError
     │   ├── ConversationExistsError (also ValueError)
-    │   └── ConversationRunningError (also RuntimeError)
+    │   ├── ConversationRunningError (also RuntimeError)
+    │   └── InactiveServiceError (also ValueError): the agent server's service is closed
     ├── EventIndexError (also IndexError)
     ├── FrozenInstanceError (also AttributeError)
     ├── InvalidTypeError (also TypeError)
@@ -76,6 +77,7 @@ __all__ = [
     "EventNotFoundError",
     "FileMissingError",
     "FrozenInstanceError",
+    "InactiveServiceError",
     "InvalidTypeError",
     "InvalidValueError",
     "LLMError",
@@ -179,6 +181,19 @@ class ConversationRunningError(ConversationConflictError, RuntimeError):
     >>> issubclass(ConversationRunningError, RuntimeError)
     True
     """
+
+
+class InactiveServiceError(ConversationConflictError, ValueError):
+    """The agent server's conversation service is closed (OpenHands' ``"inactive_service"``).
+
+    A ``ValueError`` as OpenHands' server raises; the server answers it with 409.
+
+    >>> str(InactiveServiceError())
+    'inactive_service: the conversation service is closed'
+    """
+
+    def __init__(self, message: str = "the conversation service is closed") -> None:
+        super().__init__(f"inactive_service: {message}")
 
 
 class EventIndexError(CowconvError, IndexError):

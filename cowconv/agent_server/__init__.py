@@ -28,6 +28,7 @@ except ImportError as error:  # pragma: no cover - depends on the install
 from cowconv._exceptions import (
     ConversationConflictError,
     EventNotFoundError,
+    InactiveServiceError,
     UnsafeExposureError,
 )
 from cowconv.agent_server.app import create_app
@@ -47,6 +48,7 @@ from cowconv.agent_server.models import (
     HealthResponse,
     SendMessageRequest,
     StateResponse,
+    StoredConversation,
     StreamStatus,
 )
 from cowconv.agent_server.registry import ConversationRegistry
@@ -76,8 +78,10 @@ __all__ = [
     "ForkRequest",
     "HealthResponse",
     "InProcessTransport",
+    "InactiveServiceError",
     "SendMessageRequest",
     "StateResponse",
+    "StoredConversation",
     "StreamStatus",
     "UnsafeExposureError",
     "create_app",

@@ -24,27 +24,44 @@ no such conversation, and the routes turn that into a 404.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from cowconv._exceptions import ConversationConflictError, ConversationNotFoundError
-from cowconv.agent_server.event_service import OPENHANDS_KEY, EventService, conversation_info
+from cowconv._exceptions import ConversationNotFoundError, InactiveServiceError
+from cowconv.agent_server.event_service import (
+    EventService,
+    compose_conversation_info,
+    conversation_dir,
+    conversation_info,
+    stored_conversation,
+)
 from cowconv.agent_server.models import (
+    SERVER_FIELDS,
     ConversationInfo,
     ConversationListPage,
     ConversationPage,
     ConversationSortOrder,
     StartConversationRequest,
+    StoredConversation,
     UpdateConversationRequest,
 )
 from cowconv.agent_server.registry import ConversationRegistry
+from cowconv.agent_server.utils import safe_rmtree
 from cowconv.backends.wire import mask_secrets, unsupported
-from cowconv.core.ids import ConversationID, id_text
+from cowconv.conversation import Conversation, check_conversation_id
+from cowconv.core.ids import ConversationID, id_text, public_id
+from cowconv.core.state import (
+    DEFAULT_MAX_ITERATION_PER_RUN,
+    ConversationState,
+    ExecutionStatus,
+)
 from cowconv.core.state import ConversationInfo as ConversationSummary
-from cowconv.core.state import ExecutionStatus
 from cowconv.stores import SQLiteStore, Store
 
 __all__ = ["ConversationService"]
@@ -53,9 +70,30 @@ _T = TypeVar("_T")
 _LIST_PAGE = 1000
 
 
+@dataclass(frozen=True)
+class _Record:
+    """One conversation a search sorts and filters: from the store's index, or (``live``) from
+    an event service whose conversation the store does not list."""
+
+    id: ConversationID
+    created_at: datetime
+    updated_at: datetime
+    execution_status: ExecutionStatus
+    live: tuple[StoredConversation, ConversationState] | None = None
+
+
 class ConversationService:
     """The conversations of ``registry`` (a new one over ``conversations_dir``, a SQLite store
     there, or in memory when neither is given), for the routes.
+
+    ``_event_services`` is OpenHands' live map: the :class:`EventService` of
+    every conversation this service has started, forked or served (``None``
+    once closed: then every method raises
+    :class:`~cowconv.InactiveServiceError`, a ``ValueError``). Searches and
+    counts read the store's index, and the map for a conversation the store
+    does not list. With ``conversations_dir`` each conversation's
+    :class:`~cowconv.agent_server.models.StoredConversation` is written to
+    ``<dir>/<id hex>/meta.json`` too, as OpenHands' server does.
 
     Use it as an async context manager, or call :meth:`close`, to close what
     it opened. ``conversation_worktree_root`` is OpenHands' argument, taken
@@ -75,15 +113,17 @@ class ConversationService:
     ) -> None:
         self._store: Store | None = None
         self._owns_registry = registry is None
+        self._conversations_dir: Path | None = None
+        if conversations_dir is not None:
+            self._conversations_dir = Path(conversations_dir).expanduser()
         if registry is None:
-            if conversations_dir is not None:
-                directory = Path(conversations_dir).expanduser()
-                directory.mkdir(parents=True, exist_ok=True)
-                self._store = SQLiteStore(directory)
+            if self._conversations_dir is not None:
+                self._conversations_dir.mkdir(parents=True, exist_ok=True)
+                self._store = SQLiteStore(self._conversations_dir)
             registry = ConversationRegistry(self._store)
         self._registry = registry
         self.conversation_worktree_root = conversation_worktree_root
-        self._closed = False
+        self._event_services: dict[ConversationID, EventService] | None = {}
 
     @property
     def registry(self) -> ConversationRegistry:
@@ -103,35 +143,71 @@ class ConversationService:
 
     async def close(self) -> None:
         """Pause running conversations and close what this service opened; afterwards every
-        method raises :class:`~cowconv.ConversationConflictError` (``inactive_service``)."""
-        self._closed = True
+        method raises :class:`~cowconv.InactiveServiceError` (``inactive_service``)."""
+        services = self._event_services
+        self._event_services = None
+        for service in (services or {}).values():
+            await service.close()
         if self._owns_registry:
             await asyncio.to_thread(self._registry.close)
         if self._store is not None:
             self._store.close()
 
+    def _services(self) -> dict[ConversationID, EventService]:
+        services = self._event_services
+        if services is None:
+            raise InactiveServiceError()
+        return services
+
     async def _call(self, work: Callable[[], _T]) -> _T:
-        if self._closed:
-            raise ConversationConflictError("inactive_service: the conversation service is closed")
+        self._services()
         return await asyncio.to_thread(work)
 
-    def _find(self, conversation_id: ConversationID) -> Any:
+    def _find(self, conversation_id: ConversationID) -> Conversation | None:
         try:
             return self._registry.get(conversation_id)
         except ConversationNotFoundError:
             return None
 
+    async def _serve(self, conversation: Conversation) -> EventService:
+        """The event service of a conversation the registry holds: the map's, or a new one."""
+        services = self._services()
+        key = _key(conversation.id)
+        service = services.get(key)
+        if service is None:
+            service = EventService(
+                await self._call(lambda: stored_conversation(conversation)),
+                self._conversations_dir,
+                registry=self._registry,
+            )
+            await service.start()
+            service = services.setdefault(key, service)
+        return service
+
     # -- one conversation --------------------------------------------------------
 
     async def get_event_service(self, conversation_id: ConversationID) -> EventService | None:
         """The :class:`EventService` of a conversation, or ``None`` if there is none."""
-        if await self._call(lambda: self._find(conversation_id)) is None:
+        service = self._services().get(_key(conversation_id))
+        if service is not None:
+            return service
+        conversation = await self._call(lambda: self._find(conversation_id))
+        return None if conversation is None else await self._serve(conversation)
+
+    async def _live_info(self, service: EventService) -> ConversationInfo | None:
+        try:
+            state = await service.get_state()
+        except ConversationNotFoundError:
             return None
-        # An EventService holds no state of its own (the registry does): one per call.
-        return EventService(self._registry, conversation_id)
+        # A started service reads its stored metadata off the registry: a worker thread's work.
+        stored = await self._call(functools.partial(_stored_of, service))
+        return compose_conversation_info(stored, state)
 
     async def get_conversation(self, conversation_id: ConversationID) -> ConversationInfo | None:
         """The conversation, or ``None``."""
+        service = self._services().get(_key(conversation_id))
+        if service is not None:
+            return await self._live_info(service)
 
         def read() -> ConversationInfo | None:
             conversation = self._find(conversation_id)
@@ -147,15 +223,40 @@ class ConversationService:
 
     # -- many conversations ------------------------------------------------------
 
-    def _summaries(self, status: ExecutionStatus | None) -> list[ConversationSummary]:
+    def _summaries(self) -> list[ConversationSummary]:
         found: list[ConversationSummary] = []
         offset = 0
         while True:
             page = self._registry.list(limit=_LIST_PAGE, offset=offset)
-            found.extend(info for info in page if status is None or info.execution_status == status)
+            found.extend(page)
             if len(page) < _LIST_PAGE:
                 return found
             offset += _LIST_PAGE
+
+    async def _records(self, status: ExecutionStatus | None) -> list[_Record]:
+        services = self._services()
+        records = {
+            _key(info.id): _Record(info.id, info.created_at, info.updated_at, info.execution_status)
+            for info in await self._call(self._summaries)
+        }
+        for key, service in list(services.items()):
+            if key in records:
+                continue
+            try:
+                state = await service.get_state()
+            except ConversationNotFoundError:  # deleted meanwhile (by another server)
+                services.pop(key, None)
+                continue
+            stored = await self._call(functools.partial(_stored_of, service))
+            records[key] = _Record(
+                key, stored.created_at, stored.updated_at, state.execution_status, (stored, state)
+            )
+        return [r for r in records.values() if status is None or r.execution_status == status]
+
+    async def _info(self, record: _Record) -> ConversationInfo | None:
+        if record.live is not None:
+            return compose_conversation_info(*record.live)
+        return await self.get_conversation(record.id)
 
     async def search_conversations(
         self,
@@ -166,24 +267,19 @@ class ConversationService:
     ) -> ConversationPage:
         """A page of conversations (``page_id``: the last page's ``next_page_id``; another value
         starts from the beginning, as OpenHands' server does)."""
-
-        def search() -> ConversationPage:
-            matching = self._summaries(execution_status)
-            order = ConversationSortOrder(sort_order)
-            matching.sort(key=lambda info: getattr(info, order.field), reverse=order.descending)
-            start = _page_start(page_id)
-            page = matching[start : start + limit]
-            found = [self._find(info.id) for info in page]
-            return ConversationPage(
-                items=[conversation_info(c) for c in found if c is not None],
-                next_page_id=str(start + limit) if start + limit < len(matching) else None,
-            )
-
-        return await self._call(search)
+        matching = await self._records(execution_status)
+        order = ConversationSortOrder(sort_order)
+        matching.sort(key=lambda record: getattr(record, order.field), reverse=order.descending)
+        start = _page_start(page_id)
+        found = [await self._info(record) for record in matching[start : start + limit]]
+        return ConversationPage(
+            items=[info for info in found if info is not None],
+            next_page_id=str(start + limit) if start + limit < len(matching) else None,
+        )
 
     async def count_conversations(self, execution_status: ExecutionStatus | None = None) -> int:
         """How many conversations there are (in ``execution_status``, if given)."""
-        return len(await self._call(lambda: self._summaries(execution_status)))
+        return len(await self._records(execution_status))
 
     async def list_conversations(
         self,
@@ -208,7 +304,13 @@ class ConversationService:
         self, request: StartConversationRequest
     ) -> tuple[ConversationInfo, bool]:
         """Create a conversation; ``(info, True)``, or ``(info, False)`` with the existing one,
-        unchanged, when the request's id is taken (OpenHands' idempotent start)."""
+        unchanged, when the request's id is taken (OpenHands' idempotent start).
+
+        The request becomes a :class:`~cowconv.agent_server.models.StoredConversation`
+        (its fields cowconv does not act on kept, secrets masked) and an
+        :class:`EventService` that creates the conversation with the agent.
+        """
+        services = self._services()
         message = request.initial_message
         if message is not None and message.role != "user":  # refused before anything is stored
             raise unsupported("initial_message.role", "only user messages can be sent")
@@ -216,29 +318,28 @@ class ConversationService:
             existing = await self.get_conversation(request.id)
             if existing is not None:
                 return existing, False
-        kept: dict[str, Any] = {}
-        if request.openhands_agent is not None:
-            kept["agent"] = request.openhands_agent
-        if request.kept:
-            kept["request"] = mask_secrets(request.kept)
-
-        def create() -> ConversationInfo:
-            # The kept JSON is part of the first snapshot: what cannot be stored refuses it.
-            conversation = self._registry.create(
-                request.agent,
-                request.workspace,
-                conversation_id=request.id,
-                tags=request.tags,
-                max_iteration_per_run=request.max_iteration_per_run,
-                agent_state={OPENHANDS_KEY: kept} if kept else None,
-            )
-            if message is not None:
-                conversation.send_message(message.message_text(), message.sender)
-                if message.run:
-                    self._registry.run(id_text(conversation.id))
-            return conversation_info(conversation)
-
-        return await self._call(create), True
+        kept = mask_secrets(request.kept)
+        stored = StoredConversation.model_validate(
+            {
+                **{key: value for key, value in kept.items() if key not in SERVER_FIELDS},
+                "id": check_conversation_id(request.id),
+                "workspace": request.workspace,
+                "initial_message": message,
+                "max_iterations": request.max_iteration_per_run or DEFAULT_MAX_ITERATION_PER_RUN,
+                "tags": request.tags or {},
+            }
+        )
+        service = EventService(
+            stored=stored,
+            conversations_dir=self._conversations_dir,
+            agent=request.agent,
+            registry=self._registry,
+            openhands_agent=request.openhands_agent,
+        )
+        await service.start()
+        services[_key(stored.id)] = service
+        state = await service.get_state()
+        return compose_conversation_info(service.stored, state), True
 
     async def update_conversation(
         self, conversation_id: ConversationID, request: UpdateConversationRequest
@@ -246,21 +347,28 @@ class ConversationService:
         """Set the title and tags (a ``None`` tag value removes the tag); ``False`` if there is
         no such conversation."""
 
-        def update() -> bool:
+        def update() -> Conversation | None:
             conversation = self._find(conversation_id)
             if conversation is None:
-                return False
+                return None
             if request.title is not None:
                 conversation.set_tag("title", request.title.strip() or request.title)
             for key, value in (request.tags or {}).items():
                 conversation.set_tag(key, value)
-            return True
+            return conversation
 
-        return await self._call(update)
+        conversation = await self._call(update)
+        if conversation is None:
+            return False
+        await (await self._serve(conversation)).save_meta()
+        return True
 
     async def delete_conversation(self, conversation_id: ConversationID) -> bool:
-        """Delete a conversation (:class:`~cowconv.ConversationConflictError` while it runs);
-        ``False`` if there is none. Its forks stay."""
+        """Delete a conversation and its ``meta.json`` directory
+        (:class:`~cowconv.ConversationConflictError` while it runs); ``False`` if there is
+        none. Its forks stay."""
+        services = self._services()
+        key = _key(conversation_id)
 
         def delete() -> bool:
             try:
@@ -269,7 +377,21 @@ class ConversationService:
                 return False
             return True
 
-        return await self._call(delete)
+        deleted = await self._call(delete)
+        service = services.pop(key, None)
+        if service is None and not deleted:
+            return False
+        directory = (
+            conversation_dir(self._conversations_dir, conversation_id)
+            if service is None
+            else service.conversation_dir
+        )
+        if service is not None:
+            await service.close()
+        await asyncio.to_thread(
+            safe_rmtree, directory, "conversation directory for " + str(conversation_id)
+        )
+        return True
 
     async def pause_conversation(self, conversation_id: ConversationID) -> bool:
         """Ask a running conversation to pause; ``False`` if there is none."""
@@ -301,14 +423,16 @@ class ConversationService:
 
         ``None`` for an unknown source;
         :class:`~cowconv.ConversationExistsError` (a ``ValueError``: "already
-        exists") for a taken ``fork_id``; :class:`~cowconv.EventNotFoundError`
-        (a ``ValueError``) for an unknown ``from_event_id``.
+        exists") for a taken ``fork_id``, even when that conversation is only
+        in the store (nothing of it is written); :class:`~cowconv.EventNotFoundError`
+        (a ``ValueError``) for an unknown ``from_event_id``. The fork's
+        ``meta.json`` is written, and it is served from the live map.
         """
 
-        def fork() -> ConversationInfo | None:
+        def fork() -> Conversation | None:
             if self._find(conversation_id) is None:
                 return None
-            forked = self._registry.fork(
+            return self._registry.fork(
                 id_text(conversation_id),
                 fork_id=None if fork_id is None else id_text(fork_id),
                 title=title,
@@ -316,9 +440,12 @@ class ConversationService:
                 reset_metrics=reset_metrics,
                 from_event_id=from_event_id,
             )
-            return conversation_info(forked)
 
-        return await self._call(fork)
+        forked = await self._call(fork)
+        if forked is None:
+            return None
+        service = await self._serve(forked)
+        return await self._live_info(service)
 
     async def navigate_conversation(
         self, conversation_id: ConversationID, *, event_id: str | None
@@ -333,6 +460,15 @@ class ConversationService:
             return conversation_info(self._registry.get(conversation_id))
 
         return await self._call(navigate)
+
+
+def _stored_of(service: EventService) -> StoredConversation:
+    return service.stored
+
+
+def _key(conversation_id: ConversationID) -> ConversationID:
+    """The key of a conversation in the live map: a UUID for a UUID's text too."""
+    return public_id(id_text(conversation_id))
 
 
 def _page_start(page_id: str | None) -> int:

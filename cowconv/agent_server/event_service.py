@@ -14,7 +14,8 @@ hands them out.
 >>> registry = ConversationRegistry()
 >>> agent, workspace = Agent(llm=LLM(model="openai/gpt-4o")), Workspace(working_dir=".")
 >>> conversation = registry.create(agent, workspace)
->>> service = EventService(registry, conversation.id)
+>>> service = EventService(stored_conversation(conversation), registry=registry)
+>>> asyncio.run(service.start())
 >>> message = Message(role="user", content=[TextContent(text="hi")])
 >>> sent = asyncio.run(service.send_message(message))
 >>> sent.event.text, sent.system_prompt_at
@@ -26,13 +27,23 @@ hands them out.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from cowconv._exceptions import ConversationConflictError, EventNotFoundError
+from cowconv._exceptions import (
+    ConversationConflictError,
+    EventNotFoundError,
+    InactiveServiceError,
+)
 from cowconv.agent_server.models import (
+    SERVER_FIELDS,
     BranchInfo,
     BranchList,
     ConversationInfo,
@@ -40,6 +51,7 @@ from cowconv.agent_server.models import (
     EventSortOrder,
     OpenHandsEventPage,
     StateResponse,
+    StoredConversation,
     StreamStatus,
 )
 from cowconv.agent_server.registry import ConversationRegistry
@@ -49,7 +61,7 @@ from cowconv.core.agent import Agent
 from cowconv.core.events import Event, MessageEvent, SystemPromptEvent
 from cowconv.core.frozen import thaw
 from cowconv.core.history import EventLog
-from cowconv.core.ids import ConversationID, id_text
+from cowconv.core.ids import ConversationID, id_text, public_id
 from cowconv.core.message import Message, TextContent
 from cowconv.core.state import ConversationInfo as ConversationSummary
 from cowconv.core.state import ConversationState, dump_state
@@ -59,8 +71,11 @@ __all__ = [
     "EventService",
     "RecordedMessage",
     "active_branch",
+    "compose_conversation_info",
+    "conversation_dir",
     "conversation_info",
     "matching_events",
+    "stored_conversation",
 ]
 
 OPENHANDS_KEY = "openhands"
@@ -70,31 +85,106 @@ not implement (the agent's JSON, secrets masked, and other request fields), to s
 _NEVER_CONFIRM = "NeverConfirm"
 
 
-def conversation_info(conversation: Conversation) -> ConversationInfo:
-    """The answer for a conversation: OpenHands' ``ConversationInfo`` and cowconv's summary."""
-    state = conversation.state
+def _kept(state: ConversationState) -> dict[str, Any]:
     kept = state.agent_state.get(OPENHANDS_KEY)
     kept = thaw(kept) if kept is not None else {}
-    if not isinstance(kept, dict):
-        kept = {}
+    return kept if isinstance(kept, dict) else {}
+
+
+def stored_conversation(conversation: Conversation) -> StoredConversation:
+    """What the server stores about ``conversation``, read off its snapshot: the start request's
+    fields kept with it, its id, workspace, title, tags, times and fork lineage.
+
+    >>> from cowconv import LLM, Agent
+    >>> conversation = ConversationRegistry().create(
+    ...     Agent(llm=LLM(model="openai/gpt-4o")), ".", conversation_id="c1", tags={"a": "b"})
+    >>> stored = stored_conversation(conversation)
+    >>> stored.id, stored.tags, stored.max_iterations
+    ('c1', {'a': 'b'}, 500)
+    """
+    state = conversation.state
+    request = _kept(state).get("request")
+    sent = request if isinstance(request, dict) else {}
+    return StoredConversation.model_validate(
+        {
+            **{key: value for key, value in sent.items() if key not in SERVER_FIELDS},
+            "id": state.id,
+            "workspace": state.workspace,
+            "max_iterations": conversation.max_iteration_per_run,
+            "tags": dict(state.tags),
+            "title": state.title,
+            "created_at": state.created_at,
+            "updated_at": state.updated_at,
+            "forked_from_conversation_id": state.forked_from_conversation_id,
+            "forked_from_event_id": state.forked_from_event_id,
+        }
+    )
+
+
+def compose_conversation_info(
+    stored: StoredConversation, state: ConversationState
+) -> ConversationInfo:
+    """The answer for a conversation: what the server stores about it and its snapshot
+    (OpenHands' ``_compose_conversation_info``). Title, tags, times and lineage are the
+    stored ones; the status, stats and agent the snapshot's (api keys masked).
+
+    >>> from cowconv import LLM, Agent, Workspace
+    >>> state = ConversationState(id="c1", agent=Agent(llm=LLM(model="m", api_key="sk-1")),
+    ...                           workspace=Workspace(working_dir="/tmp"))
+    >>> stored = StoredConversation(id="c1", workspace=state.workspace, title="T")
+    >>> info = compose_conversation_info(stored, state)
+    >>> info.title, info.agent["llm"]["api_key"], info.max_iterations
+    ('T', '**********', 500)
+    """
+    kept = _kept(state)
     ours = agent_to_openhands(state.agent.model_dump(mode="json"))
     sent: dict[str, Any] = kept["agent"] if isinstance(kept.get("agent"), dict) else {}
     agent = {**sent, **ours, "llm": {**sent.get("llm", {}), **ours["llm"]}}
     if "tools" in sent:  # as sent: tools cowconv lacks are kept (and not run)
         agent["tools"] = sent["tools"]
-    request: dict[str, Any] = kept["request"] if isinstance(kept.get("request"), dict) else {}
     summary = ConversationSummary.of(state)
     return ConversationInfo.model_validate(
         {
-            **request,
+            **mask_secrets(stored.kept),
             **{name: getattr(summary, name) for name in ConversationSummary.model_fields},
+            "title": stored.title,
+            "tags": stored.tags,
+            "created_at": stored.created_at,
+            "updated_at": stored.updated_at,
+            "forked_from_conversation_id": stored.forked_from_conversation_id,
+            "forked_from_event_id": stored.forked_from_event_id,
             "agent": mask_secrets(agent),
             "workspace": {"kind": "LocalWorkspace", "working_dir": state.workspace.working_dir},
-            "max_iterations": conversation.max_iteration_per_run,
+            "max_iterations": stored.max_iterations,
             "head_is_empty": state.head_is_empty,
             "agent_state": {k: v for k, v in thaw(state.agent_state).items() if k != OPENHANDS_KEY},
         }
     )
+
+
+def conversation_info(conversation: Conversation) -> ConversationInfo:
+    """The answer for a conversation: OpenHands' ``ConversationInfo`` and cowconv's summary."""
+    return compose_conversation_info(stored_conversation(conversation), conversation.state)
+
+
+def conversation_dir(
+    conversations_dir: str | os.PathLike[str] | None, conversation_id: ConversationID
+) -> Path | None:
+    """The directory of a conversation's ``meta.json`` under ``conversations_dir`` (OpenHands'
+    ``<dir>/<id hex>``; an id that is not a UUID is percent-encoded, dots too, so it is one
+    path component); ``None`` without a directory.
+
+    >>> conversation_dir("/data", "../x").name, conversation_dir(None, "c1")
+    ('%2E%2E%2Fx', None)
+    """
+    if conversations_dir is None:
+        return None
+    public = public_id(id_text(conversation_id))
+    if isinstance(public, uuid.UUID):
+        name = public.hex
+    else:
+        name = quote(public, safe="").replace(".", "%2E")
+    return Path(conversations_dir) / name
 
 
 def active_branch(state: ConversationState) -> EventLog:
@@ -188,32 +278,172 @@ def _page_start(page_id: str | None) -> int:
 
 
 class EventService:
-    """One conversation of ``registry``, for the routes (async).
+    """One conversation for the routes (async): OpenHands' ``EventService``.
+
+    ``stored`` is what the server stores about the conversation (its id
+    says which); :meth:`start` opens it in ``registry`` (a new in-memory
+    one if none is given): a new conversation with ``agent`` (and the
+    agent JSON kept as ``openhands_agent``), or, without an agent, the one
+    the registry holds. With ``conversations_dir``, :meth:`save_meta` writes
+    ``stored`` to ``<conversations_dir>/<id hex>/meta.json`` as OpenHands'
+    server does (:meth:`start` writes it once). Before :meth:`start`
+    (or after :meth:`close`) the methods raise
+    :class:`~cowconv.InactiveServiceError`.
 
     >>> import asyncio
     >>> from cowconv import LLM, Agent
     >>> registry = ConversationRegistry()
     >>> conversation = registry.create(Agent(llm=LLM(model="openai/gpt-4o")), ".")
-    >>> asyncio.run(EventService(registry, conversation.id).list_events()).total
+    >>> service = EventService(stored_conversation(conversation), registry=registry)
+    >>> asyncio.run(service.start())
+    >>> asyncio.run(service.list_events()).total
     0
     """
 
-    def __init__(self, registry: ConversationRegistry, conversation_id: ConversationID) -> None:
+    def __init__(
+        self,
+        stored: StoredConversation,
+        conversations_dir: str | os.PathLike[str] | None = None,
+        agent: Agent | None = None,
+        *,
+        registry: ConversationRegistry | None = None,
+        openhands_agent: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._stored = stored
+        self.conversations_dir = None if conversations_dir is None else Path(conversations_dir)
+        self.agent = agent
+        self._openhands_agent = None if openhands_agent is None else dict(openhands_agent)
         self._registry = registry
-        self._id = id_text(conversation_id)
+        self._started = False
+        # A conversation object handed in by assignment (OpenHands' code sets
+        # ``service._conversation``); a started service reads the registry's live one instead.
+        self._assigned: Any = None
 
     @property
     def conversation_id(self) -> str:
         """The conversation's id (its text)."""
-        return self._id
+        return id_text(self._stored.id)
 
-    def _conversation(self) -> Conversation:
-        return self._registry.get(self._id)
+    @property
+    def conversation_dir(self) -> Path | None:
+        """Where ``meta.json`` is written (``None`` without ``conversations_dir``)."""
+        return conversation_dir(self.conversations_dir, self._stored.id)
+
+    @property
+    def stored(self) -> StoredConversation:
+        """What the server stores about the conversation; title, tags, times and lineage are
+        read off the live conversation once started."""
+        conversation = self._conversation
+        if not isinstance(conversation, Conversation):
+            return self._stored
+        state = conversation.state
+        return self._stored.model_copy(
+            update={
+                "tags": dict(state.tags),
+                "title": state.title,
+                "created_at": state.created_at,
+                "updated_at": state.updated_at,
+                "forked_from_conversation_id": state.forked_from_conversation_id,
+                "forked_from_event_id": state.forked_from_event_id,
+                "max_iterations": conversation.max_iteration_per_run,
+            }
+        )
+
+    @stored.setter
+    def stored(self, stored: StoredConversation) -> None:
+        self._stored = stored
+
+    @property
+    def _conversation(self) -> Any:
+        """The conversation served: the registry's live one once started (``None`` once it is
+        gone), else one assigned (OpenHands' attribute)."""
+        if self._assigned is not None:
+            return self._assigned
+        if self._started and self._registry is not None:
+            return self._registry.find(self.conversation_id)
+        return None
+
+    @_conversation.setter
+    def _conversation(self, conversation: Any) -> None:
+        self._assigned = conversation
+
+    def _live(self) -> Conversation:
+        if self._assigned is not None:
+            assigned: Conversation = self._assigned
+            return assigned
+        return self._serving().get(self.conversation_id)
+
+    def _serving(self) -> ConversationRegistry:
+        """The registry of a started service (:class:`~cowconv.InactiveServiceError` before)."""
+        if not self._started or self._registry is None:
+            raise InactiveServiceError(f"conversation {self.conversation_id!r} is not started")
+        return self._registry
 
     def get_conversation(self) -> Conversation:
         """The live conversation (OpenHands' method of the same name); blocking, for
         in-process code. :class:`~cowconv.ConversationNotFoundError` once it is gone."""
-        return self._conversation()
+        return self._live()
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def _open(self) -> Conversation:
+        if self._registry is None:
+            self._registry = ConversationRegistry()
+        registry = self._registry
+        stored = self._stored
+        if self.agent is None:  # resume: the registry holds it (or raises not found)
+            return registry.get(stored.id)
+        kept: dict[str, Any] = {}
+        if self._openhands_agent:
+            kept["agent"] = self._openhands_agent
+        if stored.kept:
+            kept["request"] = mask_secrets(stored.kept)
+        # The kept JSON is part of the first snapshot: what cannot be stored refuses it.
+        conversation = registry.create(
+            self.agent,
+            stored.workspace,
+            conversation_id=self.conversation_id,
+            tags=stored.tags,
+            max_iteration_per_run=stored.max_iterations,
+            agent_state={OPENHANDS_KEY: kept} if kept else None,
+        )
+        message = stored.initial_message
+        if message is not None:
+            conversation.send_message(message.message_text(), message.sender)
+        return conversation
+
+    async def start(self) -> None:
+        """Open the conversation (create it with ``agent``, else resume it), record the
+        initial message and start its run if it asks, and write ``meta.json``."""
+        if self._started:
+            return
+        await self._call(self._open)
+        self._started = True
+        await self.save_meta()
+        message = self._stored.initial_message
+        if self.agent is not None and message is not None and message.run:
+            await self.run()
+
+    async def save_meta(self) -> None:
+        """Write :attr:`stored` to ``meta.json`` (nothing without ``conversations_dir``)."""
+        directory = self.conversation_dir
+        if directory is None:
+            return
+        stored = await self._call(lambda: self.stored)
+
+        def write() -> None:
+            directory.mkdir(parents=True, exist_ok=True)
+            meta = mask_secrets(stored.model_dump(mode="json"))
+            temporary = directory / "meta.json.tmp"
+            temporary.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            temporary.replace(directory / "meta.json")
+
+        await asyncio.to_thread(write)
+
+    async def close(self) -> None:
+        """Stop serving the conversation (the registry keeps it; nothing stored is removed)."""
+        self._started = False
+        self._assigned = None
 
     async def _call(self, work: Callable[[], Any]) -> Any:
         return await asyncio.to_thread(work)
@@ -222,12 +452,12 @@ class EventService:
 
     async def get_state(self) -> ConversationState:
         """The conversation's current snapshot."""
-        conversation: Conversation = await self._call(self._conversation)
+        conversation: Conversation = await self._call(self._live)
         return conversation.state
 
     async def get_info(self) -> ConversationInfo:
         """The conversation as :class:`~cowconv.agent_server.models.ConversationInfo`."""
-        info: ConversationInfo = await self._call(lambda: conversation_info(self._conversation()))
+        info: ConversationInfo = await self._call(lambda: conversation_info(self._live()))
         return info
 
     async def get_agent(self) -> Agent:
@@ -260,7 +490,7 @@ class EventService:
             start = events.index_of(after) + 1
         except KeyError:
             raise EventNotFoundError(
-                f"conversation {self._id!r} has no event with id {after!r}"
+                f"conversation {self.conversation_id!r} has no event with id {after!r}"
             ) from None
         return min(start + (offset or 0), len(events))
 
@@ -278,6 +508,15 @@ class EventService:
             return len(events)
         return self._start(events, offset, after)
 
+    async def _searched(self) -> Sequence[Event]:
+        """The events search and count look at: the active branch, or, for a conversation
+        object of OpenHands' shape assigned to ``_conversation``, its ``_state.events``."""
+        conversation: Any = await self._call(self._live)
+        if isinstance(conversation, Conversation):
+            return active_branch(conversation.state)
+        events: Sequence[Event] = conversation._state.events
+        return events
+
     async def search_events(
         self,
         page_id: str | None = None,
@@ -294,7 +533,7 @@ class EventService:
         Events are in history order (which is timestamp order); a naive time
         bound is the server's local time. ``next_page_id`` continues.
         """
-        events = active_branch(await self.get_state())
+        events = await self._searched()
         found = matching_events(events, kind, source, body, timestamp__gte, timestamp__lt)
         if sort_order == EventSortOrder.TIMESTAMP_DESC:
             found.reverse()
@@ -314,7 +553,7 @@ class EventService:
         timestamp__lt: datetime | None = None,
     ) -> int:
         """How many events match OpenHands' filters."""
-        events = active_branch(await self.get_state())
+        events = await self._searched()
         return len(matching_events(events, kind, source, body, timestamp__gte, timestamp__lt))
 
     async def get_event(self, event_id: str) -> dict[str, Any]:
@@ -322,7 +561,9 @@ class EventService:
         events = active_branch(await self.get_state())
         position = events.position_of(event_id)
         if position is None:
-            raise EventNotFoundError(f"conversation {self._id!r} has no event with id {event_id!r}")
+            raise EventNotFoundError(
+                f"conversation {self.conversation_id!r} has no event with id {event_id!r}"
+            )
         return event_to_openhands(events[position].model_dump(mode="json"))
 
     async def branches(self) -> BranchList:
@@ -349,13 +590,13 @@ class EventService:
             if branch.last is not None and branch.last.id == leaf_event_id:
                 return _page(branch, min(offset, len(branch)), limit)
         raise EventNotFoundError(
-            f"conversation {self._id!r} has no branch ending at event {leaf_event_id!r}"
+            f"conversation {self.conversation_id!r} has no branch ending at event {leaf_event_id!r}"
         )
 
     # -- changing ----------------------------------------------------------------
 
     def _record(self, text: str, sender: str | None) -> RecordedMessage:
-        conversation = self._conversation()
+        conversation = self._live()
         before = active_branch(conversation.state)
         event = conversation.send_message(text, sender)
         events = active_branch(conversation.state)
@@ -392,10 +633,11 @@ class EventService:
         already in the history)."""
 
         def append() -> Event:
-            conversation = self._conversation()
+            conversation = self._live()
             if active_branch(conversation.state).position_of(event.id) is not None:
                 raise ConversationConflictError(
-                    f"conversation {self._id!r} already has an event with id {event.id!r}"
+                    f"conversation {self.conversation_id!r} already has an event with id "
+                    f"{event.id!r}"
                 )
             return conversation.append_event(event)
 
@@ -406,7 +648,7 @@ class EventService:
         """Set tags; a ``None`` value removes the tag."""
 
         def change() -> ConversationSummary:
-            conversation = self._conversation()
+            conversation = self._live()
             for key, value in tags.items():
                 conversation.set_tag(key, value)
             return ConversationSummary.of(conversation.state)
@@ -418,7 +660,7 @@ class EventService:
         """Merge the given keys into the agent state."""
 
         def change() -> ConversationSummary:
-            conversation = self._conversation()
+            conversation = self._live()
             conversation.update_agent_state(dict(changes))
             return ConversationSummary.of(conversation.state)
 
@@ -429,7 +671,7 @@ class EventService:
         """Activate a knowledge skill (once)."""
 
         def change() -> ConversationSummary:
-            conversation = self._conversation()
+            conversation = self._live()
             conversation.activate_skill(name)
             return ConversationSummary.of(conversation.state)
 
@@ -459,23 +701,29 @@ class EventService:
 
         :class:`~cowconv.ConversationConflictError` if one is going.
         """
-        state: ConversationState = await self._call(lambda: self._registry.run(self._id))
+        state: ConversationState = await self._call(
+            lambda: self._serving().run(self.conversation_id)
+        )
         return state
 
     async def pause(self) -> ConversationState:
         """Ask a running conversation to pause after its current step."""
-        state: ConversationState = await self._call(lambda: self._registry.pause(self._id))
+        state: ConversationState = await self._call(
+            lambda: self._serving().pause(self.conversation_id)
+        )
         return state
 
     async def interrupt(self) -> ConversationState:
         """End a run now: kill its running command, run no further tool call, end paused."""
-        state: ConversationState = await self._call(lambda: self._registry.interrupt(self._id))
+        state: ConversationState = await self._call(
+            lambda: self._serving().interrupt(self.conversation_id)
+        )
         return state
 
     async def navigate(self, event_id: str | None) -> ConversationState:
         """Move the active branch to end at ``event_id`` (404 unknown, 409 while running)."""
         state: ConversationState = await self._call(
-            lambda: self._registry.navigate(self._id, event_id)
+            lambda: self._serving().navigate(self.conversation_id, event_id)
         )
         return state
 
@@ -488,7 +736,7 @@ class EventService:
         Ends when the conversation is deleted, the server closes, or
         (``until_idle``) no run is going.
         """
-        registry = self._registry
+        registry = self._serving()
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
 
@@ -498,18 +746,18 @@ class EventService:
             except RuntimeError:  # the loop has closed: the stream is gone anyway
                 pass
 
-        unsubscribe = registry.subscribe(self._id, wake)
+        unsubscribe = registry.subscribe(self.conversation_id, wake)
         try:
             cursor = start
             last_status: StreamStatus | None = None
             while True:
                 woken.clear()
-                conversation = registry.find(self._id)
+                conversation = registry.find(self.conversation_id)
                 if conversation is None or registry.closed:
                     return
                 # Read "running" before the snapshot: once a run is seen finished, every
                 # event it recorded is already in the snapshot read after it.
-                running = registry.is_running(self._id)
+                running = registry.is_running(self.conversation_id)
                 state = conversation.state
                 events = active_branch(state)
                 for position in range(cursor, len(events)):
@@ -529,5 +777,7 @@ class EventService:
 
     def current_info(self) -> ConversationInfo | None:
         """The conversation's info now, or ``None`` once it is gone (for the socket)."""
-        conversation = self._registry.find(self._id)
+        if not self._started or self._registry is None:
+            return None
+        conversation = self._registry.find(self.conversation_id)
         return None if conversation is None else conversation_info(conversation)

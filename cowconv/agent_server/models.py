@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -42,10 +43,12 @@ from cowconv.backends.wire import (
     unsupported,
 )
 from cowconv.core.agent import Agent
-from cowconv.core.events import AnyEvent, Event
+from cowconv.core.events import AnyEvent, Event, utc_now
 from cowconv.core.frozen import CheckedModel, check_text
+from cowconv.core.ids import ConversationIDField
 from cowconv.core.kinds import kind_names
 from cowconv.core.message import ImageContent, Message, TextContent
+from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
 from cowconv.core.state import ConversationInfo as ConversationSummary
 from cowconv.core.state import ExecutionStatus
 from cowconv.core.workspace import Workspace
@@ -73,11 +76,13 @@ __all__ = [
     "NavigateRequest",
     "OpenHandsEventPage",
     "RunStarted",
+    "SERVER_FIELDS",
     "SendMessageRequest",
     "SentMessage",
     "SetConfirmationPolicyRequest",
     "StartConversationRequest",
     "StateResponse",
+    "StoredConversation",
     "StreamStatus",
     "Success",
     "UpdateConversationRequest",
@@ -272,19 +277,27 @@ class StartConversationRequest(BaseModel):
     {'llm': {'stream': False}}
     """
 
-    # Built at once (see _Request); unknown fields are kept (model_extra), not refused.
-    model_config = ConfigDict(frozen=True, extra="allow", defer_build=False)
+    # Built at once (see _Request); unknown fields are kept (model_extra), not refused. Dumped
+    # with OpenHands' names (conversation_id, max_iterations), as StoredConversation reads them.
+    model_config = ConfigDict(
+        frozen=True, extra="allow", defer_build=False, serialize_by_alias=True
+    )
 
     # The schema says what the server takes: cowconv's Agent JSON or OpenHands' (below).
     agent: Annotated[Agent, _AgentOrOpenHandsAgent()]
     # The schema says what the server takes: a working_dir on the server, nothing else.
     workspace: Annotated[Workspace, WithJsonSchema(_SERVER_WORKSPACE_SCHEMA)]
     id: ConversationId | None = Field(
-        default=None, validation_alias=AliasChoices("conversation_id", "id")
+        default=None,
+        validation_alias=AliasChoices("conversation_id", "id"),
+        serialization_alias="conversation_id",
     )
     tags: dict[str, str] | None = None
     max_iteration_per_run: int | None = Field(
-        default=None, gt=0, validation_alias=AliasChoices("max_iterations", "max_iteration_per_run")
+        default=None,
+        gt=0,
+        validation_alias=AliasChoices("max_iterations", "max_iteration_per_run"),
+        serialization_alias="max_iterations",
     )
     initial_message: SendMessageRequest | None = None
     openhands_agent: dict[str, Any] | None = None
@@ -601,6 +614,89 @@ class ConversationInfo(ConversationSummary):
 
 ConversationResponse = ConversationInfo
 """cowconv's earlier name of :class:`ConversationInfo`."""
+
+
+SERVER_FIELDS = frozenset(
+    {"id", "title", "metrics", "created_at", "updated_at"}
+    | {"forked_from_conversation_id", "forked_from_event_id"}
+)
+"""The fields of a :class:`StoredConversation` the server sets, never taken from a request."""
+
+
+class StoredConversation(BaseModel):
+    """What the server stores about a conversation beside its snapshot (OpenHands' ``meta.json``).
+
+    The start request's settings without the agent (the agent and the
+    history are the conversation's snapshot, in cowconv's store), plus the
+    server's fields: id, title, times, fork lineage. A request's fields
+    cowconv does not act on are kept as sent (``model_extra``) and shown
+    again in :class:`ConversationInfo`. An
+    :class:`~cowconv.agent_server.event_service.EventService` serves one
+    conversation by its ``stored``; a server over a directory writes it to
+    ``<dir>/<id hex>/meta.json``.
+
+    >>> stored = StoredConversation(id="c1", workspace={"working_dir": "/tmp"},
+    ...                             stuck_detection=False)
+    >>> stored.max_iterations, stored.secrets, stored.confirmation_policy.kind, stored.model_extra
+    (500, {}, 'NeverConfirm', {'stuck_detection': False})
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow", defer_build=True)
+
+    id: ConversationIDField
+    workspace: Workspace
+    confirmation_policy: ConfirmationPolicyBase = Field(default_factory=NeverConfirm)
+    initial_message: SendMessageRequest | None = None
+    max_iterations: int = Field(default=500, gt=0)
+    secrets: dict[str, Any] = Field(
+        default_factory=dict,
+        description="OpenHands' conversation secrets: cowconv injects none, so this is empty",
+    )
+    tags: dict[str, str] = Field(default_factory=dict)
+    title: str | None = None
+    metrics: dict[str, Any] | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
+    forked_from_conversation_id: ConversationIDField | None = None
+    forked_from_event_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_openhands(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        # A start request's JSON (OpenHands' names): its id and iteration bound are ours.
+        if data.get("id") is None and data.get("conversation_id") is not None:
+            data["id"] = data["conversation_id"]
+        data.pop("conversation_id", None)
+        if data.get("max_iterations") is None:
+            data.pop("max_iterations", None)
+        if data.get("tags") is None:
+            data.pop("tags", None)
+        workspace = data.get("workspace")
+        if isinstance(workspace, dict) and "kind" in workspace:
+            data["workspace"] = {k: v for k, v in workspace.items() if k != "kind"}
+        return data
+
+    @field_validator("confirmation_policy")
+    @classmethod
+    def _never_confirm(cls, policy: ConfirmationPolicyBase) -> ConfirmationPolicyBase:
+        if not isinstance(policy, NeverConfirm):
+            raise unsupported("confirmation_policy", "cowconv has no confirmation mode")
+        return policy
+
+    @field_validator("secrets")
+    @classmethod
+    def _no_secrets(cls, secrets: dict[str, Any]) -> dict[str, Any]:
+        if secrets:
+            raise unsupported("secrets", "cowconv does not inject or mask conversation secrets")
+        return secrets
+
+    @property
+    def kept(self) -> dict[str, Any]:
+        """The request's fields cowconv does not act on, as sent."""
+        return dict(self.model_extra or {})
 
 
 class AppendEventRequest(RootModel[AnyEvent]):

@@ -42,6 +42,7 @@ from cowconv.core.frozen import (
 )
 from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationIDField
+from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
 from cowconv.core.tree import EventTree, active_branch, branches, events_of, head_is_empty
 from cowconv.core.usage import Metrics, TokenUsage, Usage
 from cowconv.core.view import View, view_of
@@ -266,9 +267,26 @@ class ConversationState(CheckedModel):
     @model_validator(mode="before")
     @classmethod
     def _events_as_branch(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "confirmation_policy" in data:
+            data = dict(data)
+            _never_confirm(data.pop("confirmation_policy"))
         if isinstance(data, Mapping) and "events" in data:
             return _with_branch(dict(data))
         return data
+
+    @property
+    def confirmation_policy(self) -> ConfirmationPolicyBase:
+        """Always :class:`~cowconv.NeverConfirm`: cowconv has no confirmation mode (OpenHands'
+        SDK's field; the constructor takes ``confirmation_policy=NeverConfirm()`` and refuses
+        another policy).
+
+        >>> from cowconv import LLM, Agent, NeverConfirm, Workspace
+        >>> ConversationState(id="c1", agent=Agent(llm=LLM(model="m")),
+        ...     workspace=Workspace(working_dir="."), confirmation_policy=NeverConfirm()
+        ...     ).confirmation_policy.kind
+        'NeverConfirm'
+        """
+        return NeverConfirm()
 
     @property
     def events(self) -> EventLog | EventTree:
@@ -455,6 +473,17 @@ class ConversationState(CheckedModel):
         if "events" in changes:
             changes = _with_branch(changes)
         return self.model_copy(update=changes)
+
+
+def _never_confirm(policy: Any) -> None:
+    """Refuse a confirmation policy other than ``NeverConfirm`` (cowconv never asks to confirm)."""
+    if isinstance(policy, Mapping):
+        policy = ConfirmationPolicyBase.model_validate(dict(policy))
+    if not isinstance(policy, NeverConfirm):
+        raise InvalidValueError(
+            f"confirmation_policy: cowconv has no confirmation mode, only NeverConfirm is taken "
+            f"(got {policy!r})"
+        )
 
 
 def _with_branch(changes: dict[str, Any]) -> dict[str, Any]:
