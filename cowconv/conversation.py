@@ -23,6 +23,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Self, overload
@@ -501,6 +502,28 @@ class Conversation:
             raise InvalidValueError(f"skill name must be a non-empty string, got {name!r}")
         self._backend.commit(ActivateSkill(name))
 
+    def switch_llm(self, llm: LLM) -> None:
+        """Run the agent with ``llm`` from now on (OpenHands' SDK's ``switch_llm``).
+
+        The agent is kept, with ``llm`` in place of its LLM, and stored as
+        any change (a resumed conversation runs with it). In this process
+        only; an agent server's conversation refuses it, as in OpenHands' SDK.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.switch_llm(LLM(model="anthropic/claude-sonnet-4-5", usage_id="alt"))
+        >>> conversation.state.agent.llm.model, conversation.agent.llm.usage_id
+        ('anthropic/claude-sonnet-4-5', 'alt')
+        """
+        if not isinstance(llm, LLM):
+            raise InvalidTypeError(f"llm must be a cowconv.LLM, got {type(llm).__name__}")
+        if not isinstance(self._backend, LocalBackend):
+            raise NotImplementedError(
+                "switch_llm is for a conversation in this process: on an agent server, "
+                "fork(agent=...) with the new LLM"
+            )
+        self._backend.commit(_SwitchLLM(llm))
+
     def navigate_to(self, event_id: str | None) -> None:
         """Move the active branch to end at ``event_id`` (``None``: empty), in O(b log n).
 
@@ -706,6 +729,18 @@ class Conversation:
     def _on_event(self, event: Event) -> None:
         # OpenHands' private event pipeline (stamp, persist, notify): append_event does all three.
         self.append_event(event)
+
+
+@dataclass(frozen=True)
+class _SwitchLLM:
+    """The change of :meth:`Conversation.switch_llm`: the same agent with ``llm``."""
+
+    llm: LLM
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        if state.agent.llm is self.llm:
+            return state
+        return state._replace(agent=state.agent.model_copy(update={"llm": self.llm}))
 
 
 class _LiveState:

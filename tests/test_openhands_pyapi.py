@@ -1,0 +1,177 @@
+"""OpenHands' SDK's Python API on cowconv: TestLLM, switch_llm, what issue 20 needed."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cowconv import (
+    LLM,
+    Agent,
+    AgentErrorEvent,
+    Conversation,
+    EventNotFoundError,
+    Message,
+    MessageToolCall,
+    Tool,
+)
+from cowconv.testing import ScriptedResponse, TestLLM, TestLLMExhaustedError
+
+
+def answer(text: str) -> Message:
+    return Message(role="assistant", content=text)
+
+
+class TestTestLLM:
+    @given(texts=st.lists(st.text(max_size=20), max_size=5))
+    def test_answers_the_script_in_order_then_is_exhausted(self, texts):
+        """Each call takes the next scripted message; one call more raises, naming the count."""
+        llm = TestLLM.from_messages([answer(text) for text in texts])
+        got = [llm.completion([]).content for _ in texts]
+        assert got == texts
+        assert (llm.call_count, llm.remaining_responses) == (len(texts), 0)
+        with pytest.raises(TestLLMExhaustedError, match=f"after {len(texts)} calls"):
+            llm.completion([])
+
+    def test_scripted_exception_is_raised_and_counted(self):
+        """An exception in the script is raised by its call, and the script goes on."""
+        llm = TestLLM.from_messages([RuntimeError("boom"), answer("after")])
+        with pytest.raises(RuntimeError, match="boom"):
+            llm.completion([])
+        assert llm.completion([]).content == "after"
+        assert llm.call_count == 2
+
+    def test_tool_calls_become_the_response_tool_calls(self):
+        """A scripted message's tool calls are the answer's, with the message kept."""
+        call = MessageToolCall(id="c1", name="terminal", arguments='{"command": "ls"}')
+        message = Message(role="assistant", content="", tool_calls=[call])
+        response = TestLLM.from_messages([message]).completion([])
+        assert isinstance(response, ScriptedResponse)
+        assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [
+            ("c1", "terminal", '{"command": "ls"}')
+        ]
+        assert response.message is message
+        assert (response.cost, response.prompt_tokens) == (0.0, 0)
+
+    def test_drives_a_run_with_a_real_tool(self, tmp_path):
+        """A run takes its LLM steps from the script: a terminal call, its output, an answer."""
+        call = MessageToolCall(
+            id="c1", name="terminal", arguments='{"command": "echo scripted-output"}'
+        )
+        llm = TestLLM.from_messages(
+            [Message(role="assistant", content="", tool_calls=[call]), answer("Done.")]
+        )
+        agent = Agent(llm=llm, tools=[Tool(name="terminal")])
+        conversation = Conversation(agent=agent, workspace=tmp_path)
+        conversation.send_message("Echo something.")
+        conversation.run()
+        state = conversation.state
+        kinds = [event.kind for event in state.events]
+        assert kinds == [
+            "SystemPromptEvent",
+            "MessageEvent",
+            "ActionEvent",
+            "ObservationEvent",
+            "MessageEvent",
+        ]
+        assert "scripted-output" in state.events[3].output
+        assert state.events[-1].text == "Done."
+        assert state.execution_status.value == "finished"
+        assert llm.remaining_responses == 0
+
+    def test_an_exhausted_script_ends_the_run_in_error(self, tmp_path):
+        """Past the script, a run ends ``error`` with the reason recorded, as a failed LLM call."""
+        conversation = Conversation(agent=Agent(llm=TestLLM()), workspace=tmp_path)
+        conversation.send_message("Anyone there?")
+        conversation.run()
+        state = conversation.state
+        assert state.execution_status.value == "error"
+        assert isinstance(state.events[-1], AgentErrorEvent)
+        assert "no more scripted responses" in state.events[-1].error
+
+    def test_copies_share_the_script(self):
+        """``with_metrics`` and ``model_copy`` copies answer from the same script."""
+        llm = TestLLM.from_messages([answer("one"), answer("two")])
+        copy = llm.model_copy()
+        assert copy.completion([]).content == "one"
+        assert llm.completion([]).content == "two"
+        assert llm.call_count == copy.call_count == 2
+
+    def test_stored_as_an_llm_of_the_same_settings(self, tmp_path):
+        """A stored conversation keeps the TestLLM's settings; it resumes with a plain LLM."""
+        llm = TestLLM.from_messages([answer("kept")], usage_id="scripted", model="openai/gpt-4o")
+        conversation = Conversation(
+            agent=Agent(llm=llm), workspace=tmp_path, persistence_dir=tmp_path
+        )
+        conversation.send_message("hi")
+        resumed = Conversation.resume(tmp_path, conversation.id)
+        assert type(resumed.state.agent.llm) is LLM
+        assert resumed.state.agent.llm == llm
+        assert (resumed.state.agent.llm.model, resumed.state.agent.llm.usage_id) == (
+            "openai/gpt-4o",
+            "scripted",
+        )
+
+
+class TestSwitchLLM:
+    def test_the_next_run_uses_the_new_llm(self, tmp_path):
+        """After switch_llm, the agent's steps are answered by the given LLM."""
+        first = TestLLM.from_messages([answer("from the first")])
+        second = TestLLM.from_messages([answer("from the second")], usage_id="second")
+        conversation = Conversation(agent=Agent(llm=first), workspace=tmp_path)
+        conversation.send_message("one")
+        conversation.run()
+        conversation.switch_llm(second)
+        conversation.send_message("two")
+        conversation.run()
+        assert [e.text for e in conversation.state.events if e.kind == "MessageEvent"] == [
+            "one",
+            "from the first",
+            "two",
+            "from the second",
+        ]
+        assert conversation.agent.llm.usage_id == "second"
+        assert (first.call_count, second.call_count) == (1, 1)
+
+    def test_is_stored(self, tmp_path):
+        """A resumed conversation runs with the LLM it was switched to."""
+        conversation = Conversation(
+            agent=Agent(llm=LLM(model="openai/gpt-4o")),
+            workspace=tmp_path,
+            persistence_dir=tmp_path,
+        )
+        conversation.switch_llm(LLM(model="anthropic/claude-sonnet-4-5", usage_id="alt"))
+        resumed = Conversation.resume(tmp_path, conversation.id)
+        assert resumed.state.agent.llm.usage_id == "alt"
+
+    def test_a_fork_keeps_the_source_llm(self, tmp_path):
+        """Switching the source's LLM after a fork leaves the fork's agent as it was."""
+        source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=tmp_path)
+        fork = source.fork()
+        source.switch_llm(LLM(model="openai/gpt-4o-mini", usage_id="cheap"))
+        assert fork.state.agent.llm.model == "openai/gpt-4o"
+
+    def test_refuses_what_is_not_an_llm(self, tmp_path):
+        """switch_llm takes a cowconv LLM."""
+        conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=tmp_path)
+        with pytest.raises(TypeError):
+            conversation.switch_llm("openai/gpt-4o")  # type: ignore[arg-type]
+
+
+class TestToolConcurrencyLimit:
+    def test_accepted_and_kept_at_least_one(self):
+        """Agent(tool_concurrency_limit=n) keeps n; below 1 is refused."""
+        assert Agent(llm=LLM(model="m"), tool_concurrency_limit=4).tool_concurrency_limit == 4
+        with pytest.raises(ValueError):
+            Agent(llm=LLM(model="m"), tool_concurrency_limit=0)
+
+
+class TestUnknownEventMessages:
+    def test_navigate_and_fork_name_the_argument(self, tmp_path):
+        """An unknown id names ``event_id`` (navigate_to) or ``from_event_id`` (fork)."""
+        conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=tmp_path)
+        with pytest.raises(EventNotFoundError, match="event_id 'nope'"):
+            conversation.navigate_to("nope")
+        with pytest.raises(EventNotFoundError, match="from_event_id 'nope'"):
+            conversation.fork(from_event_id="nope")
