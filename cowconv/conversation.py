@@ -398,6 +398,40 @@ class Conversation:
         """The workspace the agent's tools act in."""
         return self.state.workspace
 
+    @property
+    def persistence_dir(self) -> str | None:
+        """The directory for this conversation's own files, as OpenHands' SDK names it.
+
+        For a conversation stored with ``persistence_dir=base`` (or in any
+        :class:`~cowconv.SQLiteStore` file), ``base/<id hex>`` (the id's
+        text if it is not a UUID), as in OpenHands' SDK, so a fork's is a
+        sibling of its source's; ``None`` otherwise. cowconv keeps the events
+        and state themselves in ``base/cowconv.db``; the directory is for
+        files code writes beside them, and is made by whoever writes there.
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> base = tempfile.mkdtemp()
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> stored = Conversation(agent=agent, workspace=base, persistence_dir=base)
+        >>> Path(stored.persistence_dir) == Path(base) / stored.id.hex
+        True
+        >>> Conversation(agent=agent, workspace=base).persistence_dir is None
+        True
+        """
+        backend = self._backend
+        if not isinstance(backend, LocalBackend) or not isinstance(
+            backend.sink, stores.SQLiteStore
+        ):
+            return None
+        database = backend.sink.path
+        if str(database) == ":memory:":
+            return None
+        conversation_id = self.id
+        name = conversation_id.hex if isinstance(conversation_id, uuid.UUID) else conversation_id
+        return str(database.parent / name)
+
     def __repr__(self) -> str:
         state = self.state
         return (
@@ -760,6 +794,11 @@ class _LiveState:
     def append_event(self, event: Event) -> None:
         """Record ``event`` on the conversation (:meth:`Conversation.append_event`)."""
         self._conversation.append_event(event)
+
+    @property
+    def persistence_dir(self) -> str | None:
+        """:attr:`Conversation.persistence_dir`."""
+        return self._conversation.persistence_dir
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conversation.state, name)

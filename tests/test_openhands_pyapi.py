@@ -14,6 +14,7 @@ from cowconv import (
     EventNotFoundError,
     Message,
     MessageToolCall,
+    SQLiteStore,
     Tool,
 )
 from cowconv.testing import ScriptedResponse, TestLLM, TestLLMExhaustedError
@@ -175,3 +176,30 @@ class TestUnknownEventMessages:
             conversation.navigate_to("nope")
         with pytest.raises(EventNotFoundError, match="from_event_id 'nope'"):
             conversation.fork(from_event_id="nope")
+
+
+class TestPersistenceDir:
+    def test_a_fork_dir_is_a_sibling_named_for_its_id(self, tmp_path):
+        """``base/<id hex>`` for the source and its fork alike (never nested, never doubled)."""
+        agent = Agent(llm=LLM(model="m"))
+        source = Conversation(agent=agent, workspace=tmp_path, persistence_dir=tmp_path)
+        fork = source.fork()
+        assert source.persistence_dir == str(tmp_path / source.id.hex)
+        assert fork.persistence_dir == str(tmp_path / fork.id.hex)
+        assert source.state.persistence_dir == source.persistence_dir
+
+    def test_a_string_id_names_its_dir(self, tmp_path):
+        """An id that is not a UUID names the directory as it is."""
+        agent = Agent(llm=LLM(model="m"))
+        conversation = Conversation(
+            agent=agent, workspace=tmp_path, persistence_dir=tmp_path, conversation_id="my-run"
+        )
+        assert conversation.persistence_dir == str(tmp_path / "my-run")
+
+    def test_none_without_a_directory(self, tmp_path):
+        """In memory, or in an in-memory store, there is no directory."""
+        agent = Agent(llm=LLM(model="m"))
+        assert Conversation(agent=agent, workspace=tmp_path).persistence_dir is None
+        in_memory = Conversation(agent=agent, workspace=tmp_path, store=SQLiteStore(":memory:"))
+        assert in_memory.persistence_dir is None
+        assert in_memory.state.persistence_dir is None

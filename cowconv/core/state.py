@@ -367,6 +367,28 @@ class ConversationState(CheckedModel):
             )
         hand_over(event)
 
+    @property
+    def persistence_dir(self) -> str | None:
+        """The directory for the conversation's own files (OpenHands' SDK's name).
+
+        Read from the conversation this snapshot came from
+        (:attr:`~cowconv.Conversation.persistence_dir`); ``None`` for a
+        conversation kept in memory or elsewhere, and for a snapshot no
+        conversation holds.
+
+        >>> import tempfile
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> base = tempfile.mkdtemp()
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> stored = Conversation(agent=agent, workspace=base, persistence_dir=base)
+        >>> free = ConversationState(id="c1", agent=agent, workspace=stored.workspace)
+        >>> stored.state.persistence_dir == stored.persistence_dir, free.persistence_dir
+        (True, None)
+        """
+        find = getattr(self.branch, "persistence_dir_of_conversation", None)
+        directory = None if find is None else find()
+        return None if directory is None else str(directory)
+
     def _resolve_active_leaf(self) -> str | None:
         # OpenHands' private name, for code written against it: the leaf is stored there and
         # derived here (documented in docs/migration.md).
