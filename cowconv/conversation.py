@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -48,7 +48,7 @@ from cowconv.core.ids import ConversationID, id_text, new_uuid, public_id
 from cowconv.core.llm import LLM, LLMMetrics
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import recorded
-from cowconv.core.usage import Usage
+from cowconv.core.usage import Metrics, Usage
 from cowconv.core.workspace import RemoteWorkspace, Workspace
 from cowconv.guards import guarded
 from cowconv.ports import Backend, EventCallback, ForkSpec, StateSink
@@ -800,6 +800,11 @@ class _LiveState:
         """:attr:`Conversation.persistence_dir`."""
         return self._conversation.persistence_dir
 
+    @property
+    def stats(self) -> _LiveStats:
+        """The conversation's stats; ``usage_to_metrics[usage_id] = metrics`` records an account."""
+        return _LiveStats(self._conversation)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conversation.state, name)
 
@@ -821,6 +826,71 @@ class _LiveState:
                 "agent state only grows (conversation.update_agent_state merges)"
             )
         self._conversation.update_agent_state(value)
+
+
+class _LiveStats:
+    """What ``conversation._state.stats`` gives: the current stats, whose accounts can be set."""
+
+    __slots__ = ("_conversation",)
+
+    def __init__(self, conversation: Conversation) -> None:
+        self._conversation = conversation
+
+    @property
+    def usage_to_metrics(self) -> _LiveAccounts:
+        """The accounts per LLM ``usage_id``; setting one records it on the conversation."""
+        return _LiveAccounts(self._conversation)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conversation.state.stats, name)
+
+
+class _LiveAccounts(Mapping[str, Usage]):
+    """``conversation._state.stats.usage_to_metrics``: reads the current accounts; an
+    assignment records the account (its value then: a later change to the Metrics object
+    given is not seen, stats being values)."""
+
+    __slots__ = ("_conversation",)
+
+    def __init__(self, conversation: Conversation) -> None:
+        self._conversation = conversation
+
+    def _accounts(self) -> Mapping[str, Usage]:
+        return self._conversation.state.stats.by_usage_id
+
+    def __getitem__(self, usage_id: str) -> Usage:
+        return self._accounts()[usage_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._accounts())
+
+    def __len__(self) -> int:
+        return len(self._accounts())
+
+    def __setitem__(self, usage_id: str, account: Usage | Metrics) -> None:
+        if not isinstance(account, Usage | Metrics):
+            raise InvalidTypeError(
+                f"usage_to_metrics[{usage_id!r}] must be a Metrics or a Usage, "
+                f"got {type(account).__name__}"
+            )
+        usage = account.usage if isinstance(account, Metrics) else account
+        self._conversation._backend.commit(_SetAccount(usage_id, usage))
+
+    def __delitem__(self, usage_id: str) -> None:
+        raise InvalidTypeError(
+            "stats accounts are recorded, not removed: fork(reset_metrics=True) starts at zero"
+        )
+
+
+@dataclass(frozen=True)
+class _SetAccount:
+    """The change of ``conversation._state.stats.usage_to_metrics[usage_id] = account``."""
+
+    usage_id: str
+    account: Usage
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        return state._replace(stats=state.stats.with_account(self.usage_id, self.account))
 
 
 class _BackgroundRun:

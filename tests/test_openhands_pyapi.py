@@ -14,8 +14,10 @@ from cowconv import (
     EventNotFoundError,
     Message,
     MessageToolCall,
+    Metrics,
     SQLiteStore,
     Tool,
+    Usage,
 )
 from cowconv.testing import ScriptedResponse, TestLLM, TestLLMExhaustedError
 
@@ -203,3 +205,50 @@ class TestPersistenceDir:
         in_memory = Conversation(agent=agent, workspace=tmp_path, store=SQLiteStore(":memory:"))
         assert in_memory.persistence_dir is None
         assert in_memory.state.persistence_dir is None
+
+
+class TestLiveStatsAccounts:
+    @given(
+        writes=st.lists(
+            st.tuples(
+                st.sampled_from(["agent", "condenser", "judge"]),
+                st.floats(min_value=0, max_value=100, allow_nan=False),
+            ),
+            max_size=6,
+        )
+    )
+    def test_assignments_replace_accounts_and_totals_follow(self, writes):
+        """``_state.stats.usage_to_metrics[id] = m`` works as a dict: the last write per id
+        is the account, and the totals are the sum of the accounts."""
+        conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=".")
+        model: dict[str, float] = {}
+        for usage_id, cost in writes:
+            metrics = Metrics()
+            metrics.accumulated_cost = cost
+            conversation._state.stats.usage_to_metrics[usage_id] = metrics
+            model[usage_id] = cost
+        stats = conversation.state.stats
+        assert {k: v.accumulated_cost for k, v in stats.by_usage_id.items()} == model
+        assert stats.accumulated_cost == pytest.approx(sum(model.values()))
+        assert dict(conversation._state.stats.usage_to_metrics) == dict(stats.by_usage_id)
+
+    def test_snapshots_taken_before_stay_as_they_were(self, tmp_path):
+        """A write through ``_state`` changes the conversation, never a snapshot held."""
+        conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=tmp_path)
+        before = conversation.state
+        conversation._state.stats.usage_to_metrics["agent"] = Usage(accumulated_cost=1.5)
+        assert before.stats.accumulated_cost == 0.0
+        assert conversation.state.stats.accumulated_cost == 1.5
+        with pytest.raises(TypeError):
+            conversation.state.stats.usage_to_metrics["agent"] = Usage()  # type: ignore[index]
+
+    def test_a_fork_keeps_them_only_when_asked(self, tmp_path):
+        """fork(reset_metrics=False) carries the accounts; the default fork starts at zero."""
+        conversation = Conversation(
+            agent=Agent(llm=LLM(model="m")), workspace=tmp_path, persistence_dir=tmp_path
+        )
+        conversation._state.stats.usage_to_metrics["agent"] = Usage(accumulated_cost=1.5)
+        assert conversation.fork(reset_metrics=False).state.stats.accumulated_cost == 1.5
+        assert conversation.fork().state.stats.accumulated_cost == 0.0
+        resumed = Conversation.resume(tmp_path, conversation.id)
+        assert resumed.state.stats.by_usage_id["agent"].accumulated_cost == 1.5
