@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -327,3 +330,14 @@ class TestEventsAppendAsGiven:
         conversation.state.events.append(event)
         with pytest.raises(ValueError, match="already"):
             conversation.state.events.append(event)
+
+
+class TestTestLLMCopies:
+    def test_deep_copies_and_pickles_answer_on_their_own(self):
+        """copy.deepcopy and pickle give a TestLLM whose script goes on independently."""
+        llm = TestLLM.from_messages([answer("one"), answer("two")])
+        assert llm.completion([]).content == "one"
+        for twin in (copy.deepcopy(llm), pickle.loads(pickle.dumps(llm))):
+            assert twin.call_count == 1 and twin.completion([]).content == "two"
+            assert twin.remaining_responses == 0
+        assert llm.remaining_responses == 1
