@@ -42,12 +42,20 @@ from cowconv.core.changes import (
     SetTag,
     UpdateAgentState,
 )
-from cowconv.core.events import ConversationStateUpdateEvent, Event, Message, MessageEvent
+from cowconv.core.events import (
+    ROOT_PARENT_ID,
+    ConversationErrorEvent,
+    ConversationStateUpdateEvent,
+    Event,
+    Message,
+    MessageEvent,
+)
 from cowconv.core.frozen import check_text, freeze
+from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationID, id_text, new_uuid, public_id
 from cowconv.core.llm import LLM, LLMMetrics
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
-from cowconv.core.tree import recorded
+from cowconv.core.tree import history_to, recorded
 from cowconv.core.usage import Metrics, Usage
 from cowconv.core.workspace import RemoteWorkspace, Workspace
 from cowconv.guards import guarded
@@ -352,8 +360,10 @@ class Conversation:
 
         OpenHands' SDK idioms that would change it in place do not get lost:
         ``state.events.append(event)`` records the event on this
-        conversation, and writes to ``state.tags`` or ``state.agent_state``
-        raise ``TypeError`` naming the method to call.
+        conversation (as given: OpenHands' raw log append, which stamps no
+        ``parent_id``; :meth:`append_event` stamps it), and writes to
+        ``state.tags`` or ``state.agent_state`` raise ``TypeError`` naming
+        the method to call.
         """
         state = self._backend.snapshot()
         view = self._view
@@ -467,6 +477,16 @@ class Conversation:
             raise InvalidTypeError(f"expected an Event, got {type(event).__name__}")
         self._backend.commit(AppendEvent(event))
         return recorded(self._backend.snapshot(), event)
+
+    def _append_as_given(self, event: Event) -> None:
+        # OpenHands' raw log append (`state.events.append`): see _AppendAsGiven. An agent server
+        # records what it is sent with its own append (stamped).
+        if not isinstance(event, Event):
+            raise InvalidTypeError(f"expected an Event, got {type(event).__name__}")
+        if isinstance(self._backend, LocalBackend):
+            self._backend.commit(_AppendAsGiven(event))
+        else:
+            self.append_event(event)
 
     def send_message(self, message: str | Message, sender: str | None = None) -> MessageEvent:
         """Record a user message and return its event (as recorded, with its ``parent_id``).
@@ -775,6 +795,47 @@ class _SwitchLLM:
         if state.agent.llm is self.llm:
             return state
         return state._replace(agent=state.agent.model_copy(update={"llm": self.llm}))
+
+
+# What OpenHands' SDK writes to a conversation's log that is no node of its tree: an
+# agent server's state update, or the error of an interrupted start. Never the leaf.
+_NOT_TREE_NODES = (ConversationStateUpdateEvent, ConversationErrorEvent)
+
+
+@dataclass(frozen=True)
+class _AppendAsGiven:
+    """OpenHands' SDK's raw log append, ``state.events.append(event)``: ``event`` as given.
+
+    Nothing is stamped and the leaf is not moved to it, as in OpenHands'
+    SDK, where only the conversation's own append does both:
+
+    * an event without ``parent_id`` (as written before OpenHands' SDK had
+      a tree), or naming the last event of the active branch, ends the
+      active branch; without ``parent_id`` it is a "legacy" event, a child
+      of the event before it, so ``state.leaf_event_id`` reads ``None``
+      until the next stamped event, as OpenHands' SDK's unset leaf;
+    * a state update or conversation error, or an event naming another
+      parent, starts a branch of its own beside the active one (OpenHands'
+      SDK's active branch never ends at such an event it did not append
+      itself), so the next event still follows the active branch.
+    """
+
+    event: Event
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        event = self.event
+        if any(b.position_of(event.id) is not None for b in (state.branch, *state.other_branches)):
+            raise InvalidValueError(f"event id {event.id!r} is already in this conversation")
+        parent, last = event.parent_id, state.branch.last_id
+        if isinstance(event, _NOT_TREE_NODES):
+            base = state.branch if parent is None else history_to(state, parent)
+        elif parent is None or parent == last:
+            return state._replace(branch=state.branch.append(event))
+        elif parent == ROOT_PARENT_ID:
+            base = EventLog()
+        else:
+            base = history_to(state, parent)
+        return state._replace(other_branches=(*state.other_branches, base.append(event)))
 
 
 class _LiveState:

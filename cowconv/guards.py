@@ -5,8 +5,9 @@ an immutable snapshot, so OpenHands' SDK's in-place idioms would build a new val
 and drop it. None of them is silently lost here:
 
 * ``conversation.state.events.append(event)`` (and ``extend``) records the
-  event on the conversation, as in OpenHands' SDK, and returns the conversation's
-  new history; the snapshot itself still never changes;
+  event on the conversation as given (not stamped, the leaf not moved: OpenHands'
+  SDK's raw log append), and returns the conversation's new history; the
+  snapshot itself still never changes;
 * ``state.tags[key] = value``, ``state.agent_state[key] = value``, ``del``,
   ``update``, ``pop``, ``clear``, ``setdefault`` raise ``TypeError`` naming
   the conversation method that does it;
@@ -82,9 +83,14 @@ class ConversationEvents(EventLog):
         return conversation
 
     def append(self, event: Event) -> EventLog:
-        """Record ``event`` on the conversation (``append_event``); its new active branch."""
+        """Record ``event`` on the conversation as given, as OpenHands' SDK's log append does.
+
+        Not stamped with a ``parent_id``, and the leaf not moved to it
+        (``conversation.append_event`` does both); returns the conversation's
+        new active branch.
+        """
         conversation = self._conversation()
-        conversation.append_event(event)
+        conversation._append_as_given(event)
         return conversation.state.branch
 
     record_on_conversation = append  # what the tree of conversation.state.events appends with
@@ -109,7 +115,7 @@ class ConversationEvents(EventLog):
         """Record ``events`` on the conversation, in order; its new active branch."""
         conversation = self._conversation()
         for event in events:
-            conversation.append_event(event)
+            conversation._append_as_given(event)
         return conversation.state.branch
 
 

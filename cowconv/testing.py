@@ -679,6 +679,16 @@ class _Script:
         self.calls = 0
         self.lock = threading.Lock()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (a branch worker) or deep-copied: an independent script where this one stands.
+        return (_Script._restored, (list(self.answers), self.calls))
+
+    @staticmethod
+    def _restored(answers: list[Message | BaseException], calls: int) -> _Script:
+        script = _Script(answers)
+        script.calls = calls
+        return script
+
 
 class TestLLM(LLM):
     """An LLM that answers from a script, offline: OpenHands' SDK's ``TestLLM``.

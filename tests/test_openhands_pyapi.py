@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,10 +14,14 @@ from cowconv import (
     Agent,
     AgentErrorEvent,
     Conversation,
+    ConversationErrorEvent,
+    ConversationStateUpdateEvent,
     EventNotFoundError,
     Message,
+    MessageEvent,
     MessageToolCall,
     Metrics,
+    PauseEvent,
     SQLiteStore,
     Tool,
     Usage,
@@ -252,3 +259,85 @@ class TestLiveStatsAccounts:
         assert conversation.fork().state.stats.accumulated_cost == 0.0
         resumed = Conversation.resume(tmp_path, conversation.id)
         assert resumed.state.stats.by_usage_id["agent"].accumulated_cost == 1.5
+
+
+def _legacy(text: str) -> MessageEvent:
+    return MessageEvent(source="user", role="user", content=text)
+
+
+class TestEventsAppendAsGiven:
+    def test_nothing_is_stamped_and_the_leaf_reads_unset(self, tmp_path):
+        """``state.events.append`` records events as given; a history of them has no set leaf
+        (OpenHands' legacy shape), is all one active branch, and resumes so."""
+        conversation = Conversation(
+            agent=Agent(llm=LLM(model="m")), workspace=tmp_path, persistence_dir=tmp_path
+        )
+        legacy = [_legacy(f"legacy-{i}") for i in range(3)]
+        for event in legacy:
+            conversation.state.events.append(event)
+        resumed = Conversation.resume(tmp_path, conversation.id)
+        for state in (conversation.state, resumed.state):
+            assert [e.parent_id for e in state.events] == [None, None, None]
+            assert state.leaf_event_id is None
+            assert state._resolve_active_leaf() == legacy[-1].id
+            assert [e.id for e in state.view.events] == [e.id for e in legacy]
+
+    def test_the_next_stamped_event_continues_the_history(self, tmp_path):
+        """After appends as given, append_event chains onto the last of them and sets the leaf."""
+        conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=tmp_path)
+        legacy = [_legacy("a"), _legacy("b")]
+        conversation.state.events.extend(legacy)
+        new = conversation.append_event(_legacy("c"))
+        assert new.parent_id == legacy[-1].id
+        assert conversation.state.leaf_event_id == new.id
+        assert [e.id for e in conversation.state.events.path_to_root(new.id)] == [
+            *(e.id for e in legacy),
+            new.id,
+        ]
+
+    @given(
+        tail=st.lists(st.sampled_from(["state-update", "error", "pause"]), min_size=1, max_size=4)
+    )
+    def test_a_tail_of_non_tree_events_never_orphans_the_history(self, tail):
+        """State updates and conversation errors appended onto the history stay off the active
+        branch; whatever the tail, the next event keeps every earlier real event reachable."""
+        conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=".")
+        legacy = [_legacy(f"l{i}") for i in range(3)]
+        conversation.state.events.extend(legacy)
+        real = [e.id for e in legacy]
+        for kind in tail:
+            parent = legacy[-1].id
+            if kind == "state-update":
+                event = ConversationStateUpdateEvent(parent_id=parent, key="k", value="v")
+            elif kind == "error":
+                event = ConversationErrorEvent(
+                    source="environment", parent_id=parent, code="E", detail="d"
+                )
+            else:
+                event = PauseEvent(parent_id=conversation.state.branch.last_id)
+                real.append(event.id)
+            conversation.state.events.append(event)
+        new = conversation.append_event(_legacy("after"))
+        reachable = [e.id for e in conversation.state.events.path_to_root(new.id)]
+        assert reachable == [*real, new.id]
+        held = {e.id for e in conversation.state.events}
+        assert held >= set(real) and len(held) == len(legacy) + len(tail) + 1
+
+    def test_an_id_already_held_is_refused(self, tmp_path):
+        """Appending an event whose id the conversation holds is a ValueError."""
+        conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=tmp_path)
+        event = _legacy("a")
+        conversation.state.events.append(event)
+        with pytest.raises(ValueError, match="already"):
+            conversation.state.events.append(event)
+
+
+class TestTestLLMCopies:
+    def test_deep_copies_and_pickles_answer_on_their_own(self):
+        """copy.deepcopy and pickle give a TestLLM whose script goes on independently."""
+        llm = TestLLM.from_messages([answer("one"), answer("two")])
+        assert llm.completion([]).content == "one"
+        for twin in (copy.deepcopy(llm), pickle.loads(pickle.dumps(llm))):
+            assert twin.call_count == 1 and twin.completion([]).content == "two"
+            assert twin.remaining_responses == 0
+        assert llm.remaining_responses == 1

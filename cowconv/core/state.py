@@ -342,8 +342,30 @@ class ConversationState(CheckedModel):
 
         ``Conversation.navigate_to`` moves it back; the next event extends the
         branch from there. (OpenHands' SDK's name.)
+
+        ``None`` too when that event has no ``parent_id`` though events come
+        before it: a history written before OpenHands' SDK had a tree (or
+        with ``state.events.append``), whose leaf OpenHands' SDK never set.
+        The branch is all the same the whole history (:meth:`_resolve_active_leaf`
+        is its last event), and the next event follows it.
+
+        >>> from cowconv import LLM, Agent, Conversation, MessageEvent
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> for text in ("one", "two"):
+        ...     _ = conversation.state.events.append(MessageEvent(role="user", content=text))
+        >>> state = conversation.state
+        >>> state.leaf_event_id, state._resolve_active_leaf() == state.branch[-1].id
+        (None, True)
+        >>> new = conversation.append_event(MessageEvent(role="user", content="three"))
+        >>> conversation.state.leaf_event_id == new.id, new.parent_id == state.branch[-1].id
+        (True, True)
         """
-        return self.branch.last_id
+        branch = self.branch
+        if len(branch) > 1:
+            last = branch.last
+            if last is not None and last.parent_id is None:
+                return None
+        return branch.last_id
 
     @property
     def head_is_empty(self) -> bool:
@@ -431,8 +453,9 @@ class ConversationState(CheckedModel):
 
     def _resolve_active_leaf(self) -> str | None:
         # OpenHands' private name, for code written against it: the leaf is stored there and
-        # derived here (documented in docs/migration.md).
-        return self.leaf_event_id
+        # derived here (documented in docs/migration.md); a history without parent ids
+        # resolves to its last event, as OpenHands' SDK resolves an unset leaf.
+        return self.branch.last_id
 
     @staticmethod
     def get_unmatched_actions(events: Iterable[Event]) -> list[ActionEvent]:
