@@ -139,7 +139,7 @@ class EventNotFoundError(CowconvError, ValueError, KeyError):
     ...     conversation.navigate_to("nope")
     ... except ValueError as error:
     ...     print(error)
-    no branch of conversation ... has an event with id 'nope'
+    unknown event_id 'nope': no branch of conversation ... has it
     """
 
     def __str__(self) -> str:

@@ -22,7 +22,8 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Self, overload
@@ -47,7 +48,7 @@ from cowconv.core.ids import ConversationID, id_text, new_uuid, public_id
 from cowconv.core.llm import LLM, LLMMetrics
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import recorded
-from cowconv.core.usage import Usage
+from cowconv.core.usage import Metrics, Usage
 from cowconv.core.workspace import RemoteWorkspace, Workspace
 from cowconv.guards import guarded
 from cowconv.ports import Backend, EventCallback, ForkSpec, StateSink
@@ -397,6 +398,40 @@ class Conversation:
         """The workspace the agent's tools act in."""
         return self.state.workspace
 
+    @property
+    def persistence_dir(self) -> str | None:
+        """The directory for this conversation's own files, as OpenHands' SDK names it.
+
+        For a conversation stored with ``persistence_dir=base`` (or in any
+        :class:`~cowconv.SQLiteStore` file), ``base/<id hex>`` (the id's
+        text if it is not a UUID), as in OpenHands' SDK, so a fork's is a
+        sibling of its source's; ``None`` otherwise. cowconv keeps the events
+        and state themselves in ``base/cowconv.db``; the directory is for
+        files code writes beside them, and is made by whoever writes there.
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> base = tempfile.mkdtemp()
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> stored = Conversation(agent=agent, workspace=base, persistence_dir=base)
+        >>> Path(stored.persistence_dir) == Path(base) / stored.id.hex
+        True
+        >>> Conversation(agent=agent, workspace=base).persistence_dir is None
+        True
+        """
+        backend = self._backend
+        if not isinstance(backend, LocalBackend) or not isinstance(
+            backend.sink, stores.SQLiteStore
+        ):
+            return None
+        database = backend.sink.path
+        if str(database) == ":memory:":
+            return None
+        conversation_id = self.id
+        name = conversation_id.hex if isinstance(conversation_id, uuid.UUID) else conversation_id
+        return str(database.parent / name)
+
     def __repr__(self) -> str:
         state = self.state
         return (
@@ -500,6 +535,28 @@ class Conversation:
         if not isinstance(name, str) or not name:
             raise InvalidValueError(f"skill name must be a non-empty string, got {name!r}")
         self._backend.commit(ActivateSkill(name))
+
+    def switch_llm(self, llm: LLM) -> None:
+        """Run the agent with ``llm`` from now on (OpenHands' SDK's ``switch_llm``).
+
+        The agent is kept, with ``llm`` in place of its LLM, and stored as
+        any change (a resumed conversation runs with it). In this process
+        only; an agent server's conversation refuses it, as in OpenHands' SDK.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.switch_llm(LLM(model="anthropic/claude-sonnet-4-5", usage_id="alt"))
+        >>> conversation.state.agent.llm.model, conversation.agent.llm.usage_id
+        ('anthropic/claude-sonnet-4-5', 'alt')
+        """
+        if not isinstance(llm, LLM):
+            raise InvalidTypeError(f"llm must be a cowconv.LLM, got {type(llm).__name__}")
+        if not isinstance(self._backend, LocalBackend):
+            raise NotImplementedError(
+                "switch_llm is for a conversation in this process: on an agent server, "
+                "fork(agent=...) with the new LLM"
+            )
+        self._backend.commit(_SwitchLLM(llm))
 
     def navigate_to(self, event_id: str | None) -> None:
         """Move the active branch to end at ``event_id`` (``None``: empty), in O(b log n).
@@ -708,6 +765,18 @@ class Conversation:
         self.append_event(event)
 
 
+@dataclass(frozen=True)
+class _SwitchLLM:
+    """The change of :meth:`Conversation.switch_llm`: the same agent with ``llm``."""
+
+    llm: LLM
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        if state.agent.llm is self.llm:
+            return state
+        return state._replace(agent=state.agent.model_copy(update={"llm": self.llm}))
+
+
 class _LiveState:
     """What ``conversation._state`` gives: OpenHands' live state's calls, on the conversation."""
 
@@ -725,6 +794,16 @@ class _LiveState:
     def append_event(self, event: Event) -> None:
         """Record ``event`` on the conversation (:meth:`Conversation.append_event`)."""
         self._conversation.append_event(event)
+
+    @property
+    def persistence_dir(self) -> str | None:
+        """:attr:`Conversation.persistence_dir`."""
+        return self._conversation.persistence_dir
+
+    @property
+    def stats(self) -> _LiveStats:
+        """The conversation's stats; ``usage_to_metrics[usage_id] = metrics`` records an account."""
+        return _LiveStats(self._conversation)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conversation.state, name)
@@ -747,6 +826,71 @@ class _LiveState:
                 "agent state only grows (conversation.update_agent_state merges)"
             )
         self._conversation.update_agent_state(value)
+
+
+class _LiveStats:
+    """What ``conversation._state.stats`` gives: the current stats, whose accounts can be set."""
+
+    __slots__ = ("_conversation",)
+
+    def __init__(self, conversation: Conversation) -> None:
+        self._conversation = conversation
+
+    @property
+    def usage_to_metrics(self) -> _LiveAccounts:
+        """The accounts per LLM ``usage_id``; setting one records it on the conversation."""
+        return _LiveAccounts(self._conversation)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conversation.state.stats, name)
+
+
+class _LiveAccounts(Mapping[str, Usage]):
+    """``conversation._state.stats.usage_to_metrics``: reads the current accounts; an
+    assignment records the account (its value then: a later change to the Metrics object
+    given is not seen, stats being values)."""
+
+    __slots__ = ("_conversation",)
+
+    def __init__(self, conversation: Conversation) -> None:
+        self._conversation = conversation
+
+    def _accounts(self) -> Mapping[str, Usage]:
+        return self._conversation.state.stats.by_usage_id
+
+    def __getitem__(self, usage_id: str) -> Usage:
+        return self._accounts()[usage_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._accounts())
+
+    def __len__(self) -> int:
+        return len(self._accounts())
+
+    def __setitem__(self, usage_id: str, account: Usage | Metrics) -> None:
+        if not isinstance(account, Usage | Metrics):
+            raise InvalidTypeError(
+                f"usage_to_metrics[{usage_id!r}] must be a Metrics or a Usage, "
+                f"got {type(account).__name__}"
+            )
+        usage = account.usage if isinstance(account, Metrics) else account
+        self._conversation._backend.commit(_SetAccount(usage_id, usage))
+
+    def __delitem__(self, usage_id: str) -> None:
+        raise InvalidTypeError(
+            "stats accounts are recorded, not removed: fork(reset_metrics=True) starts at zero"
+        )
+
+
+@dataclass(frozen=True)
+class _SetAccount:
+    """The change of ``conversation._state.stats.usage_to_metrics[usage_id] = account``."""
+
+    usage_id: str
+    account: Usage
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        return state._replace(stats=state.stats.with_account(self.usage_id, self.account))
 
 
 class _BackgroundRun:

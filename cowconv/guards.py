@@ -100,6 +100,11 @@ class ConversationEvents(EventLog):
             )
         keep(update)
 
+    def persistence_dir_of_conversation(self) -> str | None:
+        """The conversation's ``persistence_dir`` (``state.persistence_dir``)."""
+        directory: str | None = self._conversation().persistence_dir
+        return directory
+
     def extend(self, events: Iterable[Event]) -> EventLog:
         """Record ``events`` on the conversation, in order; its new active branch."""
         conversation = self._conversation()

@@ -25,7 +25,7 @@ import tempfile
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from cowconv._exceptions import FileMissingError, InvalidValueError, StoreLockedError
@@ -79,9 +79,27 @@ class FileStore(ABC):
         """``path`` as an absolute path (of the disk, or of the store's own namespace)."""
 
     @abstractmethod
-    @contextmanager
-    def lock(self, path: str, timeout: float = 30.0) -> Iterator[None]:
+    def lock(self, path: str, timeout: float = 30.0) -> AbstractContextManager[None]:
         """Hold the lock named ``path`` for the ``with`` block."""
+
+
+class _PathLocks:
+    """Re-entrant locks of this process by path, made on first use (both stores' ``lock``)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._held: dict[str, threading.RLock] = {}
+
+    @contextmanager
+    def hold(self, path: str, timeout: float) -> Iterator[None]:
+        with self._guard:
+            held = self._held.setdefault(_clean(path), threading.RLock())
+        if not held.acquire(timeout=timeout):
+            raise StoreLockedError(f"could not lock {path!r} within {timeout} s")
+        try:
+            yield
+        finally:
+            held.release()
 
 
 class InMemoryFileStore(FileStore):
@@ -95,7 +113,7 @@ class InMemoryFileStore(FileStore):
     def __init__(self, files: dict[str, str] | None = None) -> None:
         self.files: dict[str, str] = {_clean(path): text for path, text in (files or {}).items()}
         self._guard = threading.Lock()
-        self._locks: dict[str, threading.RLock] = {}
+        self._locks = _PathLocks()
 
     def write(self, path: str, contents: str | bytes) -> None:
         text = contents.decode("utf-8") if isinstance(contents, bytes) else contents
@@ -132,16 +150,8 @@ class InMemoryFileStore(FileStore):
     def get_absolute_path(self, path: str) -> str:
         return f"/{_clean(path)}"
 
-    @contextmanager
-    def lock(self, path: str, timeout: float = 30.0) -> Iterator[None]:
-        with self._guard:
-            held = self._locks.setdefault(_clean(path), threading.RLock())
-        if not held.acquire(timeout=timeout):
-            raise StoreLockedError(f"could not lock {path!r} within {timeout} s")
-        try:
-            yield
-        finally:
-            held.release()
+    def lock(self, path: str, timeout: float = 30.0) -> AbstractContextManager[None]:
+        return self._locks.hold(path, timeout)
 
 
 class LocalFileStore(FileStore):
@@ -158,8 +168,7 @@ class LocalFileStore(FileStore):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).expanduser().resolve()
         self.root.mkdir(parents=True, exist_ok=True)
-        self._locks: dict[str, threading.RLock] = {}
-        self._guard = threading.Lock()
+        self._locks = _PathLocks()
 
     def _full(self, path: str) -> Path:
         return self.root / _clean(path)
@@ -207,13 +216,5 @@ class LocalFileStore(FileStore):
     def get_absolute_path(self, path: str) -> str:
         return str(self._full(path))
 
-    @contextmanager
-    def lock(self, path: str, timeout: float = 30.0) -> Iterator[None]:
-        with self._guard:
-            held = self._locks.setdefault(_clean(path), threading.RLock())
-        if not held.acquire(timeout=timeout):
-            raise StoreLockedError(f"could not lock {path!r} within {timeout} s")
-        try:
-            yield
-        finally:
-            held.release()
+    def lock(self, path: str, timeout: float = 30.0) -> AbstractContextManager[None]:
+        return self._locks.hold(path, timeout)

@@ -29,11 +29,16 @@ variables set: ``python -m cowconv.testing -- python examples/....py``.
 
 :class:`PostgresServer` is a throwaway PostgreSQL server for tests of code
 that keeps conversations in PostgreSQL: private, on a free port, gone on exit.
+
+:class:`TestLLM` (OpenHands' SDK's ``openhands.sdk.testing.TestLLM``) needs
+no server at all: an :class:`~cowconv.LLM` that answers from a script of
+:class:`~cowconv.Message` values, in this process.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import hashlib
 import json
@@ -50,10 +55,23 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from cowconv._exceptions import InvalidTypeError, InvalidValueError, ServiceError
-from cowconv._postgres_server import PostgresServer
+from pydantic import PrivateAttr
 
-__all__ = ["PostgresServer", "StubLLMServer", "StubReply", "StubRequest", "default_brain"]
+from cowconv._exceptions import InvalidTypeError, InvalidValueError, LLMError, ServiceError
+from cowconv._postgres_server import PostgresServer
+from cowconv.core.llm import LLM, LLMResponse, LLMToolCall
+from cowconv.core.message import Message
+
+__all__ = [
+    "PostgresServer",
+    "ScriptedResponse",
+    "StubLLMServer",
+    "StubReply",
+    "StubRequest",
+    "TestLLM",
+    "TestLLMExhaustedError",
+    "default_brain",
+]
 
 STUB_MODEL = "openai/stub-model"
 STUB_API_KEY = "stub-key"
@@ -622,6 +640,203 @@ class StubLLMServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class TestLLMExhaustedError(LLMError):
+    """A :class:`TestLLM` was asked once more than its script answers.
+
+    An :class:`~cowconv.LLMError`: a run records it as an
+    :class:`~cowconv.AgentErrorEvent` and ends ``error``, as a failed LLM call.
+
+    >>> issubclass(TestLLMExhaustedError, LLMError)
+    True
+    """
+
+    __test__ = False  # pytest: not a test class
+
+
+@dataclass(frozen=True)
+class ScriptedResponse(LLMResponse):
+    """What :meth:`TestLLM.completion` returns: an answer, and the scripted message it came from.
+
+    >>> from cowconv import Message
+    >>> llm = TestLLM.from_messages([Message(role="assistant", content="Hi!")])
+    >>> response = llm.completion([{"role": "user", "content": "Hello"}])
+    >>> response.content, response.message.text
+    ('Hi!', 'Hi!')
+    """
+
+    message: Message | None = None
+
+
+class _Script:
+    """A TestLLM's scripted answers and calls, shared by its copies (``with_metrics``)."""
+
+    __slots__ = ("answers", "calls", "lock")
+
+    def __init__(self, answers: Iterable[Message | BaseException]) -> None:
+        self.answers: collections.deque[Message | BaseException] = collections.deque(answers)
+        self.calls = 0
+        self.lock = threading.Lock()
+
+
+class TestLLM(LLM):
+    """An LLM that answers from a script, offline: OpenHands' SDK's ``TestLLM``.
+
+    Each call of :meth:`completion` (or :meth:`responses`, :meth:`acompletion`)
+    takes the next scripted item: a :class:`~cowconv.Message` is the answer
+    (its text, its ``tool_calls``), an exception is raised (as
+    ``unittest.mock``'s ``side_effect``). Once the script is used up a call
+    raises :class:`TestLLMExhaustedError`. Answers cost nothing and count no
+    tokens. Give it to an :class:`~cowconv.Agent` like any LLM: a run then
+    takes its steps from the script.
+
+    >>> from cowconv import Agent, Conversation, Message
+    >>> llm = TestLLM.from_messages([Message(role="assistant", content="Done.")])
+    >>> conversation = Conversation(agent=Agent(llm=llm), workspace=".")
+    >>> _ = conversation.send_message("Say done.")
+    >>> conversation.run()
+    >>> state = conversation.state
+    >>> state.execution_status.value, state.events[-1].text, llm.call_count, llm.remaining_responses
+    ('finished', 'Done.', 1, 0)
+
+    The script is not a setting: a stored agent's LLM (its JSON) is a plain
+    :class:`~cowconv.LLM` of the same settings, and a TestLLM equals such an
+    LLM. Copies made by ``model_copy`` share the script.
+    """
+
+    __test__ = False  # pytest: not a test class
+
+    model: str = "test-model"
+    _script: _Script = PrivateAttr(default_factory=lambda: _Script(()))
+
+    def __init__(
+        self, *, scripted_responses: Iterable[Message | BaseException] = (), **settings: Any
+    ) -> None:
+        super().__init__(**settings)
+        answers = list(scripted_responses)
+        for answer in answers:
+            if not isinstance(answer, Message | BaseException):
+                raise InvalidTypeError(
+                    f"a TestLLM script holds Messages and exceptions, got {type(answer).__name__}"
+                )
+        self._script = _Script(answers)
+
+    def __eq__(self, other: object) -> bool:
+        # Equal to an LLM of the same settings: what a store keeps of it (the script is no
+        # setting), so a conversation whose agent runs a TestLLM can be stored.
+        if not isinstance(other, LLM):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = LLM.__hash__
+
+    @classmethod
+    def from_messages(
+        cls,
+        messages: Iterable[Message | BaseException],
+        *,
+        model: str = "test-model",
+        usage_id: str = "test-llm",
+        **settings: Any,
+    ) -> TestLLM:
+        """A TestLLM answering ``messages`` in order (an exception in them is raised).
+
+        >>> from cowconv import Message
+        >>> llm = TestLLM.from_messages([Message(role="assistant", content="One"), KeyError("x")])
+        >>> llm.completion([]).content, llm.usage_id
+        ('One', 'test-llm')
+        >>> llm.completion([])
+        Traceback (most recent call last):
+        ...
+        KeyError: 'x'
+        """
+        return cls(model=model, usage_id=usage_id, scripted_responses=messages, **settings)
+
+    def completion(
+        self,
+        messages: Sequence[Any],
+        tools: Sequence[Any] | None = (),
+        *args: Any,
+        **kwargs: Any,
+    ) -> ScriptedResponse:
+        """The next scripted answer; ``messages``, ``tools`` and the rest are ignored.
+
+        >>> from cowconv import Message
+        >>> llm = TestLLM.from_messages([])
+        >>> llm.completion([])
+        Traceback (most recent call last):
+        ...
+        cowconv.testing.TestLLMExhaustedError: TestLLM: no more ... (exhausted after 0 calls)
+        """
+        script = self._script
+        with script.lock:
+            if not script.answers:
+                raise TestLLMExhaustedError(
+                    f"TestLLM: no more scripted responses (exhausted after {script.calls} calls)"
+                )
+            answer = script.answers.popleft()
+            script.calls += 1
+            call = script.calls
+        if isinstance(answer, BaseException):
+            raise answer
+        self.metrics.add(cost=0.0, prompt_tokens=0, completion_tokens=0, latency=0.0)
+        return ScriptedResponse(
+            id=f"test-response-{call}",
+            content=answer.text,
+            tool_calls=tuple(
+                LLMToolCall(id=call.id, name=call.name, arguments=call.arguments)
+                for call in answer.tool_calls or ()
+            ),
+            cost=0.0,
+            prompt_tokens=0,
+            completion_tokens=0,
+            latency=0.0,
+            message=answer,
+        )
+
+    async def acompletion(
+        self, messages: Sequence[Any], tools: Sequence[Any] | None = (), **kwargs: Any
+    ) -> ScriptedResponse:
+        """:meth:`completion`, from a coroutine (run in the loop's executor).
+
+        >>> import asyncio
+        >>> from cowconv import Message
+        >>> llm = TestLLM.from_messages([Message(role="assistant", content="Async")])
+        >>> asyncio.run(llm.acompletion([])).content
+        'Async'
+        """
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: self.completion(messages, tools))
+
+    def responses(
+        self, messages: Sequence[Any], tools: Sequence[Any] | None = (), **kwargs: Any
+    ) -> ScriptedResponse:
+        """The same script as :meth:`completion` (OpenHands' Responses API call).
+
+        >>> from cowconv import Message
+        >>> TestLLM.from_messages([Message(role="assistant", content="R")]).responses([]).content
+        'R'
+        """
+        return self.completion(messages, tools)
+
+    def uses_responses_api(self) -> bool:
+        """Always ``False``: a TestLLM answers through :meth:`completion`.
+
+        >>> TestLLM().uses_responses_api()
+        False
+        """
+        return False
+
+    @property
+    def remaining_responses(self) -> int:
+        """How many scripted items are left."""
+        return len(self._script.answers)
+
+    @property
+    def call_count(self) -> int:
+        """How many calls took an item of the script (raised ones included)."""
+        return self._script.calls
 
 
 def main(argv: Sequence[str] | None = None) -> int:

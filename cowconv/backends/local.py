@@ -83,8 +83,8 @@ class _PendingFork:
                 events = history_to(state, spec.from_event_id)  # on any branch
             except KeyError:
                 raise EventNotFoundError(
-                    f"cannot fork from event {spec.from_event_id!r}: no such event in "
-                    f"conversation {str(state.id)!r}"
+                    f"cannot fork: unknown from_event_id {spec.from_event_id!r}, no such "
+                    f"event in conversation {str(state.id)!r}"
                 ) from None
         created = datetime.fromtimestamp(self.created, UTC)
         return state._replace(

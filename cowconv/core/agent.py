@@ -95,3 +95,9 @@ class Agent(CheckedModel):
     tools: tuple[Tool, ...] = ()
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     condenser: LLMSummarizingCondenser | None = None
+    tool_concurrency_limit: int = Field(default=1, ge=1)
+    """At most this many tool calls of one step run at once (OpenHands' SDK's setting).
+
+    Accepted and kept; cowconv runs a step's tool calls one at a time,
+    which every limit allows.
+    """

@@ -196,6 +196,28 @@ class ConversationStats(Usage):
         by_usage_id = {**self.by_usage_id, usage_id: previous + usage}
         return ConversationStats(**total.model_dump(), by_usage_id=by_usage_id)
 
+    def with_account(self, usage_id: str, account: Usage | Metrics) -> ConversationStats:
+        """New stats whose account ``usage_id`` is ``account`` (replaced, not added to).
+
+        The totals are recomputed over the accounts. OpenHands' SDK's
+        ``stats.usage_to_metrics[usage_id] = metrics``, as a value.
+
+        >>> stats = ConversationStats().record("a", Usage(accumulated_cost=0.5))
+        >>> stats = stats.with_account("a", Usage(accumulated_cost=2.0))
+        >>> stats.accumulated_cost, stats.by_usage_id["a"].accumulated_cost
+        (2.0, 2.0)
+        """
+        if not isinstance(usage_id, str):
+            raise InvalidTypeError(f"a usage id is a str, got {type(usage_id).__name__}")
+        usage = account.usage if isinstance(account, Metrics) else account
+        if not isinstance(usage, Usage):
+            raise InvalidTypeError(
+                f"an account is a Metrics or a Usage, got {type(usage).__name__}"
+            )
+        accounts = {**self.by_usage_id, usage_id: usage}
+        total = sum(accounts.values(), Usage())
+        return ConversationStats(**total.model_dump(), by_usage_id=accounts)
+
     def get_combined_metrics(self) -> Usage:
         """The totals over every LLM, as OpenHands' SDK's ``stats.get_combined_metrics()``.
 
@@ -384,6 +406,28 @@ class ConversationState(CheckedModel):
                 "state keeps a server's state updates"
             )
         hand_over(event)
+
+    @property
+    def persistence_dir(self) -> str | None:
+        """The directory for the conversation's own files (OpenHands' SDK's name).
+
+        Read from the conversation this snapshot came from
+        (:attr:`~cowconv.Conversation.persistence_dir`); ``None`` for a
+        conversation kept in memory or elsewhere, and for a snapshot no
+        conversation holds.
+
+        >>> import tempfile
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> base = tempfile.mkdtemp()
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> stored = Conversation(agent=agent, workspace=base, persistence_dir=base)
+        >>> free = ConversationState(id="c1", agent=agent, workspace=stored.workspace)
+        >>> stored.state.persistence_dir == stored.persistence_dir, free.persistence_dir
+        (True, None)
+        """
+        find = getattr(self.branch, "persistence_dir_of_conversation", None)
+        directory = None if find is None else find()
+        return None if directory is None else str(directory)
 
     def _resolve_active_leaf(self) -> str | None:
         # OpenHands' private name, for code written against it: the leaf is stored there and

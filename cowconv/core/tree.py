@@ -78,14 +78,14 @@ def history_to(state: ConversationState, event_id: str) -> EventLog:
     >>> history_to(state, "nope")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    cowconv._exceptions.EventNotFoundError: no branch of conversation 'c1' has ... 'nope'
+    cowconv._exceptions.EventNotFoundError: unknown event_id 'nope': no branch of ... 'c1' has it
     """
     for branch in (state.branch, *state.other_branches):
         event = branch.get(event_id)
         if event is not None:
             return branch.up_to(event_id)
     raise EventNotFoundError(
-        f"no branch of conversation {state.id!r} has an event with id {event_id!r}"
+        f"unknown event_id {event_id!r}: no branch of conversation {state.id!r} has it"
     )
 
 
