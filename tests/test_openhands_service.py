@@ -229,3 +229,23 @@ class TestLiveMap:
                 assert events._conversation is registry.get(conversation.id)
 
         asyncio.run(scenario())
+
+
+class TestAssignedConversation:
+    def test_serves_an_assigned_conversation(self, tmp_path: Path) -> None:
+        """A conversation assigned to ``_conversation`` (OpenHands' attribute) is served
+        without start(): its events are searched and counted."""
+
+        async def scenario() -> None:
+            registry = ConversationRegistry()
+            conversation = registry.create(Agent(llm=LLM(model="openai/gpt-4o")), str(tmp_path))
+            conversation.send_message("Hello world")
+            conversation.send_message("something else")
+            service = EventService(stored_conversation(conversation))
+            service._conversation = conversation
+            assert service.get_conversation() is conversation
+            page = await service.search_events(body="hello")
+            assert [item["id"] for item in page.items] == [conversation.state.branch[1].id]
+            assert await service.count_events(source="user") == 2
+
+        asyncio.run(scenario())

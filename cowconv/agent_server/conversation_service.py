@@ -52,7 +52,7 @@ from cowconv.agent_server.models import (
     UpdateConversationRequest,
 )
 from cowconv.agent_server.registry import ConversationRegistry
-from cowconv.agent_server.utils import safe_rmtree
+from cowconv.agent_server.utils import safe_rmtree, utc_now
 from cowconv.backends.wire import mask_secrets, unsupported
 from cowconv.conversation import Conversation, check_conversation_id
 from cowconv.core.ids import ConversationID, id_text, public_id
@@ -344,23 +344,27 @@ class ConversationService:
     async def update_conversation(
         self, conversation_id: ConversationID, request: UpdateConversationRequest
     ) -> bool:
-        """Set the title and tags (a ``None`` tag value removes the tag); ``False`` if there is
-        no such conversation."""
-
-        def update() -> Conversation | None:
-            conversation = self._find(conversation_id)
-            if conversation is None:
-                return None
-            if request.title is not None:
-                conversation.set_tag("title", request.title.strip() or request.title)
-            for key, value in (request.tags or {}).items():
-                conversation.set_tag(key, value)
-            return conversation
-
-        conversation = await self._call(update)
-        if conversation is None:
+        """Set the title and tags (a ``None`` tag value removes the tag) through the
+        conversation's event service, and write its ``meta.json``; ``False`` if there is no
+        such conversation."""
+        service = await self.get_event_service(conversation_id)
+        if service is None:
             return False
-        await (await self._serve(conversation)).save_meta()
+        changes: dict[str, str | None] = dict(request.tags or {})
+        if request.title is not None:
+            changes["title"] = request.title.strip() or request.title
+        if changes:
+            await service.set_tags(changes)  # the conversation's own record of them
+        stored = await self._call(functools.partial(_stored_of, service))
+        tags = {**stored.tags, **changes}
+        service.stored = stored.model_copy(
+            update={
+                "title": tags.get("title", stored.title),
+                "tags": {key: value for key, value in tags.items() if value is not None},
+                "updated_at": utc_now(),
+            }
+        )
+        await service.save_meta()
         return True
 
     async def delete_conversation(self, conversation_id: ConversationID) -> bool:
