@@ -10,6 +10,7 @@ from pathlib import Path
 import pydantic
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from cowconv import (
     ROOT_PARENT_ID,
@@ -61,6 +62,31 @@ class TestRoundTrip:
         data = MessageEvent(role="user", content="hi").model_dump()
         with pytest.raises(pydantic.ValidationError, match="not a PauseEvent"):
             PauseEvent.model_validate(data)
+
+
+class TestCondensationForgottenIds:
+    @given(st.lists(st.text(min_size=1, max_size=6), max_size=8))
+    def test_a_set_that_dumps_sorted_and_round_trips(self, ids):
+        """forgotten_event_ids equals the set of the ids given; its JSON is them sorted."""
+        condensation = Condensation(forgotten_event_ids=ids, summary="s", summary_offset=0)
+        assert condensation.forgotten_event_ids == set(ids)
+        assert json.loads(condensation.model_dump_json())["forgotten_event_ids"] == sorted(set(ids))
+        assert Event.model_validate_json(condensation.model_dump_json()) == condensation
+
+    @given(st.permutations(["e3", "e1", "e2"]))
+    def test_the_same_ids_in_any_order_give_the_same_json(self, ids):
+        """Two condensations of one set serialize to the same text, whatever the order given."""
+        first = Condensation(id="c", timestamp="2026-01-01T00:00:00", forgotten_event_ids=ids)
+        second = Condensation(
+            id="c", timestamp="2026-01-01T00:00:00", forgotten_event_ids=["e1", "e2", "e3"]
+        )
+        assert first.model_dump_json() == second.model_dump_json()
+
+    def test_the_set_is_frozen(self):
+        """forgotten_event_ids is a frozenset: the shared event cannot be changed through it."""
+        condensation = Condensation(forgotten_event_ids=["e1"])
+        assert isinstance(condensation.forgotten_event_ids, frozenset)
+        assert not hasattr(condensation.forgotten_event_ids, "add")
 
 
 class TestIdentityAndTree:

@@ -47,6 +47,7 @@ from pydantic import (
     SerializeAsAny,
     SerializerFunctionWrapHandler,
     WithJsonSchema,
+    field_serializer,
     field_validator,
     model_serializer,
     model_validator,
@@ -500,16 +501,28 @@ class Condensation(Event):
     The forgotten events stay in the history, and forks share the
     condensation like any other event.
 
-    >>> Condensation(forgotten_event_ids=["e1", "e2"], summary="Listed files.",
-    ...              summary_offset=1).forgotten_event_ids
-    ('e1', 'e2')
+    >>> condensation = Condensation(forgotten_event_ids=["e2", "e1"], summary="Listed files.",
+    ...                             summary_offset=1)
+    >>> condensation.forgotten_event_ids == {"e1", "e2"}
+    True
+    >>> condensation.model_dump()["forgotten_event_ids"]
+    ['e1', 'e2']
+
+    ``forgotten_event_ids`` is a set, as in OpenHands' SDK (it compares equal
+    to a ``set``), but a ``frozenset``: the event stays immutable. Its JSON is
+    the sorted list, so a condensation always serializes to the same text
+    (a set's iteration order changes from one process to the next).
     """
 
     source: SourceType = "environment"
-    forgotten_event_ids: tuple[str, ...] = ()
+    forgotten_event_ids: frozenset[str] = frozenset()
     summary: str | None = None
     summary_offset: int | None = Field(default=None, ge=0)
     llm_response_id: str | None = None
+
+    @field_serializer("forgotten_event_ids")
+    def _sorted_ids(self, ids: frozenset[str]) -> list[str]:
+        return sorted(ids)
 
 
 class CondensationRequest(Event):
