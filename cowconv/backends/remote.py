@@ -74,7 +74,7 @@ from cowconv.core.events import (
     run_failure,
 )
 from cowconv.core.history import EventLog, EventSequence
-from cowconv.core.ids import id_text
+from cowconv.core.ids import id_text, public_id
 from cowconv.core.llm import LLM
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
@@ -1495,7 +1495,7 @@ class RemoteBackend:
         try:
             send_request(self._client, "POST", self._path("/run"), {409}, timeout=30)
         except (RemoteError, httpx.HTTPError) as error:
-            raise ConversationRunError(self._id, error) from error
+            raise ConversationRunError(public_id(self._id), error) from error
         if not blocking:
             return
         self._armed.set()
@@ -1511,7 +1511,7 @@ class RemoteBackend:
         while True:
             if time.monotonic() - started > timeout:
                 raise ConversationRunError(
-                    self._id,
+                    public_id(self._id),
                     TimeoutError(
                         f"the run timed out after {timeout} seconds; it may still be running "
                         "on the server"
@@ -1536,7 +1536,7 @@ class RemoteBackend:
                         RemoteError(404, "the conversation was not found: the server lost it"),
                     ) from error
                 if 400 <= code < 500 and code != 429:
-                    raise ConversationRunError(self._id, error) from error
+                    raise ConversationRunError(public_id(self._id), error) from error
                 logger.warning("checking the run of %s failed (trying again): %s", self._id, error)
                 ended_since = None
                 continue
@@ -1565,7 +1565,7 @@ class RemoteBackend:
             return
         assert self._cache is not None
         self._catch_up()  # the callbacks hear the run's last events before it is raised
-        failure = run_failure(self._id, status, list(self._cache))
+        failure = run_failure(public_id(self._id), status, list(self._cache))
         assert failure is not None
         raise failure
 
