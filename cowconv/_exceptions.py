@@ -16,14 +16,16 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── FrozenInstanceError (also AttributeError)
     ├── InvalidTypeError (also TypeError)
     ├── InvalidValueError (also ValueError)
+    │   └── MessageRoleError (also AssertionError): send_message() of a non-user message
     ├── LLMError
     ├── StoreError
     │   ├── CorruptStoreError
     │   ├── FileMissingError (also FileNotFoundError): no file at a file store's path
     │   ├── SchemaVersionError
     │   └── StoreLockedError
+    ├── ConversationRunError (also RuntimeError): a run ended in error or stuck, or a remote
+    │   run could not be followed to its end
     ├── RemoteError (status_code, message; 0: the server could not be reached)
-    │   ├── ConversationRunError (also RuntimeError): a remote run could not be followed
     │   └── WebSocketConnectionError (also ConnectionError): no events socket in time
     ├── ServiceError (also RuntimeError)
     ├── StartError: the agent server cannot start (cowconv serve)
@@ -81,6 +83,7 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "LLMError",
+    "MessageRoleError",
     "RemoteError",
     "SchemaVersionError",
     "ServiceError",
@@ -266,6 +269,27 @@ class InvalidValueError(CowconvError, ValueError):
     """
 
 
+class MessageRoleError(InvalidValueError, AssertionError):
+    """``send_message()`` was given a message of another role than ``user``.
+
+    Also an ``AssertionError``, the error OpenHands' SDK raises there (its
+    message starts the same way), so code written for OpenHands catches it.
+
+    >>> error = MessageRoleError("assistant")
+    >>> isinstance(error, ValueError), isinstance(error, AssertionError), error.role
+    (True, True, 'assistant')
+    >>> str(error)
+    "Only user messages are allowed to be sent to the agent: got a message of role 'assistant'"
+    """
+
+    def __init__(self, role: str) -> None:
+        super().__init__(
+            f"Only user messages are allowed to be sent to the agent: got a message of role "
+            f"{role!r}"
+        )
+        self.role = role
+
+
 class LLMError(CowconvError):
     """An LLM call failed (after retries, where retrying made sense).
 
@@ -348,13 +372,16 @@ class RemoteError(CowconvError):
         self.message = message
 
 
-class ConversationRunError(RemoteError, RuntimeError):
-    """A remote ``run()`` could not be followed to its end: it timed out, or the server lost
-    the conversation (OpenHands' SDK's name).
+class ConversationRunError(CowconvError, RuntimeError):
+    """A ``run()`` that did not end well (OpenHands' SDK's name), on every backend.
 
-    ``conversation_id`` names the conversation (it may still be running on the
-    server); ``conversation_error`` is OpenHands' structured error event when the
-    server recorded one, else ``None``.
+    Raised when the run ended in ``error`` or ``stuck`` (the history records
+    why, and ``run()`` again continues from it), and when a remote run
+    could not be followed to its end: it timed out (it may still be running
+    on the server), or the server lost the conversation.
+    ``conversation_id`` names the conversation; ``conversation_error`` is the
+    :class:`~cowconv.ConversationErrorEvent` the run recorded, if any;
+    ``status_code`` is the server's answer behind it (0: none).
 
     >>> error = ConversationRunError("c1", TimeoutError("run timed out after 5 seconds"))
     >>> error.conversation_id, isinstance(error, RuntimeError), str(error)

@@ -31,7 +31,12 @@ from typing import TYPE_CHECKING, Any, Self, overload
 from pydantic import SecretStr
 
 from cowconv import backends, stores
-from cowconv._exceptions import ConversationExistsError, InvalidTypeError, InvalidValueError
+from cowconv._exceptions import (
+    ConversationExistsError,
+    InvalidTypeError,
+    InvalidValueError,
+    MessageRoleError,
+)
 from cowconv.backends.local import LocalBackend
 from cowconv.core.agent import Agent
 from cowconv.core.changes import (
@@ -49,6 +54,7 @@ from cowconv.core.events import (
     Event,
     Message,
     MessageEvent,
+    run_failure,
 )
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.history import EventLog
@@ -514,9 +520,7 @@ class Conversation:
             raise InvalidTypeError(f"sender must be a str or None, got {type(sender).__name__}")
         if isinstance(message, Message):
             if message.role != "user":
-                raise InvalidValueError(
-                    f"send_message() sends user messages, got a message of role {message.role!r}"
-                )
+                raise MessageRoleError(message.role)
             check_text(message.text, "the message")
             if isinstance(self._backend, LocalBackend):
                 return self._backend.send_message(message, sender)
@@ -655,6 +659,9 @@ class Conversation:
             if title is not None:
                 fork_tags["title"] = title
             spec = ForkSpec(fork_id, agent, fork_tags, None, bool(reset_metrics), from_event_id)
+        return self._fork_as(spec, callbacks)
+
+    def _fork_as(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> Self:
         extras = self._fork_extras
         if extras is None:
             return type(self)._holding(self._backend.fork(spec, callbacks))
@@ -679,8 +686,10 @@ class Conversation:
         ``finished`` (the model answered without tool calls), ``paused``,
         ``error`` (an LLM call failed after its retries, or a tool crashed:
         an :class:`~cowconv.AgentErrorEvent` says why) or ``stuck`` (the
-        iteration limit; ``run()`` again grants as many more steps). Errors
-        are recorded, not raised; ``run()`` again continues from the history.
+        iteration limit; ``run()`` again grants as many more steps). A run
+        that ends in ``error`` or ``stuck`` is recorded, then raised as a
+        :class:`~cowconv.ConversationRunError` (as OpenHands' SDK), on every
+        backend; ``run()`` again continues from the history.
         A run with nothing to answer just finishes.
 
         ``blocking=False`` returns at once and runs in a background thread,
@@ -706,14 +715,24 @@ class Conversation:
         if background is not None and background.alive():
             if blocking:
                 background.wait()
+                self._raise_if_run_failed()
             return
         if background is not None:
             self._background = None
             background.wait()  # already ended: raises what stopped it, once
         if blocking:
             self._backend.run()
+            self._raise_if_run_failed()
             return
         self._background = _BackgroundRun(self._backend, str(self.id))
+
+    def _raise_if_run_failed(self) -> None:
+        # One rule for every backend (core.events.run_failure): a run that ended in error or
+        # stuck is raised, naming the error it recorded.
+        state = self._backend.snapshot()
+        failure = run_failure(self.id, state.execution_status, state.branch)
+        if failure is not None:
+            raise failure
 
     def pause(self) -> None:
         """Stop a run after its current step, from any thread; ``run()`` resumes.
@@ -1056,6 +1075,30 @@ class RemoteConversation(Conversation):
         assert isinstance(backend, backends.RemoteBackend)
         return backend
 
+    def _fork_as(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> Self:
+        backend = self._remote()
+        if backend.speaks_cowconv:
+            return super()._fork_as(spec, callbacks)
+        # On an OpenHands agent server, as OpenHands' client: the fork is a new conversation
+        # made from the server's answer (its tags are the server's, title merged in), by the
+        # class cowconv.backends.remote names (code written for OpenHands may replace it).
+        info = backend.fork_on_server(spec)
+        made_as = backend.fork_class() or type(self)
+        visualizer = self._visualizer
+        fork = made_as(
+            agent=self.agent,
+            workspace=self.workspace,
+            conversation_id=str(info["id"]),
+            max_iteration_per_run=self.max_iteration_per_run,
+            delete_on_close=self.delete_on_close,
+            tags=info.get("tags") or None,
+            callbacks=tuple(callbacks),
+            visualizer=None if visualizer is None else type(visualizer),
+            transport=backend.transport,
+        )
+        assert isinstance(fork, type(self))
+        return fork
+
     @property
     def workspace(self) -> Workspace:
         """The workspace: the server's URL and the working directory there (no request)."""
@@ -1105,15 +1148,18 @@ class RemoteConversation(Conversation):
         starts the run and returns (a later ``run()`` waits for it); a blocking
         run waits for the server's post-run state update, checks the status
         every ``poll_interval`` seconds, and raises
-        :class:`~cowconv.ConversationRunError` past ``timeout`` seconds.
+        :class:`~cowconv.ConversationRunError` past ``timeout`` seconds, and
+        when the run ends in ``error`` or ``stuck`` (as on every backend).
         """
         if not isinstance(blocking, bool):
             raise InvalidTypeError(f"blocking must be a bool, got {blocking!r}")
         backend = self._remote()
         if backend.speaks_cowconv:
             super().run(blocking)
-        else:
-            backend.run(blocking=blocking, poll_interval=poll_interval, timeout=timeout)
+            return
+        # The backend raises a run that ended in error or stuck itself, from the status it
+        # waited for (as OpenHands' client: no request more).
+        backend.run(blocking=blocking, poll_interval=poll_interval, timeout=timeout)
 
     # -- OpenHands' server-side settings: each one request, as OpenHands' client sends it -----
 

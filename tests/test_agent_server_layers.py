@@ -129,10 +129,11 @@ class TestRoutersOnTheirOwn:
         assert isinstance(events, EventService)
         app = routers_app(ConversationService())  # knows no conversation
         app.dependency_overrides[get_event_service] = lambda: events
+        any_id = str(uuid.uuid4())  # a router on an app without a Config takes UUIDs only
         with TestClient(app) as client:
-            user_text(client, "any-id", "through the override")
+            user_text(client, any_id, "through the override")
             counted = client.get(
-                "/api/conversations/any-id/events/count", params={"source": "user"}
+                f"/api/conversations/{any_id}/events/count", params={"source": "user"}
             )
             assert counted.json() == 1
 

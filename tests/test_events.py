@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pydantic
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from cowconv import (
     ROOT_PARENT_ID,
@@ -22,7 +25,7 @@ from cowconv import (
     PauseEvent,
     TextContent,
 )
-from cowconv.core.events import Condensation, upgrade_legacy_event
+from cowconv.core.events import Condensation, EventIDSet, upgrade_legacy_event
 from tests.strategies import events
 
 DATA = Path(__file__).parent / "data"
@@ -61,6 +64,71 @@ class TestRoundTrip:
         data = MessageEvent(role="user", content="hi").model_dump()
         with pytest.raises(pydantic.ValidationError, match="not a PauseEvent"):
             PauseEvent.model_validate(data)
+
+
+class TestCondensationForgottenIds:
+    @given(st.lists(st.text(min_size=1, max_size=6), max_size=8))
+    def test_a_set_that_dumps_sorted_and_round_trips(self, ids):
+        """forgotten_event_ids equals the set of the ids given; its JSON is them sorted."""
+        condensation = Condensation(forgotten_event_ids=ids, summary="s", summary_offset=0)
+        assert condensation.forgotten_event_ids == set(ids)
+        assert json.loads(condensation.model_dump_json())["forgotten_event_ids"] == sorted(set(ids))
+        assert Event.model_validate_json(condensation.model_dump_json()) == condensation
+
+    @given(st.permutations(["e3", "e1", "e2"]))
+    def test_the_same_ids_in_any_order_give_the_same_json(self, ids):
+        """Two condensations of one set serialize to the same text, whatever the order given."""
+        first = Condensation(id="c", timestamp="2026-01-01T00:00:00", forgotten_event_ids=ids)
+        second = Condensation(
+            id="c", timestamp="2026-01-01T00:00:00", forgotten_event_ids=["e1", "e2", "e3"]
+        )
+        assert first.model_dump_json() == second.model_dump_json()
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            lambda ids: ids.add("x"),
+            lambda ids: ids.discard("e1"),
+            lambda ids: ids.remove("e1"),
+            lambda ids: ids.pop(),
+            lambda ids: ids.clear(),
+            lambda ids: ids.update({"x"}),
+            lambda ids: ids.intersection_update({"x"}),
+            lambda ids: ids.difference_update({"e1"}),
+            lambda ids: ids.symmetric_difference_update({"x"}),
+            lambda ids: ids.__ior__({"x"}),
+            lambda ids: ids.__iand__({"x"}),
+            lambda ids: ids.__isub__({"e1"}),
+            lambda ids: ids.__ixor__({"x"}),
+            lambda ids: ids.__init__(["x"]),
+        ],
+    )
+    def test_a_set_that_refuses_every_change(self, change):
+        """forgotten_event_ids is a set (OpenHands' type) that no method can change."""
+        condensation = Condensation(forgotten_event_ids=["e1"])
+        ids = condensation.forgotten_event_ids
+        assert isinstance(ids, set)
+        try:
+            change(ids)
+        except FrozenInstanceError:
+            pass
+        assert ids == {"e1"}
+
+    def test_hashable_picklable_and_copied_as_itself(self):
+        """It hashes like its frozenset, and pickle and deepcopy give an equal EventIDSet."""
+        condensation = Condensation(forgotten_event_ids=["e2", "e1"])
+        ids = condensation.forgotten_event_ids
+        assert hash(ids) == hash(frozenset({"e1", "e2"}))
+        assert hash(condensation) == hash(Condensation.model_validate(condensation.model_dump()))
+        for copied in (pickle.loads(pickle.dumps(ids)), copy.deepcopy(ids)):
+            assert type(copied) is EventIDSet and copied == ids
+        assert pickle.loads(pickle.dumps(condensation)) == condensation
+
+    def test_not_ids_is_a_validation_error(self):
+        """A string or a list holding a non-string is refused (pydantic's ValidationError)."""
+        for bad in ("e1", [1], None):
+            with pytest.raises(pydantic.ValidationError):
+                Condensation(forgotten_event_ids=bad)
 
 
 class TestIdentityAndTree:

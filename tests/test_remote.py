@@ -21,6 +21,7 @@ from cowconv import (
     Agent,
     Conversation,
     ConversationExistsError,
+    ConversationRunError,
     Event,
     EventNotFoundError,
     ExecutionStatus,
@@ -192,10 +193,12 @@ class TestRun:
             assert any("remote-run" in getattr(e, "output", "") for e in state.events)
 
     def test_errors_are_recorded(self, remote: RemoteConversation, stub: StubLLMServer):
-        """An LLM failure ends the run with status error and an agent_error event."""
+        """An LLM failure ends the run with status error and an AgentErrorEvent; run() raises
+        ConversationRunError saying why, as a local conversation's does."""
         stub.script(*[StubReply.error(400, "bad request")] * 5)
         remote.send_message("hi")
-        remote.run()
+        with pytest.raises(ConversationRunError, match="ended in error: .*bad request"):
+            remote.run()
         state = remote.state
         assert state.execution_status is ExecutionStatus.ERROR
         assert state.events[-1].kind == "AgentErrorEvent"

@@ -18,6 +18,7 @@ from cowconv import (
     Agent,
     AgentErrorEvent,
     Conversation,
+    ConversationRunError,
     ExecutionStatus,
     MessageEvent,
     ObservationEvent,
@@ -227,10 +228,14 @@ class TestBadToolCalls:
 
 class TestErrors:
     def test_unauthorised_fails_fast_with_clear_error(self, conversation, stub):
-        """A 401 stops the run at once: an AgentErrorEvent, status error, one request."""
+        """A 401 stops the run at once: an AgentErrorEvent, status error, one request; run()
+        raises ConversationRunError saying why."""
         stub.script(StubReply.error(401, "invalid api key"))
         conversation.send_message("Hello")
-        conversation.run()
+        with pytest.raises(ConversationRunError, match="ended in error: .*401") as caught:
+            conversation.run()
+        assert caught.value.conversation_id == conversation.id
+        assert caught.value.conversation_error is None  # an AgentErrorEvent, not OpenHands' kind
         error = conversation.state.events[-1]
         assert isinstance(error, AgentErrorEvent)
         assert "401" in error.error and "Check the API key" in error.error
@@ -246,7 +251,10 @@ class TestErrors:
         llm = llm.model_copy(update={"retry_min_wait": 0.0, "retry_max_wait": 0.0})
         conversation = Conversation(agent=Agent(llm=llm), workspace=tmp_path)
         conversation.send_message("Hello")
-        with caplog.at_level(logging.WARNING, logger="cowconv"):
+        with (
+            caplog.at_level(logging.WARNING, logger="cowconv"),
+            pytest.raises(ConversationRunError, match="cannot connect"),
+        ):
             conversation.run()
         assert conversation.state.execution_status is ExecutionStatus.ERROR
         error = conversation.state.events[-1]
@@ -260,7 +268,8 @@ class TestErrors:
         """After an LLM error, run() again retries from the same history and finishes."""
         stub.script(StubReply.error(401))
         conversation.send_message("Hello")
-        conversation.run()
+        with pytest.raises(ConversationRunError):
+            conversation.run()
         conversation.run()
         assert kinds(conversation) == [
             "SystemPromptEvent",
@@ -275,7 +284,8 @@ class TestErrors:
         """A conversation that errored forks, and the fork runs."""
         stub.script(StubReply.error(400, "bad"))
         conversation.send_message("Hello")
-        conversation.run()
+        with pytest.raises(ConversationRunError):
+            conversation.run()
         fork = conversation.fork()
         fork.run()
         assert fork.state.execution_status is ExecutionStatus.FINISHED
@@ -300,7 +310,8 @@ class TestErrors:
             )
         )
         conversation.send_message("Go")
-        conversation.run()
+        with pytest.raises(ConversationRunError):
+            conversation.run()
         assert conversation.state.execution_status is ExecutionStatus.ERROR
         crash, skipped = list(conversation.state.events)[-2:]
         assert isinstance(crash, AgentErrorEvent) and isinstance(skipped, AgentErrorEvent)
@@ -317,25 +328,30 @@ class TestErrors:
         agent = Agent(llm=stub_llm, tools=[Tool(name="not-registered")])
         conversation = Conversation(agent=agent, workspace=tmp_path)
         conversation.send_message("Go")
-        conversation.run()
+        with pytest.raises(ConversationRunError, match="unknown tool"):
+            conversation.run()
         error = conversation.state.events[-1]
         assert isinstance(error, AgentErrorEvent) and "unknown tool 'not-registered'" in error.error
         assert conversation.state.execution_status is ExecutionStatus.ERROR
         assert stub.requests == []
 
     def test_max_iterations_makes_it_stuck(self, stub, stub_agent, tmp_path):
-        """Hitting max_iteration_per_run ends as stuck; run() again grants as many more steps."""
+        """Hitting max_iteration_per_run ends as stuck (raised as ConversationRunError); run()
+        again grants as many more steps."""
         conversation = Conversation(agent=stub_agent, workspace=tmp_path, max_iteration_per_run=3)
         stub.brain = lambda request: StubReply.tool_call("terminal", command="true")
         conversation.send_message("Loop forever.")
-        conversation.run()
+        with pytest.raises(ConversationRunError, match="ended stuck: .*max_iteration_per_run"):
+            conversation.run()
         assert conversation.state.execution_status is ExecutionStatus.STUCK
         assert "max_iteration_per_run=3" in conversation.state.events[-1].error
         assert len(stub.requests) == 3
         fork = conversation.fork()
-        conversation.run()
+        with pytest.raises(ConversationRunError):
+            conversation.run()
         assert len(stub.requests) == 6
-        fork.run()
+        with pytest.raises(ConversationRunError):
+            fork.run()
         assert len(stub.requests) == 9
         assert fork.state.execution_status is ExecutionStatus.STUCK
 

@@ -161,11 +161,13 @@ def condenser_view(condenser: LLMSummarizingCondenser, events: Sequence[Event]) 
     assert isinstance(last, Condensation)
     head_size = last.summary_offset or 0
     start = head_size
-    if last.forgotten_event_ids and isinstance(events, EventLog):
-        start = events.index_of(last.forgotten_event_ids[-1]) + 1
-    elif last.forgotten_event_ids:
-        ids = [event.id for event in events]
-        start = ids.index(last.forgotten_event_ids[-1]) + 1
+    if last.forgotten_event_ids:
+        # The view resumes after the latest forgotten event: walking back from the
+        # condensation visits only the events it kept (forgotten_event_ids is a set).
+        latest = position - 1
+        while latest >= 0 and events[latest].id not in last.forgotten_event_ids:
+            latest -= 1
+        start = max(latest + 1, head_size)
     head = tuple(events[index] for index in range(min(head_size, length)))
     recent = tuple(
         event

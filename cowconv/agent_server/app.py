@@ -89,6 +89,7 @@ def create_app(
     allow_unauthenticated: bool = False,
     max_body_size: int = DEFAULT_MAX_BODY_SIZE,
     max_live_conversations: int = DEFAULT_MAX_LIVE,
+    named_conversations: bool = True,
 ) -> FastAPI:
     """The agent server as an ASGI app.
 
@@ -105,7 +106,9 @@ def create_app(
     non-loopback address or host name without ``session_api_key`` raises
     :class:`~cowconv.agent_server.UnsafeExposureError` unless ``allow_unauthenticated``. Bodies
     over ``max_body_size`` bytes are answered 413. At most ``max_live_conversations`` idle
-    conversations stay in memory. See ``docs/server.md``.
+    conversations stay in memory. Conversation ids may be any text
+    (``named_conversations``); ``named_conversations=False`` takes UUIDs
+    only, as OpenHands' agent server (another id is a 422). See ``docs/server.md``.
 
     >>> from fastapi.testclient import TestClient
     >>> client = TestClient(create_app(session_api_key="s3cret"), base_url="http://localhost")
@@ -132,6 +135,7 @@ def create_app(
         allowed_origins=tuple(allowed_origins),
         allow_unauthenticated=allow_unauthenticated,
         max_body_size=max_body_size,
+        named_conversations=named_conversations,
     )
 
     @asynccontextmanager

@@ -27,6 +27,15 @@ class Config(BaseModel):
     no static files and stores no encrypted secrets). ``host``,
     ``allowed_hosts``, ``allowed_origins``, ``allow_unauthenticated`` and
     ``max_body_size`` are cowconv's security settings (``docs/server.md``).
+
+    ``named_conversations``: whether a conversation id may be any text
+    (``"sales-report"``) or must be a UUID, as on OpenHands' agent server,
+    where any other id in a path, in ``ids`` or in a create or fork body is a
+    422. The default is OpenHands' rule; :func:`~cowconv.agent_server.create_app`
+    allows names unless told otherwise.
+
+    >>> Config().named_conversations, Config(named_conversations=True).named_conversations
+    (False, True)
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -39,6 +48,7 @@ class Config(BaseModel):
     allowed_origins: tuple[str, ...] = ()
     allow_unauthenticated: bool = False
     max_body_size: int = DEFAULT_MAX_BODY_SIZE
+    named_conversations: bool = False
 
     @property
     def session_api_key(self) -> str | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import StringConstraints
 
@@ -37,6 +37,8 @@ from cowconv.agent_server.conversation_service import ConversationService
 from cowconv.agent_server.dependencies import (
     ApiError,
     ConversationIdPath,
+    check_conversation_ids,
+    check_id,
     conversation_id_of,
     get_conversation_service,
     get_event_service,
@@ -81,7 +83,11 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 conversation_router = APIRouter(
-    prefix="/conversations", tags=["conversations"], responses=errors(422)
+    prefix="/conversations",
+    tags=["conversations"],
+    responses=errors(422),
+    # Ids in paths and in ids: UUIDs only, unless the app takes names (Config).
+    dependencies=[Depends(check_conversation_ids)],
 )
 
 Service = Annotated[ConversationService, Depends(get_conversation_service)]
@@ -214,13 +220,14 @@ async def get_agent(events: Events) -> Agent:
     responses={200: {"description": "A conversation with that id exists: unchanged"}},
 )
 async def start_conversation(
-    request: StartConversationRequest, response: Response, service: Service
+    request: StartConversationRequest, response: Response, service: Service, http: Request
 ) -> ConversationInfo:
     """Create a conversation (OpenHands' ``StartConversationRequest``).
 
     201 with the new conversation; 200 with the existing one, unchanged,
     if ``conversation_id`` (or ``id``) is taken (OpenHands' idempotent start).
     """
+    check_id(http, (("body", "conversation_id"), request.id))
     info, created = await service.start_conversation(request)
     response.status_code = 201 if created else 200
     return info
@@ -387,6 +394,7 @@ async def interrupt_conversation(conversation_id: ConversationIdPath, service: S
 async def fork_conversation(
     conversation_id: ConversationIdPath,
     service: Service,
+    http: Request,
     request: Annotated[ForkConversationRequest | None, Body()] = None,
 ) -> ConversationInfo:
     """Fork in O(1): same history and agent (credentials included), new id, idle.
@@ -395,6 +403,7 @@ async def fork_conversation(
     """
     identifier = conversation_id_of(conversation_id)
     request = request or ForkConversationRequest()
+    check_id(http, (("body", "id"), request.id))
     try:
         info = await service.fork_conversation(
             identifier,

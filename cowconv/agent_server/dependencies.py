@@ -10,11 +10,14 @@ conversation in the path, or a 404. Tests override them with FastAPI's
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
+from fastapi.exceptions import RequestValidationError
 
 from cowconv._exceptions import ConversationNotFoundError
+from cowconv.agent_server.config import Config
 from cowconv.agent_server.conversation_service import ConversationService
 from cowconv.agent_server.event_service import EventService
 from cowconv.core.ids import ConversationID, id_text, public_id
@@ -22,6 +25,8 @@ from cowconv.core.ids import ConversationID, id_text, public_id
 __all__ = [
     "ApiError",
     "ConversationIdPath",
+    "check_conversation_ids",
+    "check_id",
     "conversation_id_of",
     "get_conversation_service",
     "get_event_service",
@@ -58,6 +63,53 @@ def conversation_id_of(text: str) -> ConversationID:
     'my-fork'
     """
     return public_id(id_text(text))
+
+
+def check_conversation_ids(request: Request) -> None:
+    """The routers' dependency: a 422 for an id that is not a UUID, in the path or in
+    ``ids``, when the app takes UUIDs only (see :func:`check_id`)."""
+    path_id = request.path_params.get("conversation_id")
+    found: list[tuple[tuple[str | int, ...], object]] = []
+    if path_id is not None:
+        found.append((("path", "conversation_id"), path_id))
+    for position, text in enumerate(request.query_params.getlist("ids")):
+        found.append((("query", "ids", position), text))
+    check_id(request, *found)
+
+
+def check_id(request: Request, *found: tuple[tuple[str | int, ...], object]) -> None:
+    """A 422 naming each ``(loc, id)`` that is not a UUID's text, unless the app's
+    :class:`~cowconv.agent_server.config.Config` takes any text (``named_conversations``).
+
+    OpenHands' agent server takes UUIDs only, and so does a ``Config()`` (an app
+    without one too); :func:`~cowconv.agent_server.create_app` takes names.
+    """
+    config = getattr(request.app.state, "config", None)
+    if isinstance(config, Config) and config.named_conversations:
+        return
+    errors = [
+        {
+            "type": "uuid_parsing",
+            "loc": loc,
+            "msg": "Input should be a valid UUID (this server takes UUIDs as conversation ids)",
+            "input": text,
+        }
+        for loc, text in found
+        if text is not None and not _is_uuid(text)
+    ]
+    if errors:
+        raise RequestValidationError(errors)
+
+
+def _is_uuid(text: object) -> bool:
+    # Any form uuid.UUID reads, as pydantic's UUID check (and so OpenHands' server) takes.
+    if isinstance(text, uuid.UUID):
+        return True
+    try:
+        uuid.UUID(str(text))
+    except ValueError:
+        return False
+    return True
 
 
 def get_conversation_service(request: Request) -> ConversationService:

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from cowconv._exceptions import (
     ConversationConflictError,
     ConversationNotFoundError,
+    ConversationRunError,
     CorruptStoreError,
     InvalidValueError,
 )
@@ -407,6 +408,8 @@ class ConversationRegistry:
     def _run(self, conversation: Conversation) -> None:
         try:
             conversation.run()
+        except ConversationRunError:
+            pass  # the run ended in error or stuck: the history and the status say so
         except Exception:
             # The runtime turns agent failures into events; this is a bug, keep serving.
             logger.exception("run of conversation %s failed", conversation.id)

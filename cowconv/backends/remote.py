@@ -71,9 +71,10 @@ from cowconv.core.events import (
     Message,
     MessageEvent,
     TextContent,
+    run_failure,
 )
 from cowconv.core.history import EventLog, EventSequence
-from cowconv.core.ids import id_text
+from cowconv.core.ids import id_text, public_id
 from cowconv.core.llm import LLM
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
@@ -682,6 +683,7 @@ class _Connection:
         # A client assigned to an OpenHands-style RemoteWorkspace (workspace._client = ...) is
         # used as it is and stays the workspace's: closing conversations leaves it open.
         given = workspace._client if isinstance(workspace, RemoteWorkspace) else None
+        self.transport = transport
         self._owned = transport is not None or given is None
         if self._owned:
             headers = {}
@@ -935,7 +937,9 @@ class RemoteBackend:
         if not isinstance(info, dict):
             raise RemoteError(0, f"the server sent no conversation info: {info!r}")
         with self._info_lock:
-            self._info = dict(info)
+            # The answer sets the fields it carries; one only the socket brought (the "stats"
+            # streamed after each LLM call, say) stays: it is the newest word on that field.
+            self._info = {**(self._info or {}), **info}
         return info
 
     def request(
@@ -1346,6 +1350,21 @@ class RemoteBackend:
 
     def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> RemoteBackend:
         """Fork on the server (O(1) there); the fork shares this connection."""
+        info = self.fork_on_server(spec)
+        return RemoteBackend(
+            self._connection,
+            str(info["id"]),
+            agent=self._agent,
+            callbacks=callbacks,
+            max_iteration_per_run=self.max_iteration_per_run,
+        )
+
+    def fork_on_server(self, spec: ForkSpec) -> dict[str, Any]:
+        """Ask the server for the fork (``POST /fork``); its answer, the fork's info.
+
+        A conversation on an OpenHands agent server is forked as OpenHands' client does:
+        a new conversation is made from this answer (its tags are the server's).
+        """
         if spec.agent is not None:
             raise NotImplementedError(
                 "fork(agent=...) is not supported on an agent server: a remote fork keeps the "
@@ -1365,13 +1384,25 @@ class RemoteBackend:
         if spec.from_event_id is not None:
             body["from_event_id"] = spec.from_event_id
         info = send_request(self._client, "POST", self._path("/fork"), json=body).json()
-        return RemoteBackend(
-            self._connection,
-            str(info["id"]),
-            agent=self._agent,
-            callbacks=callbacks,
-            max_iteration_per_run=self.max_iteration_per_run,
-        )
+        if not isinstance(info, dict) or not info.get("id"):
+            raise RemoteError(0, f"the server answered no fork: {info!r}")
+        return info
+
+    @staticmethod
+    def fork_class() -> Any:
+        """The class a fork on an OpenHands agent server is made as, or ``None``: the source's.
+
+        OpenHands' client makes its forks by its module's ``RemoteConversation``
+        (from the server's answer, by keyword); code written for it that sets
+        that name on this module (its tests do) gets its forks made the same way.
+        """
+        return globals().get("RemoteConversation")
+
+    @property
+    def transport(self) -> httpx.BaseTransport | None:
+        """The transport this conversation was opened with (``None``: HTTP), which its forks
+        share."""
+        return self._connection.transport
 
     # -- running ---------------------------------------------------------------
 
@@ -1387,8 +1418,10 @@ class RemoteBackend:
         the status over REST every ``poll_interval`` seconds meanwhile; a
         run that goes on past ``timeout`` seconds raises
         :class:`~cowconv.ConversationRunError` (it may still be running
-        there), as does a server that no longer has the conversation. A run
-        that ends in ``error`` or ``stuck`` is not raised: the state says so.
+        there), as does a server that no longer has the conversation, and
+        (on every backend: :meth:`cowconv.Conversation.run`) a run that ends
+        in ``error`` or ``stuck``: on a cowconv server the conversation
+        raises it after this returns, here the wait raises it.
         If a run is already going (started elsewhere), it waits for that one.
         ``blocking=False`` starts the run and returns.
         """
@@ -1462,7 +1495,7 @@ class RemoteBackend:
         try:
             send_request(self._client, "POST", self._path("/run"), {409}, timeout=30)
         except (RemoteError, httpx.HTTPError) as error:
-            raise ConversationRunError(self._id, error) from error
+            raise ConversationRunError(public_id(self._id), error) from error
         if not blocking:
             return
         self._armed.set()
@@ -1478,17 +1511,19 @@ class RemoteBackend:
         while True:
             if time.monotonic() - started > timeout:
                 raise ConversationRunError(
-                    self._id,
+                    public_id(self._id),
                     TimeoutError(
                         f"the run timed out after {timeout} seconds; it may still be running "
                         "on the server"
                     ),
                 )
             try:
-                self._terminal.get(timeout=poll_interval)
-                return  # the server's word on the socket: the run is over
+                ended = self._terminal.get(timeout=poll_interval)
             except queue.Empty:
                 pass
+            else:  # the server's word on the socket: the run is over
+                self._raise_if_failed(ended)
+                return
             try:
                 status = self._poll_status()
             except ConversationRunError:
@@ -1501,13 +1536,13 @@ class RemoteBackend:
                         RemoteError(404, "the conversation was not found: the server lost it"),
                     ) from error
                 if 400 <= code < 500 and code != 429:
-                    raise ConversationRunError(self._id, error) from error
+                    raise ConversationRunError(public_id(self._id), error) from error
                 logger.warning("checking the run of %s failed (trying again): %s", self._id, error)
                 ended_since = None
                 continue
             if status in ("error", "stuck"):
                 self._refresh_info()
-                return
+                self._raise_if_failed(status)
             if status in ("finished",):
                 # A hook on the server may still undo "finished": trust REST alone only after
                 # it has said so for _REST_ENDED_AFTER seconds without the socket's update.
@@ -1522,6 +1557,17 @@ class RemoteBackend:
                     return
             else:
                 ended_since = None
+
+    def _raise_if_failed(self, status: object) -> None:
+        # Every backend raises a run that ended in error or stuck (core.events.run_failure);
+        # the server's history is read again first, for the error event it recorded.
+        if status not in ("error", "stuck"):
+            return
+        assert self._cache is not None
+        self._catch_up()  # the callbacks hear the run's last events before it is raised
+        failure = run_failure(public_id(self._id), status, list(self._cache))
+        assert failure is not None
+        raise failure
 
     def _poll_status(self) -> Any:
         response = send_request(self._client, "GET", self._path(), timeout=30)

@@ -34,6 +34,7 @@ from cowconv._exceptions import (
     BranchRunError,
     BranchTimeoutError,
     BranchWorkspaceError,
+    ConversationRunError,
     InvalidTypeError,
     InvalidValueError,
     SuiteError,
@@ -1080,5 +1081,8 @@ def _takes_deadline(run_jobs: Callable[..., object]) -> bool:
 
 def _timed(run: Callable[[], None]) -> float:
     started = time.perf_counter()
-    run()
+    try:
+        run()
+    except ConversationRunError:
+        pass  # ended in error or stuck: recorded on the fork, where a branch's outcome is read
     return time.perf_counter() - started

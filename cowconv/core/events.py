@@ -36,8 +36,10 @@ from __future__ import annotations
 import json
 import uuid
 from abc import abstractmethod
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias
+from typing import Annotated, Any, ClassVar, Final, Literal, NoReturn, Self, TypeAlias
 
 from pydantic import (
     Field,
@@ -52,7 +54,7 @@ from pydantic import (
     model_validator,
 )
 
-from cowconv._exceptions import InvalidValueError
+from cowconv._exceptions import ConversationRunError, FrozenInstanceError, InvalidValueError
 from cowconv.core.error_classification import ErrorClassification, classify_error
 from cowconv.core.framing import check_framing_text
 from cowconv.core.frozen import FrozenJSON, FrozenJSONMap
@@ -80,6 +82,7 @@ __all__ = [
     "ConversationStateUpdateEvent",
     "Event",
     "EventID",
+    "EventIDSet",
     "EventSource",
     "ImageContent",
     "LLMConvertibleEvent",
@@ -94,6 +97,7 @@ __all__ = [
     "TextContent",
     "legacy_kind_names",
     "new_event_id",
+    "run_failure",
     "timestamp_now",
     "upgrade_legacy_event",
     "utc_now",
@@ -491,6 +495,104 @@ class PauseEvent(Event):
         return f"{type(self).__name__} ({self.source}): Agent execution paused"
 
 
+class EventIDSet(set[str]):
+    """A set of event ids that cannot change: ``Condensation.forgotten_event_ids``.
+
+    It is a ``set`` (OpenHands' SDK's type: ``isinstance(ids, set)``, and it
+    compares equal to one), but every method that would change it raises
+    :class:`~cowconv.FrozenInstanceError`, and it hashes like the
+    ``frozenset`` of its ids, so the event holding it stays immutable and
+    hashable. Operators (``|``, ``&``, ``-``, ``copy()``) give plain sets.
+
+    >>> ids = EventIDSet(["e2", "e1"])
+    >>> ids == {"e1", "e2"}, isinstance(ids, set), hash(ids) == hash(frozenset(ids))
+    (True, True, True)
+    >>> ids.add("e3")
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.FrozenInstanceError: EventIDSet is immutable (...): cannot add
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, ids: Iterable[str] = ()) -> EventIDSet:
+        made = super().__new__(cls)
+        set.update(made, ids)  # the one change, made before anyone holds it
+        return made
+
+    def __init__(self, ids: Iterable[str] = ()) -> None:
+        pass  # filled by __new__: set.__init__ would empty it again
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self))
+
+    def __reduce__(self) -> tuple[type[EventIDSet], tuple[list[str]]]:
+        return (type(self), (sorted(self),))
+
+    def _refuse(self, change: str) -> NoReturn:
+        raise FrozenInstanceError(
+            f"{type(self).__name__} is immutable (it may be shared by forks): cannot {change}"
+        )
+
+    def add(self, element: str) -> None:
+        self._refuse("add")
+
+    def discard(self, element: object) -> None:
+        self._refuse("discard")
+
+    def remove(self, element: str) -> None:
+        self._refuse("remove")
+
+    def pop(self) -> str:
+        self._refuse("pop")
+
+    def clear(self) -> None:
+        self._refuse("clear")
+
+    def update(self, *others: Iterable[str]) -> None:
+        self._refuse("update")
+
+    def intersection_update(self, *others: Iterable[Any]) -> None:
+        self._refuse("intersection_update")
+
+    def difference_update(self, *others: Iterable[Any]) -> None:
+        self._refuse("difference_update")
+
+    def symmetric_difference_update(self, other: Iterable[str]) -> None:
+        self._refuse("symmetric_difference_update")
+
+    def __ior__(self, other: AbstractSet[str]) -> Self:  # type: ignore[override,misc]
+        self._refuse("|=")
+
+    def __iand__(self, other: AbstractSet[object]) -> Self:
+        self._refuse("&=")
+
+    def __isub__(self, other: AbstractSet[object]) -> Self:
+        self._refuse("-=")
+
+    def __ixor__(self, other: AbstractSet[str]) -> Self:  # type: ignore[override,misc]
+        self._refuse("^=")
+
+
+def _event_id_set(ids: Any) -> EventIDSet:
+    if isinstance(ids, EventIDSet):
+        return ids
+    if isinstance(ids, str) or not isinstance(ids, Iterable):
+        raise InvalidValueError(f"forgotten_event_ids must be a set or list of ids, got {ids!r}")
+    items = list(ids)
+    if not all(isinstance(item, str) for item in items):
+        raise InvalidValueError(f"forgotten_event_ids must hold event ids (str), got {items!r}")
+    return EventIDSet(items)
+
+
+EventIDs: TypeAlias = Annotated[
+    EventIDSet,
+    PlainValidator(_event_id_set),
+    PlainSerializer(sorted, return_type=list[str]),
+    WithJsonSchema({"type": "array", "items": {"type": "string"}, "uniqueItems": True}),
+]
+
+
 class Condensation(Event):
     """Older events replaced, in what the model sees, by a summary (nothing is deleted).
 
@@ -500,13 +602,21 @@ class Condensation(Event):
     The forgotten events stay in the history, and forks share the
     condensation like any other event.
 
-    >>> Condensation(forgotten_event_ids=["e1", "e2"], summary="Listed files.",
-    ...              summary_offset=1).forgotten_event_ids
-    ('e1', 'e2')
+    >>> condensation = Condensation(forgotten_event_ids=["e2", "e1"], summary="Listed files.",
+    ...                             summary_offset=1)
+    >>> condensation.forgotten_event_ids == {"e1", "e2"}
+    True
+    >>> condensation.model_dump()["forgotten_event_ids"]
+    ['e1', 'e2']
+
+    ``forgotten_event_ids`` is a ``set``, as in OpenHands' SDK, that cannot
+    change (an :class:`EventIDSet`): the event stays immutable. Its JSON is
+    the sorted list, so a condensation always serializes to the same text
+    (a set's iteration order changes from one process to the next).
     """
 
     source: SourceType = "environment"
-    forgotten_event_ids: tuple[str, ...] = ()
+    forgotten_event_ids: EventIDs = Field(default_factory=EventIDSet)
     summary: str | None = None
     summary_offset: int | None = Field(default=None, ge=0)
     llm_response_id: str | None = None
@@ -617,3 +727,37 @@ def upgrade_legacy_event(data: dict[str, Any]) -> dict[str, Any] | None:
             "content": upgraded.pop("content", ()),
         }
     return upgraded
+
+
+def run_failure(
+    conversation_id: object, status: object, events: Sequence[Event]
+) -> ConversationRunError | None:
+    """The error ``run()`` raises for a run that ended in ``status``: ``None`` unless
+    ``error`` or ``stuck``, on every backend.
+
+    It names the latest error event of ``events`` (the run's branch, walked back to its
+    last user message); ``conversation_error`` is it when OpenHands' kind.
+
+    >>> error = run_failure("c1", "error", [AgentErrorEvent(error="rate limited")])
+    >>> str(error), error.conversation_error
+    ('conversation c1: the run ended in error: rate limited', None)
+    >>> run_failure("c1", "finished", []) is None
+    True
+    """
+    status = getattr(status, "value", status)
+    if status not in ("error", "stuck"):
+        return None
+    reason = "the run ended " + ("in error" if status == "error" else "stuck")
+    recorded: ConversationErrorEvent | None = None
+    for position in range(len(events) - 1, -1, -1):
+        event = events[position]
+        if isinstance(event, ConversationErrorEvent):
+            recorded = event
+            reason = f"{reason}: {event.code}: {event.detail}"
+            break
+        if isinstance(event, AgentErrorEvent):
+            reason = f"{reason}: {event.error}"
+            break
+        if isinstance(event, MessageEvent) and event.source == "user":
+            break  # the run's events start after it
+    return ConversationRunError(conversation_id, RuntimeError(reason), conversation_error=recorded)
