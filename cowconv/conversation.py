@@ -851,6 +851,8 @@ class _AppendAsGiven:
         elif parent is None or parent == last:
             return state._replace(branch=state.branch.append(event))
         elif parent == ROOT_PARENT_ID:
+            if not state.branch and not state.other_branches:  # the first event: the root
+                return state._replace(branch=state.branch.append(event))
             base = EventLog()
         else:
             base = history_to(state, parent)

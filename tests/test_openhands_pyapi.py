@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from cowconv import (
     LLM,
+    ROOT_PARENT_ID,
     Agent,
     AgentErrorEvent,
     Conversation,
@@ -330,6 +331,18 @@ class TestEventsAppendAsGiven:
         conversation.state.events.append(event)
         with pytest.raises(ValueError, match="already"):
             conversation.state.events.append(event)
+
+    def test_a_root_starts_the_tree_or_a_branch_beside_it(self, tmp_path):
+        """An event naming ROOT_PARENT_ID is the first event of a new conversation, and a new
+        root beside the active branch of one that has events."""
+        conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=tmp_path)
+        first = _legacy("first").model_copy(update={"parent_id": ROOT_PARENT_ID})
+        conversation.state.events.append(first)
+        assert [e.id for e in conversation.state.branch] == [first.id]
+        second = _legacy("second").model_copy(update={"parent_id": ROOT_PARENT_ID})
+        conversation.state.events.append(second)
+        assert [e.id for e in conversation.state.branch] == [first.id]
+        assert [[e.id for e in b] for b in conversation.state.other_branches] == [[second.id]]
 
 
 class TestTestLLMCopies:
