@@ -58,7 +58,7 @@ from cowconv.core.events import (
 )
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.history import EventLog
-from cowconv.core.ids import ConversationID, id_text, new_uuid, public_id
+from cowconv.core.ids import ConversationID, id_dir_name, id_text, new_uuid, public_id
 from cowconv.core.llm import LLM, LLMMetrics
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import history_to, recorded
@@ -419,8 +419,8 @@ class Conversation:
         """The directory for this conversation's own files, as OpenHands' SDK names it.
 
         For a conversation stored with ``persistence_dir=base`` (or in any
-        :class:`~cowconv.SQLiteStore` file), ``base/<id hex>`` (the id's
-        text if it is not a UUID), as in OpenHands' SDK, so a fork's is a
+        :class:`~cowconv.SQLiteStore` file), ``base/<id hex>`` (another id
+        percent-encoded into one path component), as in OpenHands' SDK, so a fork's is a
         sibling of its source's; ``None`` otherwise. cowconv keeps the events
         and state themselves in ``base/cowconv.db``; the directory is for
         files code writes beside them, and is made by whoever writes there.
@@ -444,9 +444,7 @@ class Conversation:
         database = backend.sink.path
         if str(database) == ":memory:":
             return None
-        conversation_id = self.id
-        name = conversation_id.hex if isinstance(conversation_id, uuid.UUID) else conversation_id
-        return str(database.parent / name)
+        return str(database.parent / id_dir_name(self.id))
 
     def __repr__(self) -> str:
         state = self.state

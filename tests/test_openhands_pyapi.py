@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import pickle
+import tempfile
+from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cowconv import (
@@ -16,8 +18,10 @@ from cowconv import (
     AgentErrorEvent,
     Conversation,
     ConversationErrorEvent,
+    ConversationRunError,
     ConversationStateUpdateEvent,
     EventNotFoundError,
+    InvalidValueError,
     Message,
     MessageEvent,
     MessageToolCall,
@@ -92,10 +96,12 @@ class TestTestLLM:
         assert llm.remaining_responses == 0
 
     def test_an_exhausted_script_ends_the_run_in_error(self, tmp_path):
-        """Past the script, a run ends ``error`` with the reason recorded, as a failed LLM call."""
+        """Past the script, a run ends ``error`` with the reason recorded (and raised), as a
+        failed LLM call."""
         conversation = Conversation(agent=Agent(llm=TestLLM()), workspace=tmp_path)
         conversation.send_message("Anyone there?")
-        conversation.run()
+        with pytest.raises(ConversationRunError, match="no more scripted responses"):
+            conversation.run()
         state = conversation.state
         assert state.execution_status.value == "error"
         assert isinstance(state.events[-1], AgentErrorEvent)
@@ -205,6 +211,26 @@ class TestPersistenceDir:
             agent=agent, workspace=tmp_path, persistence_dir=tmp_path, conversation_id="my-run"
         )
         assert conversation.persistence_dir == str(tmp_path / "my-run")
+
+    @settings(max_examples=40, deadline=None)
+    @given(name=st.text(min_size=1, max_size=12).filter(str.strip))
+    @example(name="..").via("discovered failure")
+    @example(name="a/b").via("discovered failure")
+    def test_any_id_names_one_dir_under_the_base(self, name):
+        """Whatever the id (``..``, ``a/b``, unicode), its directory is one child of the base."""
+        with tempfile.TemporaryDirectory() as root:
+            base = Path(root)
+            try:
+                conversation = Conversation(
+                    agent=Agent(llm=LLM(model="m")),
+                    workspace=base,
+                    persistence_dir=base,
+                    conversation_id=name,
+                )
+            except InvalidValueError:  # an id the door refuses (lone surrogates, ...)
+                return
+            directory = Path(str(conversation.persistence_dir))
+            assert directory.parent == base and directory.name not in ("", ".", "..")
 
     def test_none_without_a_directory(self, tmp_path):
         """In memory, or in an in-memory store, there is no directory."""

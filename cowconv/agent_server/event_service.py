@@ -29,13 +29,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from cowconv._exceptions import (
     ConversationConflictError,
@@ -61,7 +59,7 @@ from cowconv.core.agent import Agent
 from cowconv.core.events import Event, MessageEvent, SystemPromptEvent
 from cowconv.core.frozen import thaw
 from cowconv.core.history import EventLog
-from cowconv.core.ids import ConversationID, id_text, public_id
+from cowconv.core.ids import ConversationID, id_dir_name, id_text
 from cowconv.core.message import Message, TextContent
 from cowconv.core.state import ConversationInfo as ConversationSummary
 from cowconv.core.state import ConversationState, dump_state
@@ -179,12 +177,7 @@ def conversation_dir(
     """
     if conversations_dir is None:
         return None
-    public = public_id(id_text(conversation_id))
-    if isinstance(public, uuid.UUID):
-        name = public.hex
-    else:
-        name = quote(public, safe="").replace(".", "%2E")
-    return Path(conversations_dir) / name
+    return Path(conversations_dir) / id_dir_name(conversation_id)
 
 
 def active_branch(state: ConversationState) -> EventLog:

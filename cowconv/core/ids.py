@@ -21,6 +21,7 @@ import os
 import threading
 import uuid
 from typing import Annotated, TypeAlias
+from urllib.parse import quote
 
 from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
@@ -30,6 +31,7 @@ from cowconv.core.frozen import check_text
 __all__ = [
     "ConversationID",
     "ConversationIDField",
+    "id_dir_name",
     "id_text",
     "new_uuid",
     "new_uuid_int",
@@ -55,6 +57,21 @@ def id_text(conversation_id: object, *, name: str = "conversation_id") -> str:
     # InvalidValueError (a ValueError) so the server answers 422, not 500, to a blank id in a path.
     message = f"{name} must be a uuid.UUID or a non-empty string, got {conversation_id!r}"
     raise InvalidValueError(message)
+
+
+def id_dir_name(conversation_id: ConversationID) -> str:
+    """The one path component naming a conversation's directory (OpenHands' ``<id hex>``).
+
+    A UUID (or its canonical text) is its hex; any other id is percent-encoded,
+    dots and slashes too, so no id can name another directory (``..``, ``a/b``).
+
+    >>> id_dir_name(uuid.UUID(int=1)), id_dir_name("../x"), id_dir_name("run-1")
+    ('00000000000000000000000000000001', '%2E%2E%2Fx', 'run-1')
+    """
+    public = public_id(id_text(conversation_id))
+    if isinstance(public, uuid.UUID):
+        return public.hex
+    return quote(public, safe="").replace(".", "%2E")
 
 
 def public_id(text: ConversationID) -> ConversationID:
