@@ -1183,6 +1183,16 @@ class RemoteConversation(Conversation):
         """
         self._remote().update_info(event)
 
+    def receive_event(self, event: Event) -> None:
+        """Take ``event`` as the server's events socket would bring it; nothing is sent.
+
+        OpenHands' ``state.events.add_event(event)`` (its remote events list), also
+        reached that way here: the event joins this client's copy of an OpenHands
+        server's history (the same object: events are immutable) and goes to the
+        callbacks. On cowconv's server an :class:`~cowconv.InvalidTypeError`.
+        """
+        self._remote().receive_event(event)
+
     def set_confirmation_policy(self, policy: Any) -> None:
         """Set OpenHands' confirmation policy on the server (``POST /confirmation_policy``).
 

@@ -106,6 +106,17 @@ class ConversationEvents(EventLog):
             )
         keep(update)
 
+    def add_event(self, event: Event) -> None:
+        """Hand ``event`` to a remote conversation as received (OpenHands' ``add_event``)."""
+        conversation = self._conversation()
+        receive = getattr(conversation, "receive_event", None)
+        if receive is None:
+            raise InvalidTypeError(
+                "only a RemoteConversation receives events; a local conversation records "
+                "them with append_event"
+            )
+        receive(event)
+
     def persistence_dir_of_conversation(self) -> str | None:
         """The conversation's ``persistence_dir`` (``state.persistence_dir``)."""
         directory: str | None = self._conversation().persistence_dir

@@ -33,9 +33,11 @@ from cowconv import (
     LLM,
     Agent,
     Conversation,
+    ConversationErrorEvent,
     ConversationNotFoundError,
     ConversationRunError,
     ConversationStateUpdateEvent,
+    InvalidTypeError,
     InvalidValueError,
     MessageEvent,
     PauseEvent,
@@ -49,6 +51,7 @@ from cowconv import (
 )
 from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.backends.wire import SERVER_HEADER
+from cowconv.core.events import run_failure
 from cowconv.testing import StubLLMServer
 from tests.test_openhands_wire import openhands, openhands_server  # noqa: F401 (fixtures)
 
@@ -324,6 +327,47 @@ class TestOpenHandsProtocol:
             conversation.pause()
             conversation.set_title("Renamed")
             assert conversation.state.title == "Renamed"
+        finally:
+            conversation.close()
+
+    def test_a_received_event_joins_the_cache_and_names_the_run_error(
+        self, server: BackgroundServer, agent: Agent, tmp_path: Path
+    ):
+        """``state.events.add_event`` (OpenHands' remote events list): the event joins the
+        client's history as the same object, reaches the callbacks, is not sent; a run the
+        socket then reports ``error`` raises with it attached."""
+        heard: list[str] = []
+        conversation, transport = _anonymous(
+            agent, server, tmp_path, callbacks=[lambda event: heard.append(event.id)]
+        )
+        try:
+            posts = len([r for r in transport.requests if r.method != "GET"])
+            error = ConversationErrorEvent(
+                source="environment", code="LLMAuthenticationError", detail="invalid api key"
+            )
+            conversation.state.events.add_event(error)
+            assert any(event is error for event in conversation.state.events)
+            assert heard[-1] == error.id  # heard; nothing sent (reads refresh the info only)
+            assert len([r for r in transport.requests if r.method != "GET"]) == posts
+            conversation.update_state_from_event(
+                ConversationStateUpdateEvent(key="execution_status", value="error")
+            )
+            failure = run_failure(conversation.id, "error", conversation.state.events)
+            assert failure is not None and failure.conversation_error is error
+            with pytest.raises(InvalidTypeError, match="expected an Event"):
+                conversation.state.events.add_event("not an event")  # type: ignore[arg-type]
+        finally:
+            conversation.close()
+
+    def test_received_events_are_for_openhands_servers_only(
+        self, server: BackgroundServer, agent: Agent, tmp_path: Path
+    ):
+        """On cowconv's server the history is the server's: add_event says what to use."""
+        conversation = Conversation(agent=agent, workspace=_workspace(server, tmp_path))
+        try:
+            event = MessageEvent(source="user", role="user", content="m")
+            with pytest.raises(InvalidTypeError, match="append_event"):
+                conversation.state.events.add_event(event)
         finally:
             conversation.close()
 

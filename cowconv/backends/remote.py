@@ -875,6 +875,23 @@ class RemoteBackend:
                     self._user_messages.append(event)
                     self._arrivals.notify_all()
 
+    def receive_event(self, event: Event) -> None:
+        """Take ``event`` as the events socket would bring it (OpenHands' ``add_event``).
+
+        It joins this client's cache of an OpenHands server's events and goes
+        to the callbacks; nothing is sent to the server. A client of cowconv's
+        server reads every history from the server, so there it is an
+        :class:`~cowconv.InvalidTypeError` (record events with ``append_event``).
+        """
+        if not isinstance(event, Event):
+            raise InvalidTypeError(f"expected an Event, got {type(event).__name__}")
+        if self._cache is None:
+            raise InvalidTypeError(
+                "only a client of OpenHands' agent server keeps a cache of received events; "
+                "on cowconv's server record events with append_event"
+            )
+        self._on_socket(event)
+
     def _hear(self, events: Iterable[Event]) -> None:
         """Hand the callbacks those of ``events`` they have not had yet, in order."""
         with self._notify_lock:
