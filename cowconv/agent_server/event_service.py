@@ -108,15 +108,23 @@ def stored_conversation(conversation: Conversation) -> StoredConversation:
             **{key: value for key, value in sent.items() if key not in SERVER_FIELDS},
             "id": state.id,
             "workspace": state.workspace,
-            "max_iterations": conversation.max_iteration_per_run,
-            "tags": dict(state.tags),
-            "title": state.title,
-            "created_at": state.created_at,
-            "updated_at": state.updated_at,
-            "forked_from_conversation_id": state.forked_from_conversation_id,
-            "forked_from_event_id": state.forked_from_event_id,
+            **_live_fields(conversation),
         }
     )
+
+
+def _live_fields(conversation: Conversation) -> dict[str, Any]:
+    """The stored fields a live conversation decides: title, tags, times, lineage, bound."""
+    state = conversation.state
+    return {
+        "tags": dict(state.tags),
+        "title": state.title,
+        "created_at": state.created_at,
+        "updated_at": state.updated_at,
+        "forked_from_conversation_id": state.forked_from_conversation_id,
+        "forked_from_event_id": state.forked_from_event_id,
+        "max_iterations": conversation.max_iteration_per_run,
+    }
 
 
 def compose_conversation_info(
@@ -329,18 +337,7 @@ class EventService:
         conversation = self._conversation
         if not isinstance(conversation, Conversation):
             return self._stored
-        state = conversation.state
-        return self._stored.model_copy(
-            update={
-                "tags": dict(state.tags),
-                "title": state.title,
-                "created_at": state.created_at,
-                "updated_at": state.updated_at,
-                "forked_from_conversation_id": state.forked_from_conversation_id,
-                "forked_from_event_id": state.forked_from_event_id,
-                "max_iterations": conversation.max_iteration_per_run,
-            }
-        )
+        return self._stored.model_copy(update=_live_fields(conversation))
 
     @stored.setter
     def stored(self, stored: StoredConversation) -> None:
