@@ -95,27 +95,28 @@ class ConversationEvents(EventLog):
 
     record_on_conversation = append  # what the tree of conversation.state.events appends with
 
+    def _remote_only(self, method: str, refusal: str) -> Any:
+        # A RemoteConversation's method, or the refusal a local conversation gets.
+        found = getattr(self._conversation(), method, None)
+        if found is None:
+            raise InvalidTypeError(refusal)
+        return found
+
     def state_update_on_conversation(self, update: Any) -> None:
         """Hand ``update`` to the conversation (``state.update_state_from_event``)."""
-        conversation = self._conversation()
-        keep = getattr(conversation, "update_state_from_event", None)
-        if keep is None:
-            raise InvalidTypeError(
-                "only a RemoteConversation keeps a server's state updates; a local "
-                "conversation's state is its own history (record events with append_event)"
-            )
-        keep(update)
+        self._remote_only(
+            "update_state_from_event",
+            "only a RemoteConversation keeps a server's state updates; a local "
+            "conversation's state is its own history (record events with append_event)",
+        )(update)
 
     def add_event(self, event: Event) -> None:
         """Hand ``event`` to a remote conversation as received (OpenHands' ``add_event``)."""
-        conversation = self._conversation()
-        receive = getattr(conversation, "receive_event", None)
-        if receive is None:
-            raise InvalidTypeError(
-                "only a RemoteConversation receives events; a local conversation records "
-                "them with append_event"
-            )
-        receive(event)
+        self._remote_only(
+            "receive_event",
+            "only a RemoteConversation receives events; a local conversation records "
+            "them with append_event",
+        )(event)
 
     def persistence_dir_of_conversation(self) -> str | None:
         """The conversation's ``persistence_dir`` (``state.persistence_dir``)."""
