@@ -58,7 +58,7 @@ from cowconv.core.events import (
 )
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.history import EventLog
-from cowconv.core.ids import ConversationID, id_dir_name, id_text, new_uuid, public_id
+from cowconv.core.ids import ConversationID, id_dir_name, id_text, public_id
 from cowconv.core.llm import LLM, LLMMetrics
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import history_to, recorded
@@ -94,6 +94,7 @@ logger = logging.getLogger("cowconv.conversation")
 
 _NO_TAGS: Mapping[str, str] = MappingProxyType({})
 _new_conversation = object.__new__
+_new_tuple = tuple.__new__
 
 
 def _open_store(directory_or_store: str | os.PathLike[str] | StateSink) -> StateSink:
@@ -168,6 +169,11 @@ class Conversation:
     # Whether fork() must go through _fork_as (a class that overrides it says so): otherwise
     # fork() makes the plain fork itself, one call fewer on the path the benchmark times.
     _forks_its_own_way: bool = False
+    # Caches of what state and agent last read, and the visualiser; None until set, so a
+    # fork (_holding) sets only its backend.
+    _view: tuple[ConversationState, ConversationState] | None = None
+    _agent_view: tuple[ConversationState, Agent] | None = None
+    _visualizer: ConversationVisualizerBase | None = None
 
     @property
     def delete_on_close(self) -> bool:
@@ -296,9 +302,9 @@ class Conversation:
 
     def _hold(self, backend: Backend, visualizer: ConversationVisualizerBase | None) -> None:
         self._backend: Backend = backend
-        self._view: tuple[ConversationState, ConversationState] | None = None
-        self._agent_view: tuple[ConversationState, Agent] | None = None
-        self._visualizer: ConversationVisualizerBase | None = visualizer
+        self._view = None
+        self._agent_view = None
+        self._visualizer = visualizer
         if visualizer is not None:
             self._fork_extras = (visualizer, None)
             visualizer.initialize(self)
@@ -314,11 +320,9 @@ class Conversation:
     ) -> Self:
         # A conversation over a backend made by fork() or resume() (never a public path).
         conversation = _new_conversation(cls)
-        conversation._backend = backend
-        conversation._view = None
-        conversation._agent_view = None
-        conversation._visualizer = visualizer
+        conversation._backend = backend  # the caches keep their class default, None
         if visualizer is not None:
+            conversation._visualizer = visualizer
             conversation._fork_extras = (visualizer, None)
             visualizer.initialize(conversation)
         return conversation
@@ -639,9 +643,8 @@ class Conversation:
         >>> [e.kind for e in early.state.events], early.state.forked_from_event_id == first.id
         (['SystemPromptEvent', 'MessageEvent'], True)
         """
-        if conversation_id is None:
-            fork_id: ConversationID = new_uuid()  # a new id cannot be this conversation's
-        else:
+        fork_id: ConversationID | None = None  # the backend draws a new UUID
+        if conversation_id is not None:
             fork_id = check_conversation_id(conversation_id)
             if fork_id == self.id:
                 raise ConversationExistsError(id_text(fork_id))
@@ -654,12 +657,17 @@ class Conversation:
                 f"from_event_id must be a str, got {type(from_event_id).__name__}"
             )
         if tags is None and title is None:
-            spec = ForkSpec(fork_id, agent, _NO_TAGS, None, bool(reset_metrics), from_event_id)
+            fork_tags: Mapping[str, str] = _NO_TAGS
         else:
-            fork_tags = check_tags(tags)
+            given = check_tags(tags)
             if title is not None:
-                fork_tags["title"] = title
-            spec = ForkSpec(fork_id, agent, fork_tags, None, bool(reset_metrics), from_event_id)
+                given["title"] = title
+            fork_tags = given
+        # ForkSpec's fields in order, made as namedtuple's own _make makes it (tuple.__new__):
+        # a third of the cost of its keyword-checking __new__ on this hot path.
+        spec = _new_tuple(
+            ForkSpec, (fork_id, agent, fork_tags, None, bool(reset_metrics), from_event_id)
+        )
         if self._fork_extras is None and not self._forks_its_own_way:
             return type(self)._holding(self._backend.fork(spec, callbacks))
         return self._fork_as(spec, callbacks)

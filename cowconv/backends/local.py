@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -36,7 +37,7 @@ from cowconv.agent.prompt import system_prompt_event
 from cowconv.agent.runtime import Runner
 from cowconv.core.changes import Change, SendMessage
 from cowconv.core.events import Event, Message, MessageEvent, utc_now
-from cowconv.core.ids import ConversationID, id_text
+from cowconv.core.ids import ConversationID, id_text, new_uuid_int
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
     NO_STATS,
@@ -61,19 +62,24 @@ _new_backend = object.__new__
 
 
 class _PendingFork:
-    """What a fork's first snapshot is made of, until it is first read."""
+    """What a fork's first snapshot is made of, until it is first read.
 
-    __slots__ = ("source", "spec", "created")
+    A fork asked for without an id gets its number now (:func:`new_uuid_int`), and its
+    ``uuid.UUID`` is made from that number when first read.
+    """
+
+    __slots__ = ("source", "spec", "created", "number")
 
     def __init__(self, source: ConversationState, spec: ForkSpec, created: float) -> None:
         self.source = source
         self.spec = spec
         self.created = created
+        self.number = new_uuid_int() if spec.conversation_id is None else 0
 
     @property
     def conversation_id(self) -> ConversationID:
-        assert self.spec.conversation_id is not None
-        return self.spec.conversation_id
+        given = self.spec.conversation_id
+        return uuid.UUID(int=self.number) if given is None else given
 
     def build(self) -> ConversationState:
         state, spec = self.source, self.spec

@@ -74,7 +74,7 @@ from cowconv.core.events import (
     run_failure,
 )
 from cowconv.core.history import EventLog, EventSequence
-from cowconv.core.ids import id_text, public_id
+from cowconv.core.ids import id_text, new_uuid, public_id
 from cowconv.core.llm import LLM
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
@@ -1389,9 +1389,9 @@ class RemoteBackend:
                 "Conversation"
             )
         # OpenHands' ForkConversationRequest: title its own key, nothing sent that is unset.
-        body: dict[str, Any] = {"reset_metrics": spec.reset_metrics}
-        if spec.conversation_id is not None:
-            body["id"] = id_text(spec.conversation_id)
+        # The id is drawn here when none is asked for, as a local fork draws its own.
+        fork_id = new_uuid() if spec.conversation_id is None else spec.conversation_id
+        body: dict[str, Any] = {"reset_metrics": spec.reset_metrics, "id": id_text(fork_id)}
         title = spec.title if spec.title is not None else spec.tags.get("title")
         if title is not None:
             body["title"] = title
