@@ -295,7 +295,8 @@ class ForkSpec(NamedTuple):
     """What a fork is asked for, checked by :meth:`Conversation.fork <cowconv.Conversation.fork>`.
 
     ``tags`` already holds the title; ``agent`` is ``None`` to keep the
-    source's agent.
+    source's agent; ``conversation_id`` is ``None`` for a new UUID, which the
+    backend draws.
 
     >>> ForkSpec(conversation_id="f1").reset_metrics
     True
