@@ -29,6 +29,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from pyrsistent import PMap, pmap
 
@@ -59,22 +60,22 @@ __all__ = ["LocalBackend"]
 
 _BUILD_LOCK = threading.Lock()
 _new_backend = object.__new__
+_new_tuple = tuple.__new__
 
 
-class _PendingFork:
+class _PendingFork(NamedTuple):
     """What a fork's first snapshot is made of, until it is first read.
 
-    A fork asked for without an id gets its number now (:func:`new_uuid_int`), and its
-    ``uuid.UUID`` is made from that number when first read.
+    A fork asked for without an id gets its ``number`` at the fork
+    (:func:`~cowconv.core.ids.new_uuid_int`), made into a ``uuid.UUID`` when
+    first read. A tuple: the fork makes it with ``tuple.__new__``, as
+    namedtuple's ``_make`` does, without a call to an ``__init__``.
     """
 
-    __slots__ = ("source", "spec", "created", "number")
-
-    def __init__(self, source: ConversationState, spec: ForkSpec, created: float) -> None:
-        self.source = source
-        self.spec = spec
-        self.created = created
-        self.number = new_uuid_int() if spec.conversation_id is None else 0
+    source: ConversationState
+    spec: ForkSpec
+    created: float
+    number: int
 
     @property
     def conversation_id(self) -> ConversationID:
@@ -316,7 +317,8 @@ class LocalBackend:
         a sink it is built and saved here, before this returns (durable first).
         """
         state = self.snapshot()  # one consistent snapshot; no lock needed
-        pending = _PendingFork(state, spec, time.time())
+        number = new_uuid_int() if spec.conversation_id is None else 0
+        pending = _new_tuple(_PendingFork, (state, spec, time.time(), number))
         if spec.from_event_id is not None or self.sink is not None:
             forked = pending.build()  # an unknown event fails here, at the fork
             if self.sink is not None:
