@@ -41,14 +41,8 @@ import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from cowconv._exceptions import (
-    InvalidValueError,
-    SchemaVersionError,
-    StoreError,
-    StoreLockedError,
-)
-from cowconv.ports import Row
-from cowconv.stores.sql import SQLTransaction
+from cowconv._exceptions import InvalidValueError, StoreError, StoreLockedError
+from cowconv.stores.sql import SQLTransaction, newer_schema, translated
 from cowconv.stores.tree import TreeStore
 
 __all__ = ["SCHEMA_VERSION", "PostgresRows", "PostgresStore"]
@@ -112,21 +106,9 @@ def _safe(dsn: str) -> str:
     return f"postgresql://{parts.get('host', '')}:{parts.get('port', '')}/{parts.get('dbname', '')}"
 
 
-@contextmanager
-def _translated(name: str) -> Iterator[None]:
-    """Turn psycopg's errors into the store's own, naming the database."""
-    try:
-        yield
-    except psycopg.errors.LockNotAvailable as error:
-        raise StoreLockedError(
-            f"the store {name} is locked by another writer; gave up waiting ({error})"
-        ) from error
-    except psycopg.Error as error:
-        raise StoreError(f"the store {name} failed: {error}") from error
-
-
-# The listing's order, as the index cowconv_conversations_page holds it.
-_PLACE = """coalesce(created_at, ''), (id COLLATE "C")"""
+def _kind(error: psycopg.Error) -> type[StoreError]:
+    """Which store error a psycopg error is."""
+    return StoreLockedError if isinstance(error, psycopg.errors.LockNotAvailable) else StoreError
 
 
 class _Transaction(SQLTransaction):
@@ -137,31 +119,15 @@ class _Transaction(SQLTransaction):
     suites = "cowconv_suite_branches"
     mark = "%s"
     columns = (*SQLTransaction.columns, "branch_of", "branch_order")
+    # As the partial index cowconv_conversations_page holds it: ids compare byte-wise ("C").
+    listing = ("coalesce(created_at, '')", '(id COLLATE "C")')
+    db: psycopg.Connection[Any]
 
-    def branch_rows(self, conversation_id: str) -> list[Row]:
-        return self.rows(
-            "SELECT {cols} FROM {c} WHERE branch_of = ? ORDER BY branch_order", (conversation_id,)
-        )
+    def active(self) -> bool:
+        return not self.db.closed
 
-    def named_rows(
-        self,
-        tags: Mapping[str, str],
-        limit: int | None,
-        offset: int,
-        after: tuple[str, str] | None = None,
-    ) -> list[Row]:
-        # The partial index cowconv_conversations_page answers this: a page from a cursor
-        # costs its own rows, not the table's. Ids compare byte-wise ("C"), as in SQLite.
-        query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
-        parameters: list[object] = []
-        if after is not None:
-            query += f" AND ({_PLACE}) > (?, ?)"
-            parameters += list(after)
-        if tags:
-            query += " AND tags @> ?::jsonb"
-            parameters.append(json.dumps(dict(tags)))
-        query += f" ORDER BY {_PLACE} LIMIT ? OFFSET ?"
-        return self.rows(query, [*parameters, limit, offset])
+    def tagged(self, tags: Mapping[str, str]) -> tuple[str, list[object]]:
+        return ("tags @> ?::jsonb", [json.dumps(dict(tags))]) if tags else ("", [])
 
 
 class PostgresRows:
@@ -210,10 +176,7 @@ class PostgresRows:
             if version is None:
                 connection.execute("INSERT INTO cowconv_schema VALUES (%s)", (SCHEMA_VERSION,))
             elif version > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"{self.name} has cowconv store schema version {version}; this cowconv "
-                    f"reads versions 1 to {SCHEMA_VERSION} (upgrade cowconv to open it)"
-                )
+                raise newer_schema(self.name, version, SCHEMA_VERSION)
 
     def _open_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
         if self._pool is None:
@@ -223,23 +186,24 @@ class PostgresRows:
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[_Transaction]:
         """One snapshot (reads) or one atomic write, serialised with every other writer."""
-        with _translated(self.name), self._open_pool().connection() as connection:
-            connection.execute(
-                "BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-            )
-            try:
-                if write:
-                    connection.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
-                yield _Transaction(connection)
-                connection.execute("COMMIT")
-            except BaseException:
-                if not connection.closed:
-                    connection.execute("ROLLBACK")
-                raise
+        begin = (
+            ("BEGIN", f"SELECT pg_advisory_xact_lock({_WRITE_LOCK})")
+            if write
+            else ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
+        )
+        with (
+            translated(self.name, psycopg.Error, _kind),
+            self._open_pool().connection() as connection,
+            _Transaction.run(connection, begin) as rows,
+        ):
+            yield rows
 
     def wal_bytes_during(self, action: Callable[[], object]) -> int:
         """The bytes of write-ahead log the server wrote while ``action()`` ran."""
-        with _translated(self.name), self._open_pool().connection() as connection:
+        with (
+            translated(self.name, psycopg.Error, _kind),
+            self._open_pool().connection() as connection,
+        ):
             query = "SELECT pg_current_wal_insert_lsn()"
             before = connection.execute(query).fetchone()
             action()

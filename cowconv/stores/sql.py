@@ -2,9 +2,13 @@
 
 Both hold a store in two tables, conversations and events, with the same
 columns; they differ in the parameter mark, the table names, how a branch
-row says whose branch it is, and how a listing filters by tag.
+row says whose branch it is, how a listing filters by tag and starts from a
+cursor, and which driver errors mean what.
 :class:`~cowconv.stores.sqlite.SQLiteStore` and
-:class:`~cowconv.stores.postgres.PostgresStore` subclass this with those.
+:class:`~cowconv.stores.postgres.PostgresStore` subclass this with those;
+the transaction itself (:meth:`SQLTransaction.run`), the translation of
+driver errors (:func:`translated`) and the refusal of a newer schema
+(:func:`newer_schema`) are written here once.
 
 >>> SQLTransaction.conversations, SQLTransaction.mark
 ('conversations', '?')
@@ -12,14 +16,55 @@ row says whose branch it is, and how a listing filters by tag.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol, Self
 
+from cowconv._exceptions import CorruptStoreError, SchemaVersionError, StoreError, StoreLockedError
 from cowconv.core.events import Event
 from cowconv.ports import Row, SuiteRow
 from cowconv.stores.lazy import LazyEvents
 
-__all__ = ["SQLTransaction"]
+__all__ = ["SQLTransaction", "newer_schema", "translated"]
+
+# What each kind of store error says after "the store <name> ".
+_SAYS: dict[type[StoreError], str] = {
+    StoreLockedError: "is locked by another writer; gave up waiting ({})",
+    CorruptStoreError: "is damaged: {}",
+    StoreError: "failed: {}",
+}
+
+
+@contextmanager
+def translated(
+    name: object, errors: type[Exception], kind: Callable[[Any], type[StoreError]]
+) -> Iterator[None]:
+    """Turn a driver's ``errors`` into the store's own (the class ``kind(error)``), naming it.
+
+    >>> with translated("db", ValueError, lambda error: StoreError):
+    ...     raise ValueError("disk I/O")
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.StoreError: the store db failed: disk I/O
+    """
+    try:
+        yield
+    except errors as error:
+        found = kind(error)
+        raise found(f"the store {name} {_SAYS[found].format(error)}") from error
+
+
+def newer_schema(name: object, version: int, newest: int) -> SchemaVersionError:
+    """The error for a store whose schema ``version`` this cowconv (``1 .. newest``) cannot read.
+
+    >>> print(newer_schema("db", 9, 2))  # doctest: +NORMALIZE_WHITESPACE
+    db has cowconv store schema version 9;
+    this cowconv reads versions 1 to 2 (upgrade cowconv to open it)
+    """
+    return SchemaVersionError(
+        f"{name} has cowconv store schema version {version}; this cowconv reads versions 1 "
+        f"to {newest} (upgrade cowconv to open it)"
+    )
 
 
 class _Cursor(Protocol):
@@ -44,7 +89,10 @@ class SQLTransaction:
 
     Subclasses name the tables and the parameter ``mark``, say which
     ``columns`` hold a :class:`~cowconv.ports.Row` (:meth:`decode`,
-    :meth:`encode`), and list rows (:meth:`branch_rows`, :meth:`named_rows`).
+    :meth:`encode`), what a branch row's ``branch_of`` and ``branch_order``
+    are and the listing's order (SQL expressions), how a listing starts
+    after a place (:meth:`after`) and filters by tags (:meth:`tagged`), and
+    whether the transaction is still open (:meth:`active`).
     """
 
     conversations = "conversations"
@@ -54,9 +102,35 @@ class SQLTransaction:
     # The columns written from a row, in the order encode() gives their values.
     columns: tuple[str, ...] = ("id", "parent", "fork_len", "event_count", "state", "generation",
                                 "version")  # fmt: skip
+    branch_of = "branch_of"
+    branch_order = "branch_order"
+    # The listing's order, (created_at or "", id): the columns of the index that answers it.
+    listing = ("coalesce(created_at, '')", "id")
+    # The LIMIT that means no limit.
+    unlimited: int | None = None
 
     def __init__(self, connection: _Connection) -> None:
         self.db = connection
+
+    @classmethod
+    @contextmanager
+    def run(cls, connection: _Connection, begin: Iterable[str]) -> Iterator[Self]:
+        """The statements ``begin``, then a transaction committed if the body returns, else
+        rolled back (unless the database ended it already)."""
+        transaction = cls(connection)
+        try:
+            for statement in begin:
+                connection.execute(statement)
+            yield transaction
+            connection.execute("COMMIT")
+        except BaseException:
+            if transaction.active():
+                connection.execute("ROLLBACK")
+            raise
+
+    def active(self) -> bool:
+        """Whether a transaction is open on the connection."""
+        raise NotImplementedError
 
     def decode(self, found: Sequence[Any]) -> Row:
         """The :class:`Row` of ``key`` and :attr:`columns` as selected."""
@@ -147,9 +221,39 @@ class SQLTransaction:
         return [tuple(found) for found in self.execute(query).fetchall()]
 
     def branch_rows(self, conversation_id: str) -> list[Row]:
-        raise NotImplementedError
+        return self.rows(
+            f"SELECT {{cols}} FROM {{c}} WHERE id IS NULL AND {self.branch_of} = ? "
+            f"ORDER BY {self.branch_order}",
+            (conversation_id,),
+        )
 
-    def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> list[Row]:
+    def named_rows(
+        self,
+        tags: Mapping[str, str],
+        limit: int | None,
+        offset: int,
+        after: tuple[str, str] | None = None,
+    ) -> list[Row]:
+        # The listing index answers this: a page from a cursor costs its own rows (a tag
+        # filter skips the rows without the tags on the way).
+        query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
+        parameters: list[object] = []
+        conditions = [self.tagged(tags)]
+        if after is not None:
+            conditions.insert(0, self.after(after))
+        for clause, values in conditions:
+            if clause:
+                query += f" AND {clause}"
+                parameters += values
+        query += f" ORDER BY {', '.join(self.listing)} LIMIT ? OFFSET ?"
+        return self.rows(query, [*parameters, self.unlimited if limit is None else limit, offset])
+
+    def after(self, place: tuple[str, str]) -> tuple[str, Sequence[object]]:
+        """The condition (and its values) of the rows past ``place`` in the listing's order."""
+        return f"({', '.join(self.listing)}) > (?, ?)", place
+
+    def tagged(self, tags: Mapping[str, str]) -> tuple[str, Sequence[object]]:
+        """The condition (and its values) of the rows carrying all ``tags`` ("" for none)."""
         raise NotImplementedError
 
     def epoch(self) -> object:

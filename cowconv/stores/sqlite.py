@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +38,7 @@ from cowconv._exceptions import (
     StoreLockedError,
 )
 from cowconv.ports import Row
-from cowconv.stores.sql import SQLTransaction
+from cowconv.stores.sql import SQLTransaction, newer_schema, translated
 from cowconv.stores.tree import TreeStore
 
 __all__ = ["SCHEMA_VERSION", "STORE_FILE_NAME", "SQLiteRows", "SQLiteStore", "store_file"]
@@ -101,12 +101,12 @@ _SUITES_TABLE = (
 # Any store gets this index when opened (not a new version: a cowconv that does not know it
 # reads the file as before; SQLite keeps it up to date). A listing page is read off it, from
 # an offset or from a cursor (created_at, id); the expression is the one named_rows orders by.
-_PLACE = "coalesce(json_extract(state, '$.created_at'), '')"
+_CREATED = "coalesce(json_extract(state, '$.created_at'), '')"
 _LISTING_INDEX_NAME = "conversations_page"
 _LISTING_INDEXES = (
     # Ordered by key, it could not place a cursor: navigate_to moves an id to another key.
     "DROP INDEX IF EXISTS conversations_listing",
-    f"CREATE INDEX IF NOT EXISTS {_LISTING_INDEX_NAME} ON conversations ({_PLACE}, id) "
+    f"CREATE INDEX IF NOT EXISTS {_LISTING_INDEX_NAME} ON conversations ({_CREATED}, id) "
     "WHERE id IS NOT NULL",
 )
 
@@ -146,24 +146,40 @@ def store_file(path: str | os.PathLike[str]) -> Path:
     return current
 
 
-@contextmanager
-def _translated(path: object) -> Iterator[None]:
-    """Turn sqlite3 errors into the store's own, naming the file."""
-    try:
-        yield
-    except sqlite3.Error as error:
-        name = getattr(error, "sqlite_errorname", "")
-        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-            raise StoreLockedError(
-                f"the store {path} is locked by another writer; gave up waiting ({error})"
-            ) from error
-        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-            raise CorruptStoreError(f"the store {path} is damaged: {error}") from error
-        raise StoreError(f"the store {path} failed: {error}") from error
+def _kind(error: sqlite3.Error) -> type[StoreError]:
+    """Which store error an sqlite3 error is."""
+    name = getattr(error, "sqlite_errorname", "")
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return StoreLockedError
+    return CorruptStoreError if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) else StoreError
+
+
+def _translated(path: object) -> AbstractContextManager[None]:
+    return translated(path, sqlite3.Error, _kind)
+
+
+def _schema_version(path: Path, connection: sqlite3.Connection) -> int:
+    """The schema version of the cowconv store ``connection`` reads, 0 for an empty database.
+
+    Anything else (another file, a newer or damaged store) is refused with a
+    :class:`~cowconv.StoreError` saying so.
+    """
+    application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    if application_id == 0 and version == 0 and not tables:
+        return 0
+    if application_id != _APPLICATION_ID:
+        raise CorruptStoreError(f"{path} is an SQLite database but not a cowconv store")
+    if version > SCHEMA_VERSION or version < 1:
+        raise newer_schema(path, version, SCHEMA_VERSION)
+    if not {"conversations", "events"} <= tables:
+        raise CorruptStoreError(f"{path} is a cowconv store with missing tables: damaged")
+    return int(version)
 
 
 def _check_existing(path: Path, lock_timeout: float) -> int:
-    """Validate an existing file read-only; its schema version, 0 for an empty database."""
+    """Validate an existing file read-only (:func:`_schema_version`)."""
     with open(path, "rb") as file:
         header = file.read(len(_SQLITE_MAGIC))
     if header != _SQLITE_MAGIC:
@@ -175,31 +191,26 @@ def _check_existing(path: Path, lock_timeout: float) -> int:
         raise CorruptStoreError(f"{path} cannot be opened as a cowconv store: {error}") from error
     try:
         with _translated(path):
-            application_id = connection.execute("PRAGMA application_id").fetchone()[0]
-            version = connection.execute("PRAGMA user_version").fetchone()[0]
-            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
-    except StoreLockedError:
+            return _schema_version(path, connection)
+    except (StoreLockedError, CorruptStoreError, SchemaVersionError):
         raise
     except StoreError as error:
         raise CorruptStoreError(f"{path} is not a readable cowconv store: {error}") from error
     finally:
         connection.close()
-    if application_id == 0 and version == 0 and not tables:
-        return 0
-    if application_id != _APPLICATION_ID:
-        raise CorruptStoreError(f"{path} is an SQLite database but not a cowconv store")
-    if version > SCHEMA_VERSION or version < 1:
-        raise SchemaVersionError(
-            f"{path} has cowconv store schema version {version}; this cowconv reads "
-            f"versions 1 to {SCHEMA_VERSION} (upgrade cowconv to open it)"
-        )
-    if not {"conversations", "events"} <= tables:
-        raise CorruptStoreError(f"{path} is a cowconv store with missing tables: damaged")
-    return int(version)
 
 
 class _Transaction(SQLTransaction):
     """The row operations on the SQLite connection: a branch row's state is its marker."""
+
+    db: sqlite3.Connection
+    branch_of = "json_extract(state, '$.branch_of')"
+    branch_order = "json_extract(state, '$.order')"
+    listing = (_CREATED, "id")
+    unlimited = -1
+
+    def active(self) -> bool:
+        return self.db.in_transaction
 
     def decode(self, found: Sequence[Any]) -> Row:
         key, conversation_id, parent, fork_len, event_count, state, generation, version = found
@@ -219,36 +230,16 @@ class _Transaction(SQLTransaction):
         marker = json.dumps({"branch_of": row.branch_of, "order": row.branch_order})
         return [*row[1:5], marker, row.generation, row.version]
 
-    def branch_rows(self, conversation_id: str) -> list[Row]:
-        return self.rows(
-            "SELECT {cols} FROM {c} WHERE id IS NULL AND state IS NOT NULL AND "
-            "json_extract(state, '$.branch_of') = ? ORDER BY json_extract(state, '$.order')",
-            (conversation_id,),
-        )
+    def after(self, place: tuple[str, str]) -> tuple[str, list[object]]:
+        # Not a row value: SQLite would scan the index from its start to compare those.
+        return f"{_CREATED} >= ? AND ({_CREATED} > ? OR id > ?)", [place[0], *place]
 
-    def named_rows(
-        self,
-        tags: Mapping[str, str],
-        limit: int | None,
-        offset: int,
-        after: tuple[str, str] | None = None,
-    ) -> list[Row]:
-        # The partial index conversations_page answers this: a page from a cursor costs its
-        # own rows (a tag filter skips the rows without the tags on the way).
-        query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
-        parameters: list[object] = []
-        if after is not None:
-            # Not a row value: SQLite would scan the index from its start to compare those.
-            query += f" AND {_PLACE} >= ? AND ({_PLACE} > ? OR id > ?)"
-            parameters += [after[0], after[0], after[1]]
-        for key, value in tags.items():
-            query += (
-                " AND EXISTS (SELECT 1 FROM json_each(state, '$.tags')"
-                " WHERE json_each.key = ? AND json_each.value = ?)"
-            )
-            parameters += [key, value]
-        query += f" ORDER BY {_PLACE}, id LIMIT ? OFFSET ?"
-        return self.rows(query, [*parameters, -1 if limit is None else limit, offset])
+    def tagged(self, tags: Mapping[str, str]) -> tuple[str, list[object]]:
+        each = (
+            "EXISTS (SELECT 1 FROM json_each(state, '$.tags') "
+            "WHERE json_each.key = ? AND json_each.value = ?)"
+        )
+        return " AND ".join([each] * len(tags)), [part for tag in tags.items() for part in tag]
 
     def epoch(self) -> object:
         # Without AUTOINCREMENT (it costs every fork a write of sqlite_sequence's page) a
@@ -308,13 +299,10 @@ class SQLiteRows:
         connection.execute("BEGIN IMMEDIATE")
         try:
             # Read again under the write lock: another process may have set it up meanwhile.
-            application_id = connection.execute("PRAGMA application_id").fetchone()[0]
-            version = connection.execute("PRAGMA user_version").fetchone()[0]
-            if application_id == 0 and version == 0:
+            version = _schema_version(self.path, connection)
+            if version == 0:
                 statements = [s for s in _SCHEMA.split(";") if s.strip()]
                 statements.append(f"PRAGMA application_id={_APPLICATION_ID}")
-            elif application_id != _APPLICATION_ID:
-                raise CorruptStoreError(f"{self.path} is not a cowconv store")
             else:
                 steps = range(version, SCHEMA_VERSION)
                 statements = [s for step in steps for s in _MIGRATIONS[step]]
@@ -335,16 +323,12 @@ class SQLiteRows:
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[_Transaction]:
         """One consistent snapshot (reads) or one atomic, durable change (writes)."""
-        with self._lock, _translated(self.path):
-            db = self.connection()
-            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield _Transaction(db)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
+        with (
+            self._lock,
+            _translated(self.path),
+            _Transaction.run(self.connection(), ["BEGIN IMMEDIATE" if write else "BEGIN"]) as rows,
+        ):
+            yield rows
 
     def close(self) -> None:
         """Close the connection. Idempotent."""
