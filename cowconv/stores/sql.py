@@ -1,14 +1,12 @@
-"""``SQLTransaction``: the row operations SQLite and PostgreSQL share, written once.
+"""What SQLite and PostgreSQL stores share, written once: row operations, transactions, errors.
 
 Both hold a store in two tables, conversations and events, with the same
 columns; they differ in the parameter mark, the table names, how a branch
 row says whose branch it is, how a listing filters by tag and starts from a
-cursor, and which driver errors mean what.
-:class:`~cowconv.stores.sqlite.SQLiteStore` and
-:class:`~cowconv.stores.postgres.PostgresStore` subclass this with those;
-the transaction itself (:meth:`SQLTransaction.run`), the translation of
-driver errors (:func:`translated`) and the refusal of a newer schema
-(:func:`newer_schema`) are written here once.
+cursor, how a connection is had and a transaction begun, and which driver
+errors mean what. :class:`~cowconv.stores.sqlite.SQLiteStore` and
+:class:`~cowconv.stores.postgres.PostgresStore` subclass
+:class:`SQLTransaction`, :class:`SQLRows` and :class:`SQLStore` with those.
 
 >>> SQLTransaction.conversations, SQLTransaction.mark
 ('conversations', '?')
@@ -16,16 +14,25 @@ driver errors (:func:`translated`) and the refusal of a newer schema
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any, Protocol, Self
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Generic, Protocol, Self, TypeVar
 
-from cowconv._exceptions import CorruptStoreError, SchemaVersionError, StoreError, StoreLockedError
+from cowconv._exceptions import (
+    CorruptStoreError,
+    InvalidValueError,
+    SchemaVersionError,
+    StoreError,
+    StoreLockedError,
+)
 from cowconv.core.events import Event
 from cowconv.ports import Row, SuiteRow
 from cowconv.stores.lazy import LazyEvents
+from cowconv.stores.tree import TreeStore
 
-__all__ = ["SQLTransaction", "newer_schema", "translated"]
+__all__ = ["SQLRows", "SQLStore", "SQLTransaction", "newer_schema", "translated"]
 
 # What each kind of store error says after "the store <name> ".
 _SAYS: dict[type[StoreError], str] = {
@@ -275,3 +282,114 @@ class SQLTransaction:
             "owner = excluded.owner, beat = excluded.beat, detail = excluded.detail",
             tuple(row),
         )
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+Handle = TypeVar("Handle", bound=_Closable)
+
+
+class SQLRows(Generic[Handle]):
+    """The rows of a store in an SQL database (a :class:`~cowconv.ports.RowStore`).
+
+    Subclasses open the database's ``Handle`` (a connection, a pool) and
+    :meth:`hold` it, lend a connection (:meth:`connection`), say how a
+    transaction begins (:meth:`begin`) and which driver ``errors`` are which
+    store error (:meth:`kind`); ``operations`` is their :class:`SQLTransaction`.
+    ``name`` names the database in messages, never with a password.
+    """
+
+    operations: type[SQLTransaction] = SQLTransaction
+    errors: type[Exception] = Exception
+
+    def __init__(self, name: str, *, lock_timeout: float) -> None:
+        if lock_timeout < 0:
+            raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
+        self.name = name
+        self._lock = threading.RLock()
+        self._handle: Handle | None = None
+
+    def hold(self, handle: Handle) -> None:
+        """Keep ``handle`` until :meth:`close`, or until this object is dropped."""
+        self._handle = handle
+        self._release = weakref.finalize(self, handle.close)
+
+    def handle(self) -> Handle:
+        """The open handle (:class:`~cowconv.StoreError` once closed)."""
+        if self._handle is None:
+            raise StoreError(f"the store {self.name} is closed")
+        return self._handle
+
+    def translated(self) -> AbstractContextManager[None]:
+        """The driver's errors turned into the store's own (:func:`translated`)."""
+        return translated(self.name, self.errors, self.kind)
+
+    def kind(self, error: Any) -> type[StoreError]:
+        """Which store error the driver's ``error`` is."""
+        return StoreError
+
+    def connection(self) -> AbstractContextManager[_Connection]:
+        """A connection of the database, for one transaction."""
+        raise NotImplementedError
+
+    def begin(self, write: bool) -> Sequence[str]:
+        """The statements that begin a read snapshot or a write serialised with other writers."""
+        raise NotImplementedError
+
+    @contextmanager
+    def transaction(self, *, write: bool) -> Iterator[SQLTransaction]:
+        """One snapshot (reads) or one atomic, durable write (:meth:`SQLTransaction.run`)."""
+        with (
+            self.translated(),
+            self.connection() as connection,
+            self.operations.run(connection, self.begin(write)) as rows,
+        ):
+            yield rows
+
+    def wal_bytes_during(self, action: Callable[[], object]) -> int:
+        """The bytes of write-ahead log the database wrote while ``action()`` ran."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the handle. Idempotent."""
+        with self._lock:
+            if self._handle is not None:
+                self._release()
+                self._handle = None
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class SQLStore(TreeStore):
+    """A :class:`~cowconv.stores.tree.TreeStore` over :class:`SQLRows`.
+
+    >>> from cowconv import SQLiteStore
+    >>> isinstance(SQLiteStore(":memory:"), SQLStore)
+    True
+    """
+
+    def __init__(self, rows: SQLRows[Any]) -> None:
+        super().__init__(rows, name=rows.name)
+        self._sql = rows
+
+    def bytes_written_by(self, action: Callable[[], object]) -> int:
+        """The bytes of write-ahead log ``action()`` made the database write (for benchmarks).
+
+        Every committed change reaches the tables through the write-ahead log,
+        so this is what it costs on disk; run nothing else against the
+        database meanwhile.
+
+        >>> from cowconv import LLM, Agent, Conversation, SQLiteStore
+        >>> import tempfile, pathlib
+        >>> store = SQLiteStore(pathlib.Path(tempfile.mkdtemp()) / "cowconv.db")
+        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".",
+        ...                       store=store)
+        >>> for n in range(100):
+        ...     _ = source.send_message(f"message {n}")
+        >>> store.bytes_written_by(source.fork) < 16 * 1024
+        True
+        """
+        return self._sql.wal_bytes_during(action)

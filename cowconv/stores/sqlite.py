@@ -23,10 +23,8 @@ import json
 import logging
 import os
 import sqlite3
-import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,8 +36,7 @@ from cowconv._exceptions import (
     StoreLockedError,
 )
 from cowconv.ports import Row
-from cowconv.stores.sql import SQLTransaction, newer_schema, translated
-from cowconv.stores.tree import TreeStore
+from cowconv.stores.sql import SQLRows, SQLStore, SQLTransaction, newer_schema, translated
 
 __all__ = ["SCHEMA_VERSION", "STORE_FILE_NAME", "SQLiteRows", "SQLiteStore", "store_file"]
 
@@ -154,10 +151,6 @@ def _kind(error: sqlite3.Error) -> type[StoreError]:
     return CorruptStoreError if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) else StoreError
 
 
-def _translated(path: object) -> AbstractContextManager[None]:
-    return translated(path, sqlite3.Error, _kind)
-
-
 def _schema_version(path: Path, connection: sqlite3.Connection) -> int:
     """The schema version of the cowconv store ``connection`` reads, 0 for an empty database.
 
@@ -190,7 +183,7 @@ def _check_existing(path: Path, lock_timeout: float) -> int:
     except sqlite3.Error as error:
         raise CorruptStoreError(f"{path} cannot be opened as a cowconv store: {error}") from error
     try:
-        with _translated(path):
+        with translated(path, sqlite3.Error, _kind):
             return _schema_version(path, connection)
     except (StoreLockedError, CorruptStoreError, SchemaVersionError):
         raise
@@ -247,7 +240,7 @@ class _Transaction(SQLTransaction):
         return self.db.execute("PRAGMA data_version").fetchone()[0]
 
 
-class SQLiteRows:
+class SQLiteRows(SQLRows[sqlite3.Connection]):
     """The rows of a cowconv store in one SQLite file (a :class:`~cowconv.ports.RowStore`).
 
     One connection shared by the process's threads under a lock; a writer
@@ -258,11 +251,13 @@ class SQLiteRows:
     True
     """
 
+    operations = _Transaction
+    errors = sqlite3.Error
+
     def __init__(self, path: Path, *, lock_timeout: float, synchronous: Synchronous) -> None:
+        super().__init__(str(path), lock_timeout=lock_timeout)
         self.path = path
-        self._lock = threading.RLock()
-        self._connection: sqlite3.Connection | None = self._open(lock_timeout, synchronous)
-        self._finalizer = weakref.finalize(self, self._connection.close)
+        self.hold(self._open(lock_timeout, synchronous))
 
     def _open(self, lock_timeout: float, synchronous: Synchronous) -> sqlite3.Connection:
         path = self.path
@@ -276,11 +271,10 @@ class SQLiteRows:
                 version = _check_existing(path, lock_timeout)
         except OSError as error:
             raise StoreError(f"cannot open the store {path}: {error}") from error
-        with _translated(path):
+        with self.translated():
             connection = sqlite3.connect(path, timeout=lock_timeout, isolation_level=None,
                                          check_same_thread=False)  # fmt: skip
-        try:
-            with _translated(path):
+            try:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
                 listed = (
@@ -289,15 +283,14 @@ class SQLiteRows:
                 )
                 if version != SCHEMA_VERSION or connection.execute(listed).fetchone()[0] != 2:
                     self._set_up(connection)
-        except BaseException:
-            connection.close()
-            raise
+            except BaseException:
+                connection.close()
+                raise
         return connection
 
     def _set_up(self, connection: sqlite3.Connection) -> None:
         """Create the schema in an empty database, or migrate an older one, atomically."""
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with _Transaction.run(connection, ["BEGIN IMMEDIATE"]):
             # Read again under the write lock: another process may have set it up meanwhile.
             version = _schema_version(self.path, connection)
             if version == 0:
@@ -309,38 +302,34 @@ class SQLiteRows:
             for statement in (*statements, *_LISTING_INDEXES, _SUITES_TABLE):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
 
-    def connection(self) -> sqlite3.Connection:
-        """The open connection (:class:`~cowconv.StoreError` once closed)."""
-        if self._connection is None:
-            raise StoreError(f"the store {self.path} is closed")
-        return self._connection
+    def kind(self, error: sqlite3.Error) -> type[StoreError]:
+        return _kind(error)
 
     @contextmanager
-    def transaction(self, *, write: bool) -> Iterator[_Transaction]:
-        """One consistent snapshot (reads) or one atomic, durable change (writes)."""
-        with (
-            self._lock,
-            _translated(self.path),
-            _Transaction.run(self.connection(), ["BEGIN IMMEDIATE" if write else "BEGIN"]) as rows,
-        ):
-            yield rows
-
-    def close(self) -> None:
-        """Close the connection. Idempotent."""
+    def connection(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._finalizer()
-            self._connection = None
+            yield self.handle()
 
-    def __repr__(self) -> str:
-        return str(self.path)
+    def begin(self, write: bool) -> list[str]:
+        return ["BEGIN IMMEDIATE" if write else "BEGIN"]
+
+    def wal_bytes_during(self, action: Callable[[], object]) -> int:
+        # It checkpoints first and holds checkpoints off while ``action`` runs.
+        wal = Path(f"{self.path}-wal")
+        with self.translated(), self.connection() as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            before = wal.stat().st_size if wal.exists() else 0
+            automatic = db.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+            db.execute("PRAGMA wal_autocheckpoint=0")
+            try:
+                action()
+            finally:
+                db.execute(f"PRAGMA wal_autocheckpoint={int(automatic)}")
+            return (wal.stat().st_size if wal.exists() else 0) - before
 
 
-class SQLiteStore(TreeStore):
+class SQLiteStore(SQLStore):
     """Conversations in one SQLite file (created 0600 if missing), safe across threads.
 
     ``SQLiteStore(path)`` opens or creates the store at ``path``, or in the
@@ -369,11 +358,9 @@ class SQLiteStore(TreeStore):
     ) -> None:  # fmt: skip
         if synchronous not in ("full", "normal"):
             raise InvalidValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
-        if lock_timeout < 0:
-            raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
         self._sqlite = SQLiteRows(store_file(path), lock_timeout=lock_timeout,
                                   synchronous=synchronous)  # fmt: skip
-        super().__init__(self._sqlite, name=str(self._sqlite.path))
+        super().__init__(self._sqlite)
 
     @property
     def path(self) -> Path:
@@ -389,34 +376,3 @@ class SQLiteStore(TreeStore):
         """
         path = self._sqlite.path
         return None if str(path) == ":memory:" else str(path.resolve())
-
-    def bytes_written_by(self, action: Callable[[], object]) -> int:
-        """The bytes ``action()`` makes the store append to its write-ahead log.
-
-        Every committed page reaches the database file through the WAL, so
-        this is what a change costs on disk (4 KiB pages plus 24-byte frame
-        headers). For benchmarks: it checkpoints first and holds
-        checkpoints off while ``action`` runs; run nothing else meanwhile.
-
-        >>> from cowconv import LLM, Agent, Conversation
-        >>> import tempfile, pathlib
-        >>> store = SQLiteStore(pathlib.Path(tempfile.mkdtemp()) / "cowconv.db")
-        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".",
-        ...                       store=store)
-        >>> for n in range(100):
-        ...     _ = source.send_message(f"message {n}")
-        >>> store.bytes_written_by(source.fork) < 16 * 1024
-        True
-        """
-        wal = Path(f"{self.path}-wal")
-        with self._lock, _translated(self.path):
-            db = self._sqlite.connection()
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            before = wal.stat().st_size if wal.exists() else 0
-            automatic = db.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
-            db.execute("PRAGMA wal_autocheckpoint=0")
-            try:
-                action()
-            finally:
-                db.execute(f"PRAGMA wal_autocheckpoint={int(automatic)}")
-            return (wal.stat().st_size if wal.exists() else 0) - before
