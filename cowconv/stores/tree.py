@@ -311,11 +311,14 @@ class TreeStore:
     def info(self, conversation_id: ConversationID) -> ConversationInfo:
         """The stored conversation's summary, without reading its events.
 
-        >>> from cowconv import MemoryStore
-        >>> MemoryStore().info("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        >>> from cowconv import LLM, Agent, Conversation, MemoryStore
+        >>> store = MemoryStore()
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> conversation = Conversation(agent=agent, workspace=".", store=store)
+        >>> _ = conversation.send_message("Draft the reply.")
+        >>> info = store.info(conversation.fork(title="Draft").id)
+        >>> info.title, info.event_count  # the system prompt, the message
+        ('Draft', 2)
         """
         with self._transaction(write=False) as rows:
             row = self._row(rows, conversation_id)
@@ -727,11 +730,15 @@ class TreeStore:
         erased) holding the events that forks still reach; events nothing
         reaches are deleted, here and up the chain of tombstones.
 
-        >>> from cowconv import MemoryStore
-        >>> MemoryStore().delete("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        >>> from cowconv import LLM, Agent, Conversation, MemoryStore
+        >>> store = MemoryStore()
+        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".",
+        ...                       store=store)
+        >>> _ = source.send_message("hi")
+        >>> fork = source.fork(title="B")
+        >>> store.delete(source.id)
+        >>> [(info.title, info.event_count) for info in store.list()]  # B still has both
+        [('B', 2)]
         """
         with self._transaction(write=True) as rows:
             row = self._row(rows, conversation_id)
@@ -753,11 +760,15 @@ class TreeStore:
         share and their own events. Without ``include_secrets`` the API keys
         are written as ``null``.
 
-        >>> from cowconv import MemoryStore
-        >>> MemoryStore().export_conversation("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        >>> from cowconv import LLM, Agent, Conversation, MemoryStore
+        >>> store, copy = MemoryStore(), MemoryStore()
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> source = Conversation(agent=agent, workspace=".", store=store)
+        >>> _ = source.send_message("hi")
+        >>> fork = source.fork()
+        >>> document = store.export_conversation(source.id, with_forks=True)
+        >>> copy.import_conversations(document) == [source.id, fork.id]
+        True
         """
         with self._transaction(write=False) as rows:
             root = self._row(rows, conversation_id)
