@@ -299,6 +299,11 @@ class SQLRows(Generic[Handle]):
     transaction begins (:meth:`begin`) and which driver ``errors`` are which
     store error (:meth:`kind`); ``operations`` is their :class:`SQLTransaction`.
     ``name`` names the database in messages, never with a password.
+
+    >>> from cowconv import SQLiteStore
+    >>> with SQLiteStore(":memory:") as store:
+    ...     isinstance(store.rows, SQLRows), repr(store.rows)
+    (True, ':memory:')
     """
 
     operations: type[SQLTransaction] = SQLTransaction
