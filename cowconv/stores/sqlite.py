@@ -12,9 +12,10 @@
 >>> store.close()
 
 The store itself (forks, the tree, versions, export) is the generic
-:class:`~cowconv.stores.tree.TreeStore`; this module holds the rows: two
-tables, ``conversations`` and ``events``, in a file checked before it is
-written. See ``docs/persistence.md`` for the layout and the guarantees.
+:class:`~cowconv.stores.tree.TreeStore`, and what SQLite's rows share with
+PostgreSQL's is :mod:`cowconv.stores.sql`; this module holds SQLite's own:
+two tables, ``conversations`` and ``events``, in a file checked before it
+is written. See ``docs/persistence.md`` for the layout and the guarantees.
 """
 
 from __future__ import annotations
