@@ -30,10 +30,8 @@ history stays true.
 from __future__ import annotations
 
 import json
-import threading
-import weakref
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -41,15 +39,8 @@ import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from cowconv._exceptions import (
-    InvalidValueError,
-    SchemaVersionError,
-    StoreError,
-    StoreLockedError,
-)
-from cowconv.ports import Row
-from cowconv.stores.sql import SQLTransaction
-from cowconv.stores.tree import TreeStore
+from cowconv._exceptions import StoreError, StoreLockedError
+from cowconv.stores.sql import SQLRows, SQLStore, SQLTransaction, newer_schema
 
 __all__ = ["SCHEMA_VERSION", "PostgresRows", "PostgresStore"]
 
@@ -112,23 +103,6 @@ def _safe(dsn: str) -> str:
     return f"postgresql://{parts.get('host', '')}:{parts.get('port', '')}/{parts.get('dbname', '')}"
 
 
-@contextmanager
-def _translated(name: str) -> Iterator[None]:
-    """Turn psycopg's errors into the store's own, naming the database."""
-    try:
-        yield
-    except psycopg.errors.LockNotAvailable as error:
-        raise StoreLockedError(
-            f"the store {name} is locked by another writer; gave up waiting ({error})"
-        ) from error
-    except psycopg.Error as error:
-        raise StoreError(f"the store {name} failed: {error}") from error
-
-
-# The listing's order, as the index cowconv_conversations_page holds it.
-_PLACE = """coalesce(created_at, ''), (id COLLATE "C")"""
-
-
 class _Transaction(SQLTransaction):
     """The row operations on one pooled connection; branches and tags have their own columns."""
 
@@ -137,61 +111,45 @@ class _Transaction(SQLTransaction):
     suites = "cowconv_suite_branches"
     mark = "%s"
     columns = (*SQLTransaction.columns, "branch_of", "branch_order")
+    # As the partial index cowconv_conversations_page holds it: ids compare byte-wise ("C").
+    listing = ("coalesce(created_at, '')", '(id COLLATE "C")')
+    db: psycopg.Connection[Any]
 
-    def branch_rows(self, conversation_id: str) -> list[Row]:
-        return self.rows(
-            "SELECT {cols} FROM {c} WHERE branch_of = ? ORDER BY branch_order", (conversation_id,)
-        )
+    def active(self) -> bool:
+        return not self.db.closed
 
-    def named_rows(
-        self,
-        tags: Mapping[str, str],
-        limit: int | None,
-        offset: int,
-        after: tuple[str, str] | None = None,
-    ) -> list[Row]:
-        # The partial index cowconv_conversations_page answers this: a page from a cursor
-        # costs its own rows, not the table's. Ids compare byte-wise ("C"), as in SQLite.
-        query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
-        parameters: list[object] = []
-        if after is not None:
-            query += f" AND ({_PLACE}) > (?, ?)"
-            parameters += list(after)
-        if tags:
-            query += " AND tags @> ?::jsonb"
-            parameters.append(json.dumps(dict(tags)))
-        query += f" ORDER BY {_PLACE} LIMIT ? OFFSET ?"
-        return self.rows(query, [*parameters, limit, offset])
+    def tagged(self, tags: Mapping[str, str]) -> tuple[str, list[object]]:
+        return ("tags @> ?::jsonb", [json.dumps(dict(tags))]) if tags else ("", [])
 
 
-class PostgresRows:
+class PostgresRows(SQLRows[ConnectionPool[psycopg.Connection[Any]]]):
     """The rows of a cowconv store in a PostgreSQL database (a :class:`~cowconv.ports.RowStore`).
 
     Connections come from a pool (at most ``max_connections``), so threads
     of one process read in parallel.
     """
 
+    operations = _Transaction
+    errors = psycopg.Error
+
     def __init__(
         self, dsn: str, *, lock_timeout: float = 5.0, connect_timeout: float = 30.0,
         max_connections: int = 4,
     ) -> None:  # fmt: skip
-        if lock_timeout < 0:
-            raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
-        self.name = _safe(dsn)
+        super().__init__(_safe(dsn), lock_timeout=lock_timeout)
         milliseconds = max(1, int(lock_timeout * 1000))
 
         def configure(connection: psycopg.Connection[Any]) -> None:
             connection.execute(f"SET lock_timeout = {milliseconds}")
 
-        self._lock = threading.Lock()
-        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = ConnectionPool(
+        pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             dsn, kwargs={"autocommit": True}, min_size=1, max_size=max_connections,
             configure=configure, open=False, name="cowconv",
         )  # fmt: skip
         # A store dropped without close() still stops the pool's threads and connections.
-        weakref.finalize(self, self._pool.close)
+        self.hold(pool)
         try:
-            self._pool.open(wait=True, timeout=connect_timeout)
+            pool.open(wait=True, timeout=connect_timeout)
             self._set_up()
         except PoolTimeout as error:
             self.close()
@@ -210,36 +168,22 @@ class PostgresRows:
             if version is None:
                 connection.execute("INSERT INTO cowconv_schema VALUES (%s)", (SCHEMA_VERSION,))
             elif version > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"{self.name} has cowconv store schema version {version}; this cowconv "
-                    f"reads versions 1 to {SCHEMA_VERSION} (upgrade cowconv to open it)"
-                )
+                raise newer_schema(self.name, version, SCHEMA_VERSION)
 
-    def _open_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
-        if self._pool is None:
-            raise StoreError(f"the store {self.name} is closed")
-        return self._pool
+    def kind(self, error: psycopg.Error) -> type[StoreError]:
+        locked = isinstance(error, psycopg.errors.LockNotAvailable)
+        return StoreLockedError if locked else StoreError
 
-    @contextmanager
-    def transaction(self, *, write: bool) -> Iterator[_Transaction]:
-        """One snapshot (reads) or one atomic write, serialised with every other writer."""
-        with _translated(self.name), self._open_pool().connection() as connection:
-            connection.execute(
-                "BEGIN" if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-            )
-            try:
-                if write:
-                    connection.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITE_LOCK,))
-                yield _Transaction(connection)
-                connection.execute("COMMIT")
-            except BaseException:
-                if not connection.closed:
-                    connection.execute("ROLLBACK")
-                raise
+    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self.handle().connection()
+
+    def begin(self, write: bool) -> tuple[str, ...]:
+        if write:  # writers one at a time, as SQLite's write lock has them
+            return ("BEGIN", f"SELECT pg_advisory_xact_lock({_WRITE_LOCK})")
+        return ("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",)
 
     def wal_bytes_during(self, action: Callable[[], object]) -> int:
-        """The bytes of write-ahead log the server wrote while ``action()`` ran."""
-        with _translated(self.name), self._open_pool().connection() as connection:
+        with self.translated(), self.connection() as connection:
             query = "SELECT pg_current_wal_insert_lsn()"
             before = connection.execute(query).fetchone()
             action()
@@ -247,18 +191,8 @@ class PostgresRows:
                                        (before[0] if before else None,)).fetchone()  # fmt: skip
         return int(found[0]) if found else 0
 
-    def close(self) -> None:
-        """Close the pool's connections. Idempotent."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
 
-    def __repr__(self) -> str:
-        return self.name
-
-
-class PostgresStore(TreeStore):
+class PostgresStore(SQLStore):
     """Conversations in a PostgreSQL database; safe across threads, processes and machines.
 
     ``PostgresStore("postgresql://user:password@host/database")`` creates
@@ -272,22 +206,14 @@ class PostgresStore(TreeStore):
         self, dsn: str, *, lock_timeout: float = 5.0, connect_timeout: float = 30.0,
         max_connections: int = 4,
     ) -> None:  # fmt: skip
-        self._postgres = PostgresRows(
+        rows = PostgresRows(
             dsn, lock_timeout=lock_timeout, connect_timeout=connect_timeout,
             max_connections=max_connections,
         )  # fmt: skip
-        super().__init__(self._postgres, name=self._postgres.name)
+        super().__init__(rows)
         self._dsn = dsn
 
     @property
     def location(self) -> str | None:
         """The connection URL this store was opened with (with its password, if it has one)."""
         return self._dsn
-
-    def bytes_written_by(self, action: Callable[[], object]) -> int:
-        """The bytes of write-ahead log ``action()`` made the server write (for benchmarks).
-
-        Every change reaches the tables through the WAL, so this is what it
-        costs on disk; run nothing else against the server meanwhile.
-        """
-        return self._postgres.wal_bytes_during(action)

@@ -1,10 +1,12 @@
-"""``SQLTransaction``: the row operations SQLite and PostgreSQL share, written once.
+"""What SQLite and PostgreSQL stores share, written once: row operations, transactions, errors.
 
 Both hold a store in two tables, conversations and events, with the same
 columns; they differ in the parameter mark, the table names, how a branch
-row says whose branch it is, and how a listing filters by tag.
-:class:`~cowconv.stores.sqlite.SQLiteStore` and
-:class:`~cowconv.stores.postgres.PostgresStore` subclass this with those.
+row says whose branch it is, how a listing filters by tag and starts from a
+cursor, how a connection is had and a transaction begun, and which driver
+errors mean what. :class:`~cowconv.stores.sqlite.SQLiteStore` and
+:class:`~cowconv.stores.postgres.PostgresStore` subclass
+:class:`SQLTransaction`, :class:`SQLRows` and :class:`SQLStore` with those.
 
 >>> SQLTransaction.conversations, SQLTransaction.mark
 ('conversations', '?')
@@ -12,14 +14,64 @@ row says whose branch it is, and how a listing filters by tag.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Generic, Protocol, Self, TypeVar
 
+from cowconv._exceptions import (
+    CorruptStoreError,
+    InvalidValueError,
+    SchemaVersionError,
+    StoreError,
+    StoreLockedError,
+)
 from cowconv.core.events import Event
 from cowconv.ports import Row, SuiteRow
 from cowconv.stores.lazy import LazyEvents
+from cowconv.stores.tree import TreeStore
 
-__all__ = ["SQLTransaction"]
+__all__ = ["SQLRows", "SQLStore", "SQLTransaction", "newer_schema", "translated"]
+
+# What each kind of store error says after "the store <name> ".
+_SAYS: dict[type[StoreError], str] = {
+    StoreLockedError: "is locked by another writer; gave up waiting ({})",
+    CorruptStoreError: "is damaged: {}",
+    StoreError: "failed: {}",
+}
+
+
+@contextmanager
+def translated(
+    name: object, errors: type[Exception], kind: Callable[[Any], type[StoreError]]
+) -> Iterator[None]:
+    """Turn a driver's ``errors`` into the store's own (the class ``kind(error)``), naming it.
+
+    >>> with translated("db", ValueError, lambda error: StoreError):
+    ...     raise ValueError("disk I/O")
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.StoreError: the store db failed: disk I/O
+    """
+    try:
+        yield
+    except errors as error:
+        found = kind(error)
+        raise found(f"the store {name} {_SAYS[found].format(error)}") from error
+
+
+def newer_schema(name: object, version: int, newest: int) -> SchemaVersionError:
+    """The error for a store whose schema ``version`` this cowconv (``1 .. newest``) cannot read.
+
+    >>> print(newer_schema("db", 9, 2))  # doctest: +NORMALIZE_WHITESPACE
+    db has cowconv store schema version 9;
+    this cowconv reads versions 1 to 2 (upgrade cowconv to open it)
+    """
+    return SchemaVersionError(
+        f"{name} has cowconv store schema version {version}; this cowconv reads versions 1 "
+        f"to {newest} (upgrade cowconv to open it)"
+    )
 
 
 class _Cursor(Protocol):
@@ -44,7 +96,10 @@ class SQLTransaction:
 
     Subclasses name the tables and the parameter ``mark``, say which
     ``columns`` hold a :class:`~cowconv.ports.Row` (:meth:`decode`,
-    :meth:`encode`), and list rows (:meth:`branch_rows`, :meth:`named_rows`).
+    :meth:`encode`), what a branch row's ``branch_of`` and ``branch_order``
+    are and the listing's order (SQL expressions), how a listing starts
+    after a place (:meth:`after`) and filters by tags (:meth:`tagged`), and
+    whether the transaction is still open (:meth:`active`).
     """
 
     conversations = "conversations"
@@ -54,9 +109,35 @@ class SQLTransaction:
     # The columns written from a row, in the order encode() gives their values.
     columns: tuple[str, ...] = ("id", "parent", "fork_len", "event_count", "state", "generation",
                                 "version")  # fmt: skip
+    branch_of = "branch_of"
+    branch_order = "branch_order"
+    # The listing's order, (created_at or "", id): the columns of the index that answers it.
+    listing = ("coalesce(created_at, '')", "id")
+    # The LIMIT that means no limit.
+    unlimited: int | None = None
 
     def __init__(self, connection: _Connection) -> None:
         self.db = connection
+
+    @classmethod
+    @contextmanager
+    def run(cls, connection: _Connection, begin: Iterable[str]) -> Iterator[Self]:
+        """The statements ``begin``, then a transaction committed if the body returns, else
+        rolled back (unless the database ended it already)."""
+        transaction = cls(connection)
+        try:
+            for statement in begin:
+                connection.execute(statement)
+            yield transaction
+            connection.execute("COMMIT")
+        except BaseException:
+            if transaction.active():
+                connection.execute("ROLLBACK")
+            raise
+
+    def active(self) -> bool:
+        """Whether a transaction is open on the connection."""
+        raise NotImplementedError
 
     def decode(self, found: Sequence[Any]) -> Row:
         """The :class:`Row` of ``key`` and :attr:`columns` as selected."""
@@ -147,9 +228,39 @@ class SQLTransaction:
         return [tuple(found) for found in self.execute(query).fetchall()]
 
     def branch_rows(self, conversation_id: str) -> list[Row]:
-        raise NotImplementedError
+        return self.rows(
+            f"SELECT {{cols}} FROM {{c}} WHERE id IS NULL AND {self.branch_of} = ? "
+            f"ORDER BY {self.branch_order}",
+            (conversation_id,),
+        )
 
-    def named_rows(self, tags: Mapping[str, str], limit: int | None, offset: int) -> list[Row]:
+    def named_rows(
+        self,
+        tags: Mapping[str, str],
+        limit: int | None,
+        offset: int,
+        after: tuple[str, str] | None = None,
+    ) -> list[Row]:
+        # The listing index answers this: a page from a cursor costs its own rows (a tag
+        # filter skips the rows without the tags on the way).
+        query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
+        parameters: list[object] = []
+        conditions = [self.tagged(tags)]
+        if after is not None:
+            conditions.insert(0, self.after(after))
+        for clause, values in conditions:
+            if clause:
+                query += f" AND {clause}"
+                parameters += values
+        query += f" ORDER BY {', '.join(self.listing)} LIMIT ? OFFSET ?"
+        return self.rows(query, [*parameters, self.unlimited if limit is None else limit, offset])
+
+    def after(self, place: tuple[str, str]) -> tuple[str, Sequence[object]]:
+        """The condition (and its values) of the rows past ``place`` in the listing's order."""
+        return f"({', '.join(self.listing)}) > (?, ?)", place
+
+    def tagged(self, tags: Mapping[str, str]) -> tuple[str, Sequence[object]]:
+        """The condition (and its values) of the rows carrying all ``tags`` ("" for none)."""
         raise NotImplementedError
 
     def epoch(self) -> object:
@@ -171,3 +282,119 @@ class SQLTransaction:
             "owner = excluded.owner, beat = excluded.beat, detail = excluded.detail",
             tuple(row),
         )
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+Handle = TypeVar("Handle", bound=_Closable)
+
+
+class SQLRows(Generic[Handle]):
+    """The rows of a store in an SQL database (a :class:`~cowconv.ports.RowStore`).
+
+    Subclasses open the database's ``Handle`` (a connection, a pool) and
+    :meth:`hold` it, lend a connection (:meth:`connection`), say how a
+    transaction begins (:meth:`begin`) and which driver ``errors`` are which
+    store error (:meth:`kind`); ``operations`` is their :class:`SQLTransaction`.
+    ``name`` names the database in messages, never with a password.
+
+    >>> from cowconv import SQLiteStore
+    >>> with SQLiteStore(":memory:") as store:
+    ...     isinstance(store.rows, SQLRows), repr(store.rows)
+    (True, ':memory:')
+    """
+
+    operations: type[SQLTransaction] = SQLTransaction
+    errors: type[Exception] = Exception
+
+    def __init__(self, name: str, *, lock_timeout: float) -> None:
+        if lock_timeout < 0:
+            raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
+        self.name = name
+        self._lock = threading.RLock()
+        self._handle: Handle | None = None
+
+    def hold(self, handle: Handle) -> None:
+        """Keep ``handle`` until :meth:`close`, or until this object is dropped."""
+        self._handle = handle
+        self._release = weakref.finalize(self, handle.close)
+
+    def handle(self) -> Handle:
+        """The open handle (:class:`~cowconv.StoreError` once closed)."""
+        if self._handle is None:
+            raise StoreError(f"the store {self.name} is closed")
+        return self._handle
+
+    def translated(self) -> AbstractContextManager[None]:
+        """The driver's errors turned into the store's own (:func:`translated`)."""
+        return translated(self.name, self.errors, self.kind)
+
+    def kind(self, error: Any) -> type[StoreError]:
+        """Which store error the driver's ``error`` is."""
+        return StoreError
+
+    def connection(self) -> AbstractContextManager[_Connection]:
+        """A connection of the database, for one transaction."""
+        raise NotImplementedError
+
+    def begin(self, write: bool) -> Sequence[str]:
+        """The statements that begin a read snapshot or a write serialised with other writers."""
+        raise NotImplementedError
+
+    @contextmanager
+    def transaction(self, *, write: bool) -> Iterator[SQLTransaction]:
+        """One snapshot (reads) or one atomic, durable write (:meth:`SQLTransaction.run`)."""
+        with (
+            self.translated(),
+            self.connection() as connection,
+            self.operations.run(connection, self.begin(write)) as rows,
+        ):
+            yield rows
+
+    def wal_bytes_during(self, action: Callable[[], object]) -> int:
+        """The bytes of write-ahead log the database wrote while ``action()`` ran."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the handle. Idempotent."""
+        with self._lock:
+            if self._handle is not None:
+                self._release()
+                self._handle = None
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class SQLStore(TreeStore):
+    """A :class:`~cowconv.stores.tree.TreeStore` over :class:`SQLRows`.
+
+    >>> from cowconv import SQLiteStore
+    >>> isinstance(SQLiteStore(":memory:"), SQLStore)
+    True
+    """
+
+    def __init__(self, rows: SQLRows[Any]) -> None:
+        super().__init__(rows, name=rows.name)
+        self._sql = rows
+
+    def bytes_written_by(self, action: Callable[[], object]) -> int:
+        """The bytes of write-ahead log ``action()`` made the database write (for benchmarks).
+
+        Every committed change reaches the tables through the write-ahead log,
+        so this is what it costs on disk; run nothing else against the
+        database meanwhile.
+
+        >>> from cowconv import LLM, Agent, Conversation, SQLiteStore
+        >>> import tempfile, pathlib
+        >>> store = SQLiteStore(pathlib.Path(tempfile.mkdtemp()) / "cowconv.db")
+        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".",
+        ...                       store=store)
+        >>> for n in range(100):
+        ...     _ = source.send_message(f"message {n}")
+        >>> store.bytes_written_by(source.fork) < 16 * 1024
+        True
+        """
+        return self._sql.wal_bytes_during(action)

@@ -12,9 +12,10 @@
 >>> store.close()
 
 The store itself (forks, the tree, versions, export) is the generic
-:class:`~cowconv.stores.tree.TreeStore`; this module holds the rows: two
-tables, ``conversations`` and ``events``, in a file checked before it is
-written. See ``docs/persistence.md`` for the layout and the guarantees.
+:class:`~cowconv.stores.tree.TreeStore`, and what SQLite's rows share with
+PostgreSQL's is :mod:`cowconv.stores.sql`; this module holds SQLite's own:
+two tables, ``conversations`` and ``events``, in a file checked before it
+is written. See ``docs/persistence.md`` for the layout and the guarantees.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import json
 import logging
 import os
 import sqlite3
-import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,8 +37,7 @@ from cowconv._exceptions import (
     StoreLockedError,
 )
 from cowconv.ports import Row
-from cowconv.stores.sql import SQLTransaction
-from cowconv.stores.tree import TreeStore
+from cowconv.stores.sql import SQLRows, SQLStore, SQLTransaction, newer_schema, translated
 
 __all__ = ["SCHEMA_VERSION", "STORE_FILE_NAME", "SQLiteRows", "SQLiteStore", "store_file"]
 
@@ -101,12 +99,12 @@ _SUITES_TABLE = (
 # Any store gets this index when opened (not a new version: a cowconv that does not know it
 # reads the file as before; SQLite keeps it up to date). A listing page is read off it, from
 # an offset or from a cursor (created_at, id); the expression is the one named_rows orders by.
-_PLACE = "coalesce(json_extract(state, '$.created_at'), '')"
+_CREATED = "coalesce(json_extract(state, '$.created_at'), '')"
 _LISTING_INDEX_NAME = "conversations_page"
 _LISTING_INDEXES = (
     # Ordered by key, it could not place a cursor: navigate_to moves an id to another key.
     "DROP INDEX IF EXISTS conversations_listing",
-    f"CREATE INDEX IF NOT EXISTS {_LISTING_INDEX_NAME} ON conversations ({_PLACE}, id) "
+    f"CREATE INDEX IF NOT EXISTS {_LISTING_INDEX_NAME} ON conversations ({_CREATED}, id) "
     "WHERE id IS NOT NULL",
 )
 
@@ -146,24 +144,36 @@ def store_file(path: str | os.PathLike[str]) -> Path:
     return current
 
 
-@contextmanager
-def _translated(path: object) -> Iterator[None]:
-    """Turn sqlite3 errors into the store's own, naming the file."""
-    try:
-        yield
-    except sqlite3.Error as error:
-        name = getattr(error, "sqlite_errorname", "")
-        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-            raise StoreLockedError(
-                f"the store {path} is locked by another writer; gave up waiting ({error})"
-            ) from error
-        if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
-            raise CorruptStoreError(f"the store {path} is damaged: {error}") from error
-        raise StoreError(f"the store {path} failed: {error}") from error
+def _kind(error: sqlite3.Error) -> type[StoreError]:
+    """Which store error an sqlite3 error is."""
+    name = getattr(error, "sqlite_errorname", "")
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return StoreLockedError
+    return CorruptStoreError if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) else StoreError
+
+
+def _schema_version(path: Path, connection: sqlite3.Connection) -> int:
+    """The schema version of the cowconv store ``connection`` reads, 0 for an empty database.
+
+    Anything else (another file, a newer or damaged store) is refused with a
+    :class:`~cowconv.StoreError` saying so.
+    """
+    application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+    if application_id == 0 and version == 0 and not tables:
+        return 0
+    if application_id != _APPLICATION_ID:
+        raise CorruptStoreError(f"{path} is an SQLite database but not a cowconv store")
+    if version > SCHEMA_VERSION or version < 1:
+        raise newer_schema(path, version, SCHEMA_VERSION)
+    if not {"conversations", "events"} <= tables:
+        raise CorruptStoreError(f"{path} is a cowconv store with missing tables: damaged")
+    return int(version)
 
 
 def _check_existing(path: Path, lock_timeout: float) -> int:
-    """Validate an existing file read-only; its schema version, 0 for an empty database."""
+    """Validate an existing file read-only (:func:`_schema_version`)."""
     with open(path, "rb") as file:
         header = file.read(len(_SQLITE_MAGIC))
     if header != _SQLITE_MAGIC:
@@ -174,32 +184,27 @@ def _check_existing(path: Path, lock_timeout: float) -> int:
     except sqlite3.Error as error:
         raise CorruptStoreError(f"{path} cannot be opened as a cowconv store: {error}") from error
     try:
-        with _translated(path):
-            application_id = connection.execute("PRAGMA application_id").fetchone()[0]
-            version = connection.execute("PRAGMA user_version").fetchone()[0]
-            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
-    except StoreLockedError:
+        with translated(path, sqlite3.Error, _kind):
+            return _schema_version(path, connection)
+    except (StoreLockedError, CorruptStoreError, SchemaVersionError):
         raise
     except StoreError as error:
         raise CorruptStoreError(f"{path} is not a readable cowconv store: {error}") from error
     finally:
         connection.close()
-    if application_id == 0 and version == 0 and not tables:
-        return 0
-    if application_id != _APPLICATION_ID:
-        raise CorruptStoreError(f"{path} is an SQLite database but not a cowconv store")
-    if version > SCHEMA_VERSION or version < 1:
-        raise SchemaVersionError(
-            f"{path} has cowconv store schema version {version}; this cowconv reads "
-            f"versions 1 to {SCHEMA_VERSION} (upgrade cowconv to open it)"
-        )
-    if not {"conversations", "events"} <= tables:
-        raise CorruptStoreError(f"{path} is a cowconv store with missing tables: damaged")
-    return int(version)
 
 
 class _Transaction(SQLTransaction):
     """The row operations on the SQLite connection: a branch row's state is its marker."""
+
+    db: sqlite3.Connection
+    branch_of = "json_extract(state, '$.branch_of')"
+    branch_order = "json_extract(state, '$.order')"
+    listing = (_CREATED, "id")
+    unlimited = -1
+
+    def active(self) -> bool:
+        return self.db.in_transaction
 
     def decode(self, found: Sequence[Any]) -> Row:
         key, conversation_id, parent, fork_len, event_count, state, generation, version = found
@@ -219,36 +224,16 @@ class _Transaction(SQLTransaction):
         marker = json.dumps({"branch_of": row.branch_of, "order": row.branch_order})
         return [*row[1:5], marker, row.generation, row.version]
 
-    def branch_rows(self, conversation_id: str) -> list[Row]:
-        return self.rows(
-            "SELECT {cols} FROM {c} WHERE id IS NULL AND state IS NOT NULL AND "
-            "json_extract(state, '$.branch_of') = ? ORDER BY json_extract(state, '$.order')",
-            (conversation_id,),
-        )
+    def after(self, place: tuple[str, str]) -> tuple[str, list[object]]:
+        # Not a row value: SQLite would scan the index from its start to compare those.
+        return f"{_CREATED} >= ? AND ({_CREATED} > ? OR id > ?)", [place[0], *place]
 
-    def named_rows(
-        self,
-        tags: Mapping[str, str],
-        limit: int | None,
-        offset: int,
-        after: tuple[str, str] | None = None,
-    ) -> list[Row]:
-        # The partial index conversations_page answers this: a page from a cursor costs its
-        # own rows (a tag filter skips the rows without the tags on the way).
-        query = "SELECT {cols} FROM {c} WHERE id IS NOT NULL"
-        parameters: list[object] = []
-        if after is not None:
-            # Not a row value: SQLite would scan the index from its start to compare those.
-            query += f" AND {_PLACE} >= ? AND ({_PLACE} > ? OR id > ?)"
-            parameters += [after[0], after[0], after[1]]
-        for key, value in tags.items():
-            query += (
-                " AND EXISTS (SELECT 1 FROM json_each(state, '$.tags')"
-                " WHERE json_each.key = ? AND json_each.value = ?)"
-            )
-            parameters += [key, value]
-        query += f" ORDER BY {_PLACE}, id LIMIT ? OFFSET ?"
-        return self.rows(query, [*parameters, -1 if limit is None else limit, offset])
+    def tagged(self, tags: Mapping[str, str]) -> tuple[str, list[object]]:
+        each = (
+            "EXISTS (SELECT 1 FROM json_each(state, '$.tags') "
+            "WHERE json_each.key = ? AND json_each.value = ?)"
+        )
+        return " AND ".join([each] * len(tags)), [part for tag in tags.items() for part in tag]
 
     def epoch(self) -> object:
         # Without AUTOINCREMENT (it costs every fork a write of sqlite_sequence's page) a
@@ -256,7 +241,7 @@ class _Transaction(SQLTransaction):
         return self.db.execute("PRAGMA data_version").fetchone()[0]
 
 
-class SQLiteRows:
+class SQLiteRows(SQLRows[sqlite3.Connection]):
     """The rows of a cowconv store in one SQLite file (a :class:`~cowconv.ports.RowStore`).
 
     One connection shared by the process's threads under a lock; a writer
@@ -267,11 +252,13 @@ class SQLiteRows:
     True
     """
 
+    operations = _Transaction
+    errors = sqlite3.Error
+
     def __init__(self, path: Path, *, lock_timeout: float, synchronous: Synchronous) -> None:
+        super().__init__(str(path), lock_timeout=lock_timeout)
         self.path = path
-        self._lock = threading.RLock()
-        self._connection: sqlite3.Connection | None = self._open(lock_timeout, synchronous)
-        self._finalizer = weakref.finalize(self, self._connection.close)
+        self.hold(self._open(lock_timeout, synchronous))
 
     def _open(self, lock_timeout: float, synchronous: Synchronous) -> sqlite3.Connection:
         path = self.path
@@ -285,11 +272,10 @@ class SQLiteRows:
                 version = _check_existing(path, lock_timeout)
         except OSError as error:
             raise StoreError(f"cannot open the store {path}: {error}") from error
-        with _translated(path):
+        with self.translated():
             connection = sqlite3.connect(path, timeout=lock_timeout, isolation_level=None,
                                          check_same_thread=False)  # fmt: skip
-        try:
-            with _translated(path):
+            try:
                 connection.execute("PRAGMA journal_mode=WAL")
                 connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
                 listed = (
@@ -298,65 +284,53 @@ class SQLiteRows:
                 )
                 if version != SCHEMA_VERSION or connection.execute(listed).fetchone()[0] != 2:
                     self._set_up(connection)
-        except BaseException:
-            connection.close()
-            raise
+            except BaseException:
+                connection.close()
+                raise
         return connection
 
     def _set_up(self, connection: sqlite3.Connection) -> None:
         """Create the schema in an empty database, or migrate an older one, atomically."""
-        connection.execute("BEGIN IMMEDIATE")
-        try:
+        with _Transaction.run(connection, ["BEGIN IMMEDIATE"]):
             # Read again under the write lock: another process may have set it up meanwhile.
-            application_id = connection.execute("PRAGMA application_id").fetchone()[0]
-            version = connection.execute("PRAGMA user_version").fetchone()[0]
-            if application_id == 0 and version == 0:
+            version = _schema_version(self.path, connection)
+            if version == 0:
                 statements = [s for s in _SCHEMA.split(";") if s.strip()]
                 statements.append(f"PRAGMA application_id={_APPLICATION_ID}")
-            elif application_id != _APPLICATION_ID:
-                raise CorruptStoreError(f"{self.path} is not a cowconv store")
             else:
                 steps = range(version, SCHEMA_VERSION)
                 statements = [s for step in steps for s in _MIGRATIONS[step]]
             for statement in (*statements, *_LISTING_INDEXES, _SUITES_TABLE):
                 connection.execute(statement)
             connection.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
 
-    def connection(self) -> sqlite3.Connection:
-        """The open connection (:class:`~cowconv.StoreError` once closed)."""
-        if self._connection is None:
-            raise StoreError(f"the store {self.path} is closed")
-        return self._connection
+    def kind(self, error: sqlite3.Error) -> type[StoreError]:
+        return _kind(error)
 
     @contextmanager
-    def transaction(self, *, write: bool) -> Iterator[_Transaction]:
-        """One consistent snapshot (reads) or one atomic, durable change (writes)."""
-        with self._lock, _translated(self.path):
-            db = self.connection()
-            db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                yield _Transaction(db)
-                db.execute("COMMIT")
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-
-    def close(self) -> None:
-        """Close the connection. Idempotent."""
+    def connection(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._finalizer()
-            self._connection = None
+            yield self.handle()
 
-    def __repr__(self) -> str:
-        return str(self.path)
+    def begin(self, write: bool) -> list[str]:
+        return ["BEGIN IMMEDIATE" if write else "BEGIN"]
+
+    def wal_bytes_during(self, action: Callable[[], object]) -> int:
+        # It checkpoints first and holds checkpoints off while ``action`` runs.
+        wal = Path(f"{self.path}-wal")
+        with self.translated(), self.connection() as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            before = wal.stat().st_size if wal.exists() else 0
+            automatic = db.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+            db.execute("PRAGMA wal_autocheckpoint=0")
+            try:
+                action()
+            finally:
+                db.execute(f"PRAGMA wal_autocheckpoint={int(automatic)}")
+            return (wal.stat().st_size if wal.exists() else 0) - before
 
 
-class SQLiteStore(TreeStore):
+class SQLiteStore(SQLStore):
     """Conversations in one SQLite file (created 0600 if missing), safe across threads.
 
     ``SQLiteStore(path)`` opens or creates the store at ``path``, or in the
@@ -385,11 +359,9 @@ class SQLiteStore(TreeStore):
     ) -> None:  # fmt: skip
         if synchronous not in ("full", "normal"):
             raise InvalidValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
-        if lock_timeout < 0:
-            raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
         self._sqlite = SQLiteRows(store_file(path), lock_timeout=lock_timeout,
                                   synchronous=synchronous)  # fmt: skip
-        super().__init__(self._sqlite, name=str(self._sqlite.path))
+        super().__init__(self._sqlite)
 
     @property
     def path(self) -> Path:
@@ -405,34 +377,3 @@ class SQLiteStore(TreeStore):
         """
         path = self._sqlite.path
         return None if str(path) == ":memory:" else str(path.resolve())
-
-    def bytes_written_by(self, action: Callable[[], object]) -> int:
-        """The bytes ``action()`` makes the store append to its write-ahead log.
-
-        Every committed page reaches the database file through the WAL, so
-        this is what a change costs on disk (4 KiB pages plus 24-byte frame
-        headers). For benchmarks: it checkpoints first and holds
-        checkpoints off while ``action`` runs; run nothing else meanwhile.
-
-        >>> from cowconv import LLM, Agent, Conversation
-        >>> import tempfile, pathlib
-        >>> store = SQLiteStore(pathlib.Path(tempfile.mkdtemp()) / "cowconv.db")
-        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".",
-        ...                       store=store)
-        >>> for n in range(100):
-        ...     _ = source.send_message(f"message {n}")
-        >>> store.bytes_written_by(source.fork) < 16 * 1024
-        True
-        """
-        wal = Path(f"{self.path}-wal")
-        with self._lock, _translated(self.path):
-            db = self._sqlite.connection()
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            before = wal.stat().st_size if wal.exists() else 0
-            automatic = db.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
-            db.execute("PRAGMA wal_autocheckpoint=0")
-            try:
-                action()
-            finally:
-                db.execute(f"PRAGMA wal_autocheckpoint={int(automatic)}")
-            return (wal.stat().st_size if wal.exists() else 0) - before

@@ -31,7 +31,7 @@ import secrets
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple, Self, TypeVar
 
@@ -311,11 +311,14 @@ class TreeStore:
     def info(self, conversation_id: ConversationID) -> ConversationInfo:
         """The stored conversation's summary, without reading its events.
 
-        >>> from cowconv import MemoryStore
-        >>> MemoryStore().info("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        >>> from cowconv import LLM, Agent, Conversation, MemoryStore
+        >>> store = MemoryStore()
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> conversation = Conversation(agent=agent, workspace=".", store=store)
+        >>> _ = conversation.send_message("Draft the reply.")
+        >>> info = store.info(conversation.fork(title="Draft").id)
+        >>> info.title, info.event_count  # the system prompt, the message
+        ('Draft', 2)
         """
         with self._transaction(write=False) as rows:
             row = self._row(rows, conversation_id)
@@ -522,9 +525,8 @@ class TreeStore:
             parent = None
         # Random, not counted: a count would restart when the rows holding it are deleted.
         generation = secrets.randbits(63)
-        row = Row(0, str(state.id), parent, fork_len, len(state.branch), dump_state_json(state))
-        key = rows.insert(row._replace(generation=generation))
-        self._write_events(rows, key, state.branch, fork_len)
+        row = Row(0, str(state.id), parent, fork_len, 0, dump_state_json(state), generation)
+        key = self._insert_row(rows, row, state.branch)
         if state.other_branches:
             self._insert_branches(rows, state, key, generation)
         return (key, generation, 0)
@@ -546,17 +548,18 @@ class TreeStore:
                 (row.key, row.event_count) for row in (found, *rows.branch_rows(str(source)))
             ]
         for order, log in enumerate(state.other_branches):
-            best, shared = None, 0
-            for candidate, count in candidates:
-                common = self._stored_common_prefix(rows, log, candidate, count)
-                if common > shared:
-                    best, shared = candidate, common
-            branch = Row(
-                0, None, best, shared, len(log), None, generation, 0, conversation_id, order
+            parent, shared = _most_shared(
+                (candidate, self._stored_common_prefix(rows, log, candidate, count))
+                for candidate, count in candidates
             )
-            branch_key = rows.insert(branch)
-            self._write_events(rows, branch_key, log, shared)
-            candidates.append((branch_key, len(log)))
+            branch = Row(0, None, parent, shared, 0, None, generation, 0, conversation_id, order)
+            candidates.append((self._insert_row(rows, branch, log), len(log)))
+
+    def _insert_row(self, rows: RowTransaction, row: Row, log: EventLog) -> int:
+        """Insert ``row`` for the history ``log``: it holds the events from its ``fork_len`` on."""
+        key = rows.insert(row._replace(event_count=len(log)))
+        self._write_events(rows, key, log, row.fork_len)
+        return key
 
     def _stored_common_prefix(
         self, rows: RowTransaction, log: EventLog, key: int, count: int
@@ -649,21 +652,18 @@ class TreeStore:
             raise self._conflict(conversation_id, "changed by another writer")
         new_keys: builtins.list[int] = []
         for log in (current.branch, *current.other_branches):
-            best, shared, same = None, 0, None
-            for key, old in zip(old_keys, old_logs, strict=True):
-                common = log.common_prefix_length(old)
-                if common == len(log) == len(old) and key not in new_keys:
-                    same = key
-                    break
-                if best is None or common > shared:
-                    best, shared = key, common
-            if same is not None:
-                new_keys.append(same)  # this branch's history is stored exactly there
+            commons = [log.common_prefix_length(old) for old in old_logs]
+            same = [
+                key
+                for key, common, old in zip(old_keys, commons, old_logs, strict=True)
+                if common == len(log) == len(old) and key not in new_keys
+            ]
+            if same:
+                new_keys.append(same[0])  # this branch's history is stored exactly there
                 continue
-            parent = best if shared else None
-            key = rows.insert(Row(0, None, parent, shared, len(log), None, row.generation))
-            self._write_events(rows, key, log, shared)
-            new_keys.append(key)
+            parent, shared = _most_shared(zip(old_keys, commons, strict=True))
+            branch = Row(0, None, parent, shared, 0, None, row.generation)
+            new_keys.append(self._insert_row(rows, branch, log))
         for order, key in enumerate(new_keys):
             held = self._links(rows, key)
             if order == 0:
@@ -682,13 +682,18 @@ class TreeStore:
                         id=None, state=None, branch_of=conversation_id, branch_order=order - 1
                     )
                 )
-        for key in old_keys:
-            if key not in new_keys:
-                held = self._links(rows, key)
-                rows.update(held._replace(id=None, state=None, branch_of=None, branch_order=0))
-                self._reclaim_up(rows, key)
-        self._forget()  # reclaimed keys may be handed out again
+        self._bury(rows, [key for key in old_keys if key not in new_keys])
         return (new_keys[0], row.generation, row.version + 1)
+
+    def _bury(self, rows: RowTransaction, keys: builtins.list[int]) -> None:
+        """Make the rows ``keys`` tombstones (id, state, branch erased), then reclaim them and
+        the tombstones above them as far as no fork reaches their events."""
+        for key in keys:
+            held = self._links(rows, key)
+            rows.update(held._replace(id=None, state=None, branch_of=None, branch_order=0))
+        for key in keys:
+            self._reclaim_up(rows, key)
+        self._forget()  # a reclaimed key may be handed out again: forget what was loaded
 
     def _reclaim_up(self, rows: RowTransaction, key: int | None) -> None:
         """Reclaim the tombstone ``key`` and the tombstones above it that nothing reaches."""
@@ -725,21 +730,20 @@ class TreeStore:
         erased) holding the events that forks still reach; events nothing
         reaches are deleted, here and up the chain of tombstones.
 
-        >>> from cowconv import MemoryStore
-        >>> MemoryStore().delete("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        >>> from cowconv import LLM, Agent, Conversation, MemoryStore
+        >>> store = MemoryStore()
+        >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".",
+        ...                       store=store)
+        >>> _ = source.send_message("hi")
+        >>> fork = source.fork(title="B")
+        >>> store.delete(source.id)
+        >>> [(info.title, info.event_count) for info in store.list()]  # B still has both
+        [('B', 2)]
         """
         with self._transaction(write=True) as rows:
             row = self._row(rows, conversation_id)
-            held = [row, *rows.branch_rows(id_text(conversation_id))]
-            for each in held:
-                rows.update(each._replace(id=None, state=None, branch_of=None, branch_order=0))
-            for each in held:
-                self._reclaim_up(rows, each.key)
-            # A deleted key may be handed out again: forget what was loaded under any key.
-            self._forget()
+            branches = rows.branch_rows(id_text(conversation_id))
+            self._bury(rows, [row.key, *(branch.key for branch in branches)])
 
     # -- export and import ---------------------------------------------------
 
@@ -756,11 +760,15 @@ class TreeStore:
         share and their own events. Without ``include_secrets`` the API keys
         are written as ``null``.
 
-        >>> from cowconv import MemoryStore
-        >>> MemoryStore().export_conversation("nope")
-        Traceback (most recent call last):
-        ...
-        cowconv._exceptions.ConversationNotFoundError: no conversation with id 'nope'
+        >>> from cowconv import LLM, Agent, Conversation, MemoryStore
+        >>> store, copy = MemoryStore(), MemoryStore()
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"))
+        >>> source = Conversation(agent=agent, workspace=".", store=store)
+        >>> _ = source.send_message("hi")
+        >>> fork = source.fork()
+        >>> document = store.export_conversation(source.id, with_forks=True)
+        >>> copy.import_conversations(document) == [source.id, fork.id]
+        True
         """
         with self._transaction(write=False) as rows:
             root = self._row(rows, conversation_id)
@@ -870,6 +878,17 @@ def _place_of(cursor: object) -> tuple[str, str]:
         )
     created, _, name = cursor.partition(" ")
     return created, name
+
+
+def _most_shared(shares: Iterable[tuple[int, int]]) -> tuple[int | None, int]:
+    """The ``(row key, events shared)`` sharing the most events (the first of equals), or
+    ``(None, 0)`` if none shares any: where a new row forks off.
+
+    >>> _most_shared([(1, 0), (2, 3), (3, 3)]), _most_shared([(1, 0)])
+    ((2, 3), (None, 0))
+    """
+    key, shared = max(shares, key=lambda share: share[1], default=(None, 0))
+    return (key, shared) if shared else (None, 0)
 
 
 def _only_grows(previous: ConversationState, current: ConversationState) -> bool:
