@@ -29,6 +29,8 @@ Built-in tools (``terminal``) are registered on first use, so
 ``cowconv.tools.terminal`` first, and ``import cowconv`` stays light.
 """
 
+from __future__ import annotations
+
 import importlib
 import inspect
 import json
@@ -63,7 +65,7 @@ __all__ = [
 
 # Built-in tools: name -> module that registers it when imported.
 _BUILTINS = {"terminal": "cowconv.tools.terminal"}
-_REGISTRY: "dict[str, type[ToolDefinition[Any]]]" = {}
+_REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()
 
 
