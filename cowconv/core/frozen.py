@@ -20,6 +20,8 @@ TypeError: 'PMap' object does not support item assignment
 {'limits': {'lines': 10}, 'paths': ['a.py', 'b.py']}
 """
 
+from __future__ import annotations
+
 import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Self, TypeAlias, TypeVar
