@@ -8,8 +8,6 @@
 True
 """
 
-from __future__ import annotations
-
 from pydantic import ConfigDict, Field, model_validator
 from pyrsistent import pmap
 
@@ -66,7 +64,7 @@ class LLMSummarizingCondenser(CheckedModel):
     keep_first: int = Field(default=4, ge=0)
 
     @model_validator(mode="after")
-    def _room_for_recent_events(self) -> LLMSummarizingCondenser:
+    def _room_for_recent_events(self) -> "LLMSummarizingCondenser":
         if self.keep_first >= self.max_size // 2:
             raise InvalidValueError(
                 f"keep_first ({self.keep_first}) must be below max_size // 2 "

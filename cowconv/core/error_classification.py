@@ -18,8 +18,6 @@ into the classification.
 'unknown'
 """
 
-from __future__ import annotations
-
 from enum import StrEnum
 from typing import Literal, TypeAlias
 

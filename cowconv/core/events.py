@@ -31,8 +31,6 @@ Events written by cowconv 0.1 (kinds ``"message"``, ``"action"``, ...) load
 as the classes that replaced them (:func:`upgrade_legacy_event`).
 """
 
-from __future__ import annotations
-
 import json
 import uuid
 from abc import abstractmethod
@@ -515,7 +513,7 @@ class EventIDSet(set[str]):
 
     __slots__ = ()
 
-    def __new__(cls, ids: Iterable[str] = ()) -> EventIDSet:
+    def __new__(cls, ids: Iterable[str] = ()) -> "EventIDSet":
         made = super().__new__(cls)
         set.update(made, ids)  # the one change, made before anyone holds it
         return made
@@ -526,7 +524,7 @@ class EventIDSet(set[str]):
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(frozenset(self))
 
-    def __reduce__(self) -> tuple[type[EventIDSet], tuple[list[str]]]:
+    def __reduce__(self) -> "tuple[type[EventIDSet], tuple[list[str]]]":
         return (type(self), (sorted(self),))
 
     def _refuse(self, change: str) -> NoReturn:
@@ -655,7 +653,7 @@ class ConversationErrorEvent(Event):
     classification: ErrorClassification | None = None
 
     @model_validator(mode="after")
-    def _classified(self) -> ConversationErrorEvent:
+    def _classified(self) -> Self:
         if self.classification is None:
             object.__setattr__(self, "classification", classify_error(self.code, self.detail))
         return self

@@ -25,8 +25,6 @@ Traceback (most recent call last):
 cowconv._exceptions.FrozenInstanceError: Square is immutable (it may be shared by forks): ...
 """
 
-from __future__ import annotations
-
 import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -81,7 +79,7 @@ def _family_of(cls: type) -> type | None:
     return None
 
 
-def kind_names(cls: type[Kinded]) -> dict[str, type[Kinded]]:
+def kind_names(cls: "type[Kinded]") -> "dict[str, type[Kinded]]":
     """The unambiguous kinds registered in the family of ``cls``: name -> class.
 
     >>> from cowconv.core.events import Event
@@ -133,7 +131,7 @@ class Kinded(FrozenValue):
         return type(self).__name__
 
     @classmethod
-    def _resolve_kind(cls, kind: str) -> type[Kinded] | None:
+    def _resolve_kind(cls, kind: str) -> "type[Kinded] | None":
         family = _family_of(cls)
         with _lock:
             classes = list(_families.get(family, {}).get(kind, ())) if family else []
@@ -145,7 +143,9 @@ class Kinded(FrozenValue):
         return classes[0] if classes else None
 
     @classmethod
-    def _unknown_kind(cls, kind: str, data: dict[str, Any]) -> tuple[type[Kinded], dict[str, Any]]:
+    def _unknown_kind(
+        cls, kind: str, data: dict[str, Any]
+    ) -> "tuple[type[Kinded], dict[str, Any]]":
         """The class (and data) for a ``kind`` no class is registered for (default: an error)."""
         family = _family_of(cls)
         known = sorted(kind_names(cls)) if family is not None else []

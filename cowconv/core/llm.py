@@ -21,8 +21,6 @@ stderr (on a terminal, the line ends with how long it took), so a first
 run that waits is not a silent one; ``COWCONV_QUIET=1`` leaves it out.
 """
 
-from __future__ import annotations
-
 import json
 import logging
 import os
@@ -185,7 +183,7 @@ class LLMMetrics:
         self._latencies: list[float] = []
 
     @classmethod
-    def of(cls, usage: Usage) -> LLMMetrics:
+    def of(cls, usage: Usage) -> "LLMMetrics":
         """Metrics holding the totals of ``usage`` (and no latencies).
 
         >>> LLMMetrics.of(Usage(accumulated_cost=0.5, prompt_tokens=7)).prompt_tokens
@@ -277,7 +275,7 @@ class LLMMetrics:
         self._totals = tuple(totals)  # type: ignore[assignment]
         self._latencies = list(latencies)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> LLMMetrics:
+    def __deepcopy__(self, memo: dict[int, Any]) -> "LLMMetrics":
         copied = LLMMetrics.__new__(LLMMetrics)
         copied.__setstate__(self.__getstate__())
         return copied
@@ -405,7 +403,7 @@ class LLM(CheckedModel):
         """Cost, tokens and latencies of every call made through this object."""
         return self._metrics
 
-    def with_metrics(self, metrics: LLMMetrics) -> LLM:
+    def with_metrics(self, metrics: LLMMetrics) -> "LLM":
         """A copy of this LLM (equal to it) whose calls are counted in ``metrics``.
 
         >>> llm = LLM(model="openai/gpt-4o")
@@ -418,7 +416,7 @@ class LLM(CheckedModel):
         return copy
 
     @classmethod
-    def from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:
+    def from_env(cls, prefix: str = "LLM_", **settings: Any) -> "LLM":
         """An LLM configured from ``LLM_*`` environment variables; ``settings`` win over them.
 
         Each field is read from ``{prefix}{FIELD}`` (``LLM_MODEL``,
@@ -460,7 +458,7 @@ class LLM(CheckedModel):
             ) from None
 
     @classmethod
-    def load_from_env(cls, prefix: str = "LLM_", **settings: Any) -> LLM:
+    def load_from_env(cls, prefix: str = "LLM_", **settings: Any) -> "LLM":
         """OpenHands' SDK's name for :meth:`from_env` (the same call).
 
         >>> LLM.load_from_env(model="openai/gpt-4o").model

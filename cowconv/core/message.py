@@ -17,8 +17,6 @@ Traceback (most recent call last):
 cowconv._exceptions.FrozenInstanceError: TextContent is immutable (it may be shared by forks): ...
 """
 
-from __future__ import annotations
-
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -121,7 +119,7 @@ class MessageToolCall(FrozenValue):
     origin: Literal["completion", "responses"] = "completion"
 
     @classmethod
-    def from_chat_tool_call(cls, tool_call: Any) -> MessageToolCall:
+    def from_chat_tool_call(cls, tool_call: Any) -> "MessageToolCall":
         """A call from Chat Completions' ``tool_calls`` item: an object (litellm's) or a dict.
 
         >>> MessageToolCall.from_chat_tool_call(

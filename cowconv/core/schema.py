@@ -21,8 +21,6 @@ subclass the JSON's ``kind`` names.
 ['[An error occurred during execution.]\\n', 'boom']
 """
 
-from __future__ import annotations
-
 from typing import Any, ClassVar, Self
 
 from pydantic import Field

@@ -21,8 +21,6 @@ reads:
 False
 """
 
-from __future__ import annotations
-
 from enum import StrEnum
 from typing import ClassVar
 
@@ -61,7 +59,7 @@ class SecurityRisk(StrEnum):
     def __str__(self) -> str:
         return self.name
 
-    def is_riskier(self, other: SecurityRisk, reflexive: bool = True) -> bool:
+    def is_riskier(self, other: "SecurityRisk", reflexive: bool = True) -> bool:
         """Whether this level is at least (``reflexive``) or strictly above ``other``.
 
         Comparing ``UNKNOWN`` with anything raises :class:`~cowconv.InvalidValueError`.

@@ -13,8 +13,6 @@ agent state with its source.
 ({'title': 'Draft'}, {})
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
@@ -180,7 +178,7 @@ class ConversationStats(Usage):
         total = sum(by_usage_id.values(), Usage())
         return {**total.model_dump(), **given, "by_usage_id": by_usage_id}
 
-    def record(self, usage_id: str, usage: Usage) -> ConversationStats:
+    def record(self, usage_id: str, usage: Usage) -> "ConversationStats":
         """New stats with ``usage`` added under ``usage_id`` and to the totals."""
         total = (
             Usage.model_construct(
@@ -196,7 +194,7 @@ class ConversationStats(Usage):
         by_usage_id = {**self.by_usage_id, usage_id: previous + usage}
         return ConversationStats(**total.model_dump(), by_usage_id=by_usage_id)
 
-    def with_account(self, usage_id: str, account: Usage | Metrics) -> ConversationStats:
+    def with_account(self, usage_id: str, account: Usage | Metrics) -> "ConversationStats":
         """New stats whose account ``usage_id`` is ``account`` (replaced, not added to).
 
         The totals are recomputed over the accounts. OpenHands' SDK's
@@ -525,7 +523,7 @@ class ConversationState(CheckedModel):
             "activate_skill, navigate_to), or make a new snapshot with state.evolve(...)"
         )
 
-    def evolve(self, **changes: Any) -> ConversationState:
+    def evolve(self, **changes: Any) -> "ConversationState":
         """A new snapshot with ``changes`` applied and validated."""
         if "events" in changes:
             changes = _with_branch(changes)
@@ -534,7 +532,7 @@ class ConversationState(CheckedModel):
             raise InvalidTypeError(f"ConversationState has no field(s) {sorted(unknown)}")
         return type(self).model_validate({**dict(self), **changes})
 
-    def _replace(self, **changes: Any) -> ConversationState:
+    def _replace(self, **changes: Any) -> "ConversationState":
         # Trusted, unvalidated copy for values cowconv built itself (hot paths: fork, append):
         # pydantic's public model_copy, which copies the fields and applies ``changes``.
         if "events" in changes:
@@ -649,7 +647,7 @@ class ConversationInfo(CheckedModel):
     leaf_event_id: str | None = None
 
     @classmethod
-    def of(cls, state: ConversationState) -> ConversationInfo:
+    def of(cls, state: ConversationState) -> "ConversationInfo":
         """The summary of a snapshot."""
         return cls(
             id=state.id,

@@ -7,8 +7,6 @@ imports the other for it.
 7
 """
 
-from __future__ import annotations
-
 import time
 
 from pydantic import ConfigDict, Field
@@ -66,7 +64,7 @@ class Usage(CheckedModel):
             prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens
         )
 
-    def __add__(self, other: Usage) -> Usage:
+    def __add__(self, other: "Usage") -> "Usage":
         return Usage(
             accumulated_cost=self.accumulated_cost + other.accumulated_cost,
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
@@ -155,7 +153,7 @@ class Metrics(CheckedModel):
             completion_tokens=before.completion_tokens + completion_tokens,
         )
 
-    def merge(self, other: Metrics) -> None:
+    def merge(self, other: "Metrics") -> None:
         """Add ``other``'s cost, tokens and records to this account.
 
         >>> a, b = Metrics(accumulated_cost=1.0), Metrics(accumulated_cost=0.5)
@@ -170,7 +168,7 @@ class Metrics(CheckedModel):
         self.costs.extend(other.costs)
         self.response_latencies.extend(other.response_latencies)
 
-    def deep_copy(self) -> Metrics:
+    def deep_copy(self) -> "Metrics":
         """An independent copy (adding to one leaves the other as it was)."""
         return self.model_copy(deep=True)
 

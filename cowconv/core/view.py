@@ -24,8 +24,6 @@ a step later, or a fork's first step after its source's) applies only the
 events since.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Iterator, Sequence
 from typing import overload
 
@@ -137,7 +135,7 @@ class View:
     def __repr__(self) -> str:
         return f"View(<{len(self._events)} events>)"
 
-    def extended(self, events: Iterable[Event]) -> View:
+    def extended(self, events: Iterable[Event]) -> "View":
         """This view with the next events of the history applied (a new view).
 
         >>> from cowconv import MessageEvent
@@ -161,7 +159,7 @@ class View:
         return view
 
     @staticmethod
-    def from_events(events: Sequence[Event]) -> View:
+    def from_events(events: Sequence[Event]) -> "View":
         """The view of a branch given as its events (OpenHands' constructor).
 
         >>> from cowconv import MessageEvent, PauseEvent

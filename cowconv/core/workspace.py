@@ -6,8 +6,6 @@ False
 '/tmp'
 """
 
-from __future__ import annotations
-
 import os
 from typing import Any
 
@@ -65,7 +63,7 @@ class Workspace(CheckedModel):
         """Whether this workspace lives on an agent server."""
         return self.host is not None
 
-    def require_directory(self) -> Workspace:
+    def require_directory(self) -> "Workspace":
         """This workspace, once a local ``working_dir`` is known to be a directory.
 
         Tools run there, so a missing one is refused when a conversation is
@@ -86,7 +84,7 @@ class Workspace(CheckedModel):
         return self
 
     @classmethod
-    def coerce(cls, value: Workspace | str | os.PathLike[str]) -> Workspace:
+    def coerce(cls, value: "Workspace | str | os.PathLike[str]") -> "Workspace":
         """A workspace from a ``Workspace`` or a path (a :class:`LocalWorkspace` becomes the
         plain ``Workspace`` it is, which a snapshot stores and loads back unchanged).
 
