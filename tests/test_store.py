@@ -12,6 +12,7 @@ import tempfile
 import threading
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -627,6 +628,16 @@ class TestConversationPersistence:
         with SQLiteStore(tmp_path) as store:
             assert message_texts(store.load("c1").events) == ["from the old server"]
         assert not (tmp_path / "conversations.db").exists()
+
+    @pytest.mark.parametrize("bad", [{"lock_timeout": -1}, {"synchronous": "off"}])
+    def test_bad_arguments_leave_an_old_file_alone(self, tmp_path: Path, bad: dict[str, Any]):
+        """Arguments are refused before the 0.1 file is moved: the directory is as it was."""
+        SQLiteStore(tmp_path / "conversations.db").close()
+        before = sorted(path.name for path in tmp_path.iterdir())
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SQLiteStore(tmp_path, **bad)
+        assert sorted(path.name for path in tmp_path.iterdir()) == before
+        assert (tmp_path / "conversations.db").exists()
 
     def test_two_files_are_reported(self, tmp_path: Path):
         """A directory holding both names is refused with a StoreError naming both."""

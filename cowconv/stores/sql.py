@@ -32,7 +32,14 @@ from cowconv.ports import Row, SuiteRow
 from cowconv.stores.lazy import LazyEvents
 from cowconv.stores.tree import TreeStore
 
-__all__ = ["SQLRows", "SQLStore", "SQLTransaction", "newer_schema", "translated"]
+__all__ = [
+    "SQLRows",
+    "SQLStore",
+    "SQLTransaction",
+    "check_lock_timeout",
+    "newer_schema",
+    "translated",
+]
 
 # What each kind of store error says after "the store <name> ".
 _SAYS: dict[type[StoreError], str] = {
@@ -291,6 +298,18 @@ class _Closable(Protocol):
 Handle = TypeVar("Handle", bound=_Closable)
 
 
+def check_lock_timeout(lock_timeout: float) -> None:
+    """Refuse a ``lock_timeout`` that is not a number of seconds >= 0 (before a store opens).
+
+    >>> check_lock_timeout(-1)
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: lock_timeout must be >= 0, got -1
+    """
+    if lock_timeout < 0:
+        raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
+
+
 class SQLRows(Generic[Handle]):
     """The rows of a store in an SQL database (a :class:`~cowconv.ports.RowStore`).
 
@@ -310,8 +329,7 @@ class SQLRows(Generic[Handle]):
     errors: type[Exception] = Exception
 
     def __init__(self, name: str, *, lock_timeout: float) -> None:
-        if lock_timeout < 0:
-            raise InvalidValueError(f"lock_timeout must be >= 0, got {lock_timeout!r}")
+        check_lock_timeout(lock_timeout)
         self.name = name
         self._lock = threading.RLock()
         self._handle: Handle | None = None

@@ -37,7 +37,14 @@ from cowconv._exceptions import (
     StoreLockedError,
 )
 from cowconv.ports import Row
-from cowconv.stores.sql import SQLRows, SQLStore, SQLTransaction, newer_schema, translated
+from cowconv.stores.sql import (
+    SQLRows,
+    SQLStore,
+    SQLTransaction,
+    check_lock_timeout,
+    newer_schema,
+    translated,
+)
 
 __all__ = ["SCHEMA_VERSION", "STORE_FILE_NAME", "SQLiteRows", "SQLiteStore", "store_file"]
 
@@ -359,6 +366,7 @@ class SQLiteStore(SQLStore):
     ) -> None:  # fmt: skip
         if synchronous not in ("full", "normal"):
             raise InvalidValueError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
+        check_lock_timeout(lock_timeout)  # before store_file() may move a 0.1 file in
         self._sqlite = SQLiteRows(store_file(path), lock_timeout=lock_timeout,
                                   synchronous=synchronous)  # fmt: skip
         super().__init__(self._sqlite)
