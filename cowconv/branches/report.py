@@ -264,19 +264,8 @@ class SuiteReport:
         (or error), which alone wraps, cut at ``answer_width`` characters.
         Other tags, token kinds and full model names are in :meth:`to_json`.
         """
-        from rich import box
-        from rich.table import Table
-
         column = self._group_column(by)
-        # Columns two apart (a space of the box and one of padding), no outer edge: 80 columns
-        # hold the fixed ones and leave the answer (the only column that wraps) 13 or more.
-        table = Table(
-            title=f"{len(self.rows)} branches",
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            pad_edge=False,
-            padding=(0, 0, 0, 1),
-        )
+        table = _compact_table(f"{len(self.rows)} branches")
         table.add_column("#", justify="right", no_wrap=True)
         table.add_column(column or "branch", no_wrap=True, max_width=10, overflow="ellipsis")
         table.add_column("model", no_wrap=True, max_width=14, overflow="ellipsis")
@@ -309,16 +298,7 @@ class SuiteReport:
         >>> SuiteReport(rows=()).totals_table().row_count
         0
         """
-        from rich import box
-        from rich.table import Table
-
-        table = Table(
-            title=f"totals by {by}",
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
-            pad_edge=False,
-            padding=(0, 0, 0, 1),
-        )
+        table = _compact_table(f"totals by {by}")
         table.add_column(by, no_wrap=True, max_width=36, overflow="ellipsis")
         for name in _TOTAL_COLUMNS:
             table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
@@ -438,3 +418,15 @@ class SuiteReport:
         with tempfile.TemporaryDirectory() as directory:
             picture = self.plot(Path(directory) / "suite.png", by=by).read_bytes()
         return "data:image/png;base64," + base64.b64encode(picture).decode("ascii")
+
+
+def _compact_table(title: str) -> Table:
+    # The report's tables (rich is imported when one is drawn, so importing cowconv stays fast).
+    # Columns two apart (a space of the box and one of padding), no outer edge: 80 columns hold
+    # the branch table's fixed columns and leave its answer (the only column that wraps) 13+.
+    from rich import box
+    from rich.table import Table
+
+    return Table(
+        title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1)
+    )
