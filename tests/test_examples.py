@@ -1,7 +1,7 @@
 """Every example runs offline, in a subprocess, against the stub LLM server.
 
-Each example runs once (a module fixture); the tests below read what it printed
-and what the stub received.
+Each example runs once, when a test first asks for it (a module fixture keeps the
+run); the tests below read what it printed and what the stub received.
 """
 
 from __future__ import annotations
@@ -37,11 +37,20 @@ class ExampleRun:
         ]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExampleRun]:
-    done = {}
-    for example in EXAMPLES:
-        directory = tmp_path_factory.mktemp(example.stem)
+class ExampleRuns(dict[str, ExampleRun]):
+    """The runs of the examples by file name, each example run when first asked for.
+
+    Each test runs only the examples it reads: under pytest-xdist a worker never runs the
+    examples of tests that other workers run.
+    """
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self._tmp_path_factory = tmp_path_factory
+
+    def __missing__(self, name: str) -> ExampleRun:
+        (example,) = [path for path in EXAMPLES if path.name == name]
+        directory = self._tmp_path_factory.mktemp(example.stem)
         with StubLLMServer() as stub:
             environment = {
                 **os.environ,
@@ -58,8 +67,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExampleRun]:
                 text=True,
                 timeout=240,
             )
-            done[example.name] = ExampleRun(result, list(stub.requests), directory)
-    return done
+            self[name] = run = ExampleRun(result, list(stub.requests), directory)
+        return run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> ExampleRuns:
+    return ExampleRuns(tmp_path_factory)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
