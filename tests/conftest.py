@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -53,6 +54,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parameters = callspec.params.values() if callspec is not None else ()
         if "ray_session" in getattr(item, "fixturenames", ()) or "ray" in parameters:
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.fixture
+def sigint_raises_keyboard_interrupt() -> Iterator[None]:
+    """SIGINT raises ``KeyboardInterrupt`` in the main thread during the test, as in a fresh
+    Python process, whatever handler or signal mask a library or an earlier test left (a test
+    that sends itself Ctrl-C hung until its timeout on a pytest-xdist worker)."""
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGINT, handler)
 
 
 def message_texts(events: Iterable[Any]) -> list[str]:

@@ -693,6 +693,7 @@ class TestTimeLimits:
         assert source.state is before
 
 
+@pytest.mark.usefixtures("sigint_raises_keyboard_interrupt")
 class TestCancellation:
     def test_ctrl_c_cancels_the_suite_and_the_executor_stays_usable(self, tmp_path, processes):
         """SIGINT while a branch hangs on a worker process: KeyboardInterrupt propagates, the

@@ -19,6 +19,10 @@ from cowconv.testing import StubLLMServer, StubRequest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))
 
+# The agent-server example serves on a fixed port (8002, as OpenHands' own example does): the
+# examples run on one pytest-xdist worker, one at a time, each once.
+pytestmark = pytest.mark.xdist_group("examples")
+
 
 @dataclass
 class ExampleRun:
