@@ -40,6 +40,11 @@ settings.register_profile("cowconv", deadline=None)
 settings.load_profile("cowconv")
 
 
+_OPENHANDS_MODULES = frozenset(
+    {"test_openhands_wire.py", "test_openhands_types.py", "test_remote_openhands_client.py"}
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Keep together, on one pytest-xdist worker, the tests that must not run side by side.
@@ -47,9 +52,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     The suite runs on several workers (``-n`` in pyproject.toml, ``--dist loadgroup``); a
     test in an ``xdist_group`` runs on the worker that runs the rest of its group, in order.
     Every test that starts a local Ray instance is in group ``ray``: two at once on one
-    machine would share Ray's session directory and fight over two cores.
+    machine would share Ray's session directory and fight over two cores. The tests that run
+    OpenHands' SDK or agent server (its Python >= 3.12 environment) are in group ``openhands``:
+    its terminal tool runs commands in tmux, whose server and socket a user's processes share
+    (an OpenHands terminal gave an empty output once while another worker ran one).
     """
     for item in items:
+        if item.path.name in _OPENHANDS_MODULES:
+            item.add_marker(pytest.mark.xdist_group("openhands"))
         callspec = getattr(item, "callspec", None)
         parameters = callspec.params.values() if callspec is not None else ()
         if "ray_session" in getattr(item, "fixturenames", ()) or "ray" in parameters:
