@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -36,6 +38,46 @@ from cowconv.testing import PostgresServer, StubLLMServer
 # one example can take 100x its quiet time (a 200 ms deadline failed a correct test that way).
 settings.register_profile("cowconv", deadline=None)
 settings.load_profile("cowconv")
+
+
+_OPENHANDS_MODULES = frozenset(
+    {"test_openhands_wire.py", "test_openhands_types.py", "test_remote_openhands_client.py"}
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Keep together, on one pytest-xdist worker, the tests that must not run side by side.
+
+    The suite runs on several workers (``-n`` in pyproject.toml, ``--dist loadgroup``); a
+    test in an ``xdist_group`` runs on the worker that runs the rest of its group, in order.
+    Every test that starts a local Ray instance is in group ``ray``: two at once on one
+    machine would share Ray's session directory and fight over two cores. The tests that run
+    OpenHands' SDK or agent server (its Python >= 3.12 environment) are in group ``openhands``:
+    its terminal tool runs commands in tmux, whose server and socket a user's processes share
+    (an OpenHands terminal gave an empty output once while another worker ran one).
+    """
+    for item in items:
+        if item.path.name in _OPENHANDS_MODULES:
+            item.add_marker(pytest.mark.xdist_group("openhands"))
+        callspec = getattr(item, "callspec", None)
+        parameters = callspec.params.values() if callspec is not None else ()
+        if "ray_session" in getattr(item, "fixturenames", ()) or "ray" in parameters:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.fixture
+def sigint_raises_keyboard_interrupt() -> Iterator[None]:
+    """SIGINT raises ``KeyboardInterrupt`` in the main thread during the test, as in a fresh
+    Python process, whatever handler or signal mask a library or an earlier test left (a test
+    that sends itself Ctrl-C hung until its timeout on a pytest-xdist worker)."""
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGINT, handler)
 
 
 def message_texts(events: Iterable[Any]) -> list[str]:
@@ -195,10 +237,19 @@ for line in sys.stdin:
 
 
 class StoreReader:
-    """Another Python process that reads conversations from a SQLite store file on request."""
+    """Another Python process that reads conversations from a SQLite store file on request.
+
+    It opens the file afresh for every read, so one reader serves any number of stores and
+    tests (the ``store_reader`` fixture: one per test session). A read that kills it (the
+    file could not be loaded) fails that read; the next read starts a new process.
+    """
 
     def __init__(self) -> None:
-        self._process = subprocess.Popen(
+        self._process = self._start()
+
+    @staticmethod
+    def _start() -> subprocess.Popen[str]:
+        return subprocess.Popen(
             [sys.executable, "-c", _READER],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -207,6 +258,9 @@ class StoreReader:
         )
 
     def load(self, path: Path, conversation_id: str) -> ConversationState:
+        if self._process.poll() is not None:  # an earlier read killed it
+            self.close()
+            self._process = self._start()
         assert self._process.stdin is not None and self._process.stdout is not None
         self._process.stdin.write(f"{path}\t{conversation_id}\n")
         self._process.stdin.flush()
@@ -216,7 +270,8 @@ class StoreReader:
 
     def close(self) -> None:
         assert self._process.stdin is not None and self._process.stdout is not None
-        self._process.stdin.close()
+        with contextlib.suppress(OSError):  # BrokenPipeError: the process is gone
+            self._process.stdin.close()
         self._process.wait(timeout=60)
         self._process.stdout.close()
 
@@ -228,7 +283,7 @@ class Backend:
     ``new(...)`` is ``Conversation(...)`` there; ``reload(conversation)`` reads
     the conversation again from where it is kept: another process reading
     the SQLite file, a new connection to the agent server, or (memory) the
-    conversation itself.
+    conversation itself. ``close()`` closes the reader only when it is the backend's own.
     """
 
     kind: str
@@ -237,6 +292,7 @@ class Backend:
     reader: StoreReader | None = None
     transport: InProcessTransport | None = None
     opened: list[Conversation] = field(default_factory=list)
+    owns_reader: bool = True
 
     def new(self, agent: Agent, **options: Any) -> Conversation:
         if self.store is not None:
@@ -263,7 +319,7 @@ class Backend:
     def close(self) -> None:
         for conversation in self.opened:
             conversation.close()
-        if self.reader is not None:
+        if self.reader is not None and self.owns_reader:
             self.reader.close()
         if self.store is not None:
             self.store.close()
@@ -291,10 +347,24 @@ BACKENDS = ["memory", "sqlite", "remote"]
 """``remote``: an agent server app in this process, through the remote backend's transport."""
 
 
+@pytest.fixture(scope="session")
+def store_reader() -> Iterator[StoreReader]:
+    """One reader process for the session (per pytest-xdist worker): it opens each SQLite
+    file afresh for every read, so sharing it keeps tests apart and saves starting a Python
+    process per test (a second or more each on a loaded machine)."""
+    reader = StoreReader()
+    yield reader
+    reader.close()
+
+
 def open_backend(
-    kind: str, directory: Path, server: BackgroundServer | InProcessTransport | None
+    kind: str,
+    directory: Path,
+    server: BackgroundServer | InProcessTransport | None,
+    reader: StoreReader | None = None,
 ) -> Backend:
-    """A :class:`Backend` of ``kind`` keeping its files under ``directory``."""
+    """A :class:`Backend` of ``kind`` keeping its files under ``directory``; a ``sqlite``
+    backend reads through ``reader`` when given (it stays open), else through its own."""
     if kind == "remote" and isinstance(server, InProcessTransport):
         workspace = Workspace(host=IN_PROCESS_HOST, working_dir=str(directory))
         return Backend(kind, workspace, transport=server)
@@ -303,7 +373,10 @@ def open_backend(
         return Backend(kind, Workspace(host=server.url, working_dir=str(directory)))
     if kind == "sqlite":
         store = SQLiteStore(directory)
-        return Backend(kind, Workspace(working_dir=str(directory)), store, StoreReader())
+        workspace = Workspace(working_dir=str(directory))
+        if reader is not None:
+            return Backend(kind, workspace, store, reader, owns_reader=False)
+        return Backend(kind, workspace, store, StoreReader())
     return Backend(kind, Workspace(working_dir=str(directory)))
 
 
@@ -311,6 +384,7 @@ def open_backend(
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     """Each test that asks for it runs on every backend: memory, a SQLite file, an agent server."""
     server = request.getfixturevalue("in_process_server") if request.param == "remote" else None
-    opened = open_backend(request.param, tmp_path, server)
+    reader = request.getfixturevalue("store_reader") if request.param == "sqlite" else None
+    opened = open_backend(request.param, tmp_path, server, reader)
     yield opened
     opened.close()

@@ -346,6 +346,8 @@ class ForkIsolation(RuleBasedStateMachine):
 def test_fork_isolation(kind, agents, request, tmp_path: Path):
     """Fork is deep-copy isolation on every backend (100 random programs each)."""
     server = request.getfixturevalue("in_process_server") if kind == "remote" else None
+    # One reader process for every program: it opens each program's store file afresh.
+    reader = request.getfixturevalue("store_reader") if kind == "sqlite" else None
 
     class Machine(ForkIsolation):
         def __init__(self) -> None:
@@ -353,7 +355,7 @@ def test_fork_isolation(kind, agents, request, tmp_path: Path):
             # One backend per program: a fresh store file, conversations of this program only.
             directory = tmp_path / uuid.uuid4().hex
             directory.mkdir()
-            self.backend = open_backend(kind, directory, server)
+            self.backend = open_backend(kind, directory, server, reader)
             self.agents = agents
 
         def teardown(self) -> None:

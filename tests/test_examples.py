@@ -1,7 +1,7 @@
 """Every example runs offline, in a subprocess, against the stub LLM server.
 
-Each example runs once (a module fixture); the tests below read what it printed
-and what the stub received.
+Each example runs once, when a test first asks for it (a module fixture keeps the
+run); the tests below read what it printed and what the stub received.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from cowconv.testing import StubLLMServer, StubRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))
+
+# The agent-server example serves on a fixed port (8002, as OpenHands' own example does): the
+# examples run on one pytest-xdist worker, one at a time, each once.
+pytestmark = pytest.mark.xdist_group("examples")
 
 
 @dataclass
@@ -37,11 +41,20 @@ class ExampleRun:
         ]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExampleRun]:
-    done = {}
-    for example in EXAMPLES:
-        directory = tmp_path_factory.mktemp(example.stem)
+class ExampleRuns(dict[str, ExampleRun]):
+    """The runs of the examples by file name, each example run when first asked for.
+
+    Each test runs only the examples it reads: under pytest-xdist a worker never runs the
+    examples of tests that other workers run.
+    """
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        super().__init__()
+        self._tmp_path_factory = tmp_path_factory
+
+    def __missing__(self, name: str) -> ExampleRun:
+        (example,) = [path for path in EXAMPLES if path.name == name]
+        directory = self._tmp_path_factory.mktemp(example.stem)
         with StubLLMServer() as stub:
             environment = {
                 **os.environ,
@@ -58,8 +71,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExampleRun]:
                 text=True,
                 timeout=240,
             )
-            done[example.name] = ExampleRun(result, list(stub.requests), directory)
-    return done
+            self[name] = run = ExampleRun(result, list(stub.requests), directory)
+        return run
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> ExampleRuns:
+    return ExampleRuns(tmp_path_factory)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)

@@ -112,7 +112,7 @@ EVENT_DOORS: dict[str, Callable[[Any, str], Event]] = {
 }
 
 
-def _reload(backend: Backend, conversation: Conversation) -> ConversationState:
+def _reload(backend: Backend, conversation: Conversation, reader: StoreReader) -> ConversationState:
     """The conversation read back from where it is kept.
 
     A conversation without a store (``memory``) is saved into a SQLite file the way any
@@ -129,11 +129,7 @@ def _reload(backend: Backend, conversation: Conversation) -> ConversationState:
             store.save(None, state)
         except CowconvError:
             return state._replace(events=state.events.take(0))  # refused at the store: marker
-    reader = StoreReader()
-    try:
-        return reader.load(path, str(state.id))
-    finally:
-        reader.close()
+    return reader.load(path, str(state.id))  # the session's reader: it opens the file afresh
 
 
 def _same_stored(reloaded: ConversationState, kept: ConversationState) -> None:
@@ -146,7 +142,7 @@ def _same_stored(reloaded: ConversationState, kept: ConversationState) -> None:
 @given(value=values, text=texts)
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
 def test_events_reload_unchanged_or_are_refused(
-    backend: Backend, door: str, value: Any, text: str
+    backend: Backend, store_reader: StoreReader, door: str, value: Any, text: str
 ) -> None:
     """append_event on every backend: refused (CowconvError, nothing stored) or reloaded equal."""
     conversation = backend.new(Agent(llm=LLM(model="openai/gpt-4o")))
@@ -163,7 +159,7 @@ def test_events_reload_unchanged_or_are_refused(
         assert conversation.state.events == before.events
         _same_stored(backend.reload(conversation), before)
         return
-    reloaded = _reload(backend, conversation)
+    reloaded = _reload(backend, conversation, store_reader)
     if backend.kind == "memory" and not reloaded.events:
         return  # kept in memory only; the store it went to refused it
     _same_stored(reloaded, conversation.state)
@@ -171,7 +167,9 @@ def test_events_reload_unchanged_or_are_refused(
 
 @given(value=values)
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-def test_agent_state_reloads_unchanged_or_is_refused(backend: Backend, value: Any) -> None:
+def test_agent_state_reloads_unchanged_or_is_refused(
+    backend: Backend, store_reader: StoreReader, value: Any
+) -> None:
     """update_agent_state on every backend: refused before anything is stored, or reloaded."""
     conversation = backend.new(Agent(llm=LLM(model="openai/gpt-4o")))
     conversation.send_message("hi")
@@ -183,7 +181,7 @@ def test_agent_state_reloads_unchanged_or_is_refused(backend: Backend, value: An
         assert str(error)
         _same_stored(backend.reload(conversation), before)
         return
-    reloaded = _reload(backend, conversation)
+    reloaded = _reload(backend, conversation, store_reader)
     if backend.kind == "memory" and not reloaded.events:
         return  # kept in memory only; the store it went to refused it
     _same_stored(reloaded, conversation.state)
@@ -192,12 +190,10 @@ def test_agent_state_reloads_unchanged_or_is_refused(backend: Backend, value: An
 # -- the Store door: EventLog.append and model_copy of a state, saved straight in ------------
 
 
-@pytest.fixture(scope="module")
-def reader() -> Iterator[StoreReader]:
-    """One other Python process that opens a SQLite file afresh for each read."""
-    process = StoreReader()
-    yield process
-    process.close()
+@pytest.fixture
+def reader(store_reader: StoreReader) -> StoreReader:
+    """One other Python process that opens a SQLite file afresh for each read (the session's)."""
+    return store_reader
 
 
 @given(value=values, text=texts, how=st.sampled_from(["events.append", "state model_copy"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -80,10 +82,15 @@ time.sleep(600)
 """
 
 
-def server_in_a_child() -> tuple[subprocess.Popen[str], int, int, Path]:
-    """A Python process that starts a server and sleeps: it, the port, postmaster, directory."""
+def server_in_a_child(temporary: Path) -> tuple[subprocess.Popen[str], int, int, Path]:
+    """A Python process that starts a server in ``temporary`` (its temporary directory) and
+    sleeps: it, the port, postmaster, directory."""
     child = subprocess.Popen(
-        [sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", _OWNER],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "TMPDIR": str(temporary)},
     )
     assert child.stdout is not None
     line = child.stdout.readline()
@@ -177,6 +184,18 @@ class TestFixture:
         assert listen == ("127.0.0.1",)
 
 
+@pytest.fixture
+def own_temporary(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary directory of this test's own for its servers (here and in a child): what a
+    test leaves for the next start to sweep is swept by that start, not by a server another
+    test starts meanwhile (another pytest-xdist worker) in the machine's shared one."""
+    temporary = Path(tempfile.mkdtemp(prefix="cowconv-test-tmp-"))
+    temporary.chmod(0o711)  # as root without user namespaces the server runs as nobody
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    yield temporary
+    shutil.rmtree(temporary, ignore_errors=True)
+
+
 class TestLifetime:
     def test_gone_after_the_with_block(self):
         """After exit the port refuses connections, the server and its directory are gone."""
@@ -216,9 +235,9 @@ class TestLifetime:
             holder.kill()
             holder.wait()
 
-    def test_the_server_dies_with_its_process(self):
+    def test_the_server_dies_with_its_process(self, own_temporary):
         """kill -9 of the process that started it: the server shuts down by itself."""
-        child, port, pid, directory = server_in_a_child()
+        child, port, pid, directory = server_in_a_child(own_temporary)
         try:
             assert running(pid) and not refuses(port)
         finally:
@@ -229,9 +248,9 @@ class TestLifetime:
         with PostgresServer():
             assert not directory.exists()
 
-    def test_a_stale_server_is_swept_at_the_next_start(self):
+    def test_a_stale_server_is_swept_at_the_next_start(self, own_temporary):
         """If the watchdog dies too, the next server to start kills the stale one."""
-        child, port, pid, directory = server_in_a_child()
+        child, port, pid, directory = server_in_a_child(own_temporary)
         try:
             watchdog = next(p for p in children(child.pid) if pid in children(p))
             watcher = [p for p in children(watchdog) if p != pid]

@@ -31,6 +31,8 @@ class TestLint:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+# Both mypy runs share the checkout's .mypy_cache: one pytest-xdist worker runs them in turn.
+@pytest.mark.xdist_group("mypy")
 class TestTypes:
     def test_mypy_strict(self):
         """mypy --strict accepts the package."""
