@@ -26,6 +26,8 @@ from cowconv.agent_server import (
 )
 from cowconv.testing import StubLLMServer, StubReply
 
+# Client timeouts: generous, for a loaded machine (a first run loads litellm, seconds under load).
+WAIT = 60.0
 SECRET = "sk-very-secret-llm-key"
 
 
@@ -464,7 +466,7 @@ class TestRunAndPause:
             *[StubReply.tool_call("terminal", command=f"echo {n}", delay=0.05) for n in range(6)]
         )
         stub.script(StubReply.text("Done."))
-        with httpx.Client(base_url=server.url) as http:
+        with httpx.Client(base_url=server.url, timeout=WAIT) as http:
             http.post("/api/conversations", json=create_body(stub_agent, tmp_path, id="r"))
             http.post("/api/conversations/r/messages", json={"text": "go"})
             http.post("/api/conversations/r/run")
@@ -490,7 +492,9 @@ class TestRunAndPause:
 class TestConcurrentForks:
     def test_hundred_forks(self, server: BackgroundServer, stub_agent: Agent, tmp_path: Path):
         """100 concurrent fork requests give 100 distinct forks; the source is unchanged."""
-        with httpx.Client(base_url=server.url, limits=httpx.Limits(max_connections=100)) as http:
+        with httpx.Client(
+            base_url=server.url, timeout=WAIT, limits=httpx.Limits(max_connections=100)
+        ) as http:
             http.post("/api/conversations", json=create_body(stub_agent, tmp_path, id="src"))
             for n in range(20):
                 http.post("/api/conversations/src/messages", json={"text": str(n)})
@@ -574,7 +578,7 @@ class TestEventStream:
 
     def test_live_events(self, server: BackgroundServer, stub_agent: Agent, tmp_path: Path):
         """A subscriber sees events recorded after it connected, in order, without gaps."""
-        with httpx.Client(base_url=server.url) as http:
+        with httpx.Client(base_url=server.url, timeout=WAIT) as http:
             http.post("/api/conversations", json=create_body(stub_agent, tmp_path, id="live"))
             received: list[str] = []
             connected = threading.Event()
@@ -606,7 +610,7 @@ class TestEventStream:
 
     def test_stream_ends_on_delete(self, server: BackgroundServer, stub_agent, tmp_path):
         """Deleting a conversation ends its open streams."""
-        with httpx.Client(base_url=server.url) as http:
+        with httpx.Client(base_url=server.url, timeout=WAIT) as http:
             http.post("/api/conversations", json=create_body(stub_agent, tmp_path, id="gone"))
             with http.stream("GET", "/api/conversations/gone/events/stream") as response:
                 lines = response.iter_lines()
@@ -621,14 +625,14 @@ class TestRestart:
         data = tmp_path / "data"
         with (
             BackgroundServer(create_app(data_dir=data)) as server,
-            httpx.Client(base_url=server.url) as http,
+            httpx.Client(base_url=server.url, timeout=WAIT) as http,
         ):
             http.post("/api/conversations", json=create_body(stub_agent, tmp_path, id="p"))
             http.post("/api/conversations/p/messages", json={"text": "Run `echo again`."})
             http.post("/api/conversations/p/fork", json={"id": "pf", "title": "kept"})
         with (
             BackgroundServer(create_app(data_dir=data)) as server,
-            httpx.Client(base_url=server.url) as http,
+            httpx.Client(base_url=server.url, timeout=WAIT) as http,
         ):
             listed = {i["id"]: i for i in http.get("/api/conversations").json()["items"]}
             assert set(listed) == {"p", "pf"} and listed["pf"]["title"] == "kept"
