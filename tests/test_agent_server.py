@@ -463,17 +463,24 @@ class TestRunAndPause:
     def test_fork_during_run(self, server: BackgroundServer, stub, stub_agent, tmp_path):
         """A fork taken mid-run holds a prefix of the final history and is idle."""
         stub.script(
-            *[StubReply.tool_call("terminal", command=f"echo {n}", delay=0.05) for n in range(6)]
+            *[StubReply.tool_call("terminal", command=f"echo {n}", delay=0.2) for n in range(6)]
         )
         stub.script(StubReply.text("Done."))
         with httpx.Client(base_url=server.url, timeout=WAIT) as http:
             http.post("/api/conversations", json=create_body(stub_agent, tmp_path, id="r"))
             http.post("/api/conversations/r/messages", json={"text": "go"})
             http.post("/api/conversations/r/run")
-            forks = []
-            for _ in range(5):
-                forks.append(http.post("/api/conversations/r/fork").json())
-                time.sleep(0.05)
+            forks = [http.post("/api/conversations/r/fork").json()]
+            # The next fork waits until the run has moved on (counted in events, not seconds:
+            # on a loaded machine the run's first LLM call can take seconds).
+            deadline = time.monotonic() + WAIT
+            while len(forks) < 5 and time.monotonic() < deadline:
+                info = http.get("/api/conversations/r").json()
+                if info["event_count"] > forks[-1]["event_count"]:
+                    forks.append(http.post("/api/conversations/r/fork").json())
+                elif info["execution_status"] != "running":
+                    break
+                time.sleep(0.02)
             wait_until_idle(http, "r")
             final = [
                 e["id"] for e in http.get("/api/conversations/r/events?limit=1000").json()["items"]
