@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cowconv import MAX_DEPTH, InvalidValueError, freeze, thaw
+from cowconv import MAX_DEPTH, ActionEvent, InvalidValueError, MessageToolCall, freeze, thaw
+from cowconv.core.frozen import decode_json
 from tests.strategies import json_values
 
 
@@ -94,3 +95,38 @@ class TestThaw:
         plain = thaw(frozen)
         plain["a"].append(2)
         assert frozen["a"] == (1,)
+
+
+class TestDecodeJson:
+    """decode_json(): json.loads() for text from outside, refusing deep nesting unrecursed."""
+
+    @given(json_values)
+    def test_it_decodes_what_json_loads_decodes(self, value):
+        text = json.dumps(value)
+        assert decode_json(text) == json.loads(text)
+
+    @given(st.integers(1, 3000), st.sampled_from(["[]", "{}"]), st.booleans())
+    def test_nesting_deeper_than_512_is_a_value_error_never_a_recursion_error(
+        self, depth, brackets, quoted
+    ):
+        """Nested arrays or objects: at most 512 levels decode as json.loads does, deeper
+        ones are a ValueError; brackets inside a string are text, not nesting."""
+        opening, closing = brackets
+        inner = '"[{\\"]}"' if not quoted else '"' + "[" * depth + '"'
+        if opening == "[":
+            text = "[" * depth + inner + "]" * depth
+        else:
+            text = '{"k": ' * depth + inner + "}" * depth
+        if depth <= 512:
+            assert decode_json(text) == json.loads(text)
+        else:
+            with pytest.raises(ValueError, match="nested deeper than 512"):
+                decode_json(text)
+
+    def test_deep_tool_call_arguments_do_not_break_an_action_event(self):
+        """OpenHands' ActionEvent(tool_call=...) decodes the call's arguments: nested 100,000
+        deep they are not arguments (as invalid JSON is not), and no RecursionError escapes."""
+        deep = "[" * 100_000 + "]" * 100_000
+        call = MessageToolCall(id="c1", name="terminal", arguments=deep)
+        event = ActionEvent(tool_name="terminal", tool_call_id="c1", tool_call=call)
+        assert event.arguments == {} and event.tool_call == call

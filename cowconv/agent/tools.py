@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -47,7 +46,7 @@ from typing_extensions import TypeVar
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError, ToolArgumentError
 from cowconv.core.events import Event
-from cowconv.core.frozen import freeze, thaw
+from cowconv.core.frozen import decode_json, freeze, thaw
 from cowconv.core.schema import Action, Observation
 from cowconv.core.workspace import Workspace
 
@@ -85,7 +84,7 @@ def decode_arguments(arguments: str, tool_name: str) -> PMap[str, Any]:
     cowconv._exceptions.ToolArgumentError: the arguments of 'terminal' must be a JSON ...
     """
     try:
-        decoded = json.loads(arguments) if arguments.strip() else {}
+        decoded = decode_json(arguments) if arguments.strip() else {}
     except (ValueError, RecursionError) as error:
         reason = error if isinstance(error, ValueError) else "nested too deeply"
         raise ToolArgumentError(

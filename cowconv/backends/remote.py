@@ -73,6 +73,7 @@ from cowconv.core.events import (
     TextContent,
     run_failure,
 )
+from cowconv.core.frozen import decode_json
 from cowconv.core.history import EventLog, EventSequence
 from cowconv.core.ids import id_text, new_uuid, public_id
 from cowconv.core.llm import LLM
@@ -389,7 +390,7 @@ class WebSocketCallbackClient:
     @staticmethod
     def _parse(raw: str | bytes) -> Event | ConversationStateUpdateEvent | None:
         try:
-            return _socket_event(json.loads(raw))
+            return _socket_event(decode_json(raw if isinstance(raw, str) else raw.decode()))
         except (ValueError, ValidationError):
             logger.warning("left out a socket message cowconv cannot read")
             return None

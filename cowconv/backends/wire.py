@@ -22,7 +22,7 @@ from typing import Any
 from cowconv._exceptions import InvalidValueError
 from cowconv.core.changes import ActivateSkill, AppendEvent, NavigateTo, SetTag, UpdateAgentState
 from cowconv.core.error_classification import FailureKind
-from cowconv.core.frozen import thaw
+from cowconv.core.frozen import decode_json, thaw
 
 __all__ = [
     "CHANGE_ROUTES",
@@ -352,7 +352,7 @@ def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
     if kind == "ActionEvent":
         call = data.get("tool_call") or {}
         try:
-            arguments = json.loads(call.get("arguments") or "{}")
+            arguments = decode_json(call.get("arguments") or "{}")
         except ValueError:
             arguments = {"arguments": call.get("arguments")}
         if not isinstance(arguments, dict):

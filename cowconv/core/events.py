@@ -31,7 +31,6 @@ Events written by cowconv 0.1 (kinds ``"message"``, ``"action"``, ...) load
 as the classes that replaced them (:func:`upgrade_legacy_event`).
 """
 
-import json
 import uuid
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
@@ -55,7 +54,7 @@ from pydantic import (
 from cowconv._exceptions import ConversationRunError, FrozenInstanceError, InvalidValueError
 from cowconv.core.error_classification import ErrorClassification, classify_error
 from cowconv.core.framing import check_framing_text
-from cowconv.core.frozen import FrozenJSON, FrozenJSONMap
+from cowconv.core.frozen import FrozenJSON, FrozenJSONMap, decode_json
 from cowconv.core.kinds import Kinded
 from cowconv.core.message import (
     Content,
@@ -453,7 +452,7 @@ def _arguments_of(tool_call: Any, action: Any) -> Any:
         text = tool_call.get("arguments")
     if isinstance(text, str) and text.strip():
         try:
-            decoded = json.loads(text)
+            decoded = decode_json(text)
         except ValueError:
             decoded = None
         if isinstance(decoded, dict):

@@ -22,7 +22,9 @@ TypeError: 'PMap' object does not support item assignment
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Self, TypeAlias, TypeVar
 
@@ -51,6 +53,7 @@ __all__ = [
     "FrozenStrMap",
     "check_str_map",
     "check_text",
+    "decode_json",
     "freeze",
     "thaw",
 ]
@@ -61,6 +64,39 @@ MAX_DEPTH = 64
 Far beyond any real agent state or tool argument, and far inside what the
 JSON parsers that read a store back accept (pydantic's stops at 200).
 """
+
+# The deepest nesting decode_json() lets json.loads() decode. json's decoder recurses once per
+# level and stops only at the interpreter's recursion limit; a garbage collection that happens
+# down there runs other objects' finalizers with no stack left, and they fail (their cleanup is
+# lost). Text nested deeper is refused before it is parsed.
+_DECODE_DEPTH = 512
+# A JSON string (skipped whole, escapes included) or one bracket.
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def decode_json(text: str) -> Any:
+    """``json.loads(text)`` for text from outside (an LLM, a client, a socket): JSON nested
+    deeper than 512 levels is a ``ValueError`` found without recursing, like any invalid JSON.
+
+    >>> decode_json('{"command": "ls", "args": [1, [2]]}')
+    {'command': 'ls', 'args': [1, [2]]}
+    >>> decode_json("[" * 100_000 + "]" * 100_000)
+    Traceback (most recent call last):
+    ...
+    ValueError: JSON nested deeper than 512 levels
+    """
+    if text.count("[") + text.count("{") > _DECODE_DEPTH:  # else it cannot be that deep
+        depth = 0
+        for match in _STRING_OR_BRACKET.finditer(text):
+            token = match.group()
+            if token == "[" or token == "{":
+                depth += 1
+                if depth > _DECODE_DEPTH:
+                    raise ValueError(f"JSON nested deeper than {_DECODE_DEPTH} levels")
+            elif token == "]" or token == "}":
+                depth -= 1
+    return json.loads(text)
+
 
 _SCALARS = (str, int, float, bool, type(None))
 V = TypeVar("V")
