@@ -120,7 +120,7 @@ class TestDecodeJson:
         if depth <= 512:
             assert decode_json(text) == json.loads(text)
         else:
-            with pytest.raises(ValueError, match="nested deeper than 512"):
+            with pytest.raises(InvalidValueError, match="nested deeper than 512"):
                 decode_json(text)
 
     def test_deep_tool_call_arguments_do_not_break_an_action_event(self):

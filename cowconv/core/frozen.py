@@ -76,14 +76,15 @@ _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 def decode_json(text: str) -> Any:
     """``json.loads(text)`` for text from outside (an LLM, a client, a socket): JSON nested
-    deeper than 512 levels is a ``ValueError`` found without recursing, like any invalid JSON.
+    deeper than 512 levels is an :class:`~cowconv.InvalidValueError` (a ``ValueError``) found
+    without recursing, like any invalid JSON.
 
     >>> decode_json('{"command": "ls", "args": [1, [2]]}')
     {'command': 'ls', 'args': [1, [2]]}
     >>> decode_json("[" * 100_000 + "]" * 100_000)
     Traceback (most recent call last):
     ...
-    ValueError: JSON nested deeper than 512 levels
+    cowconv._exceptions.InvalidValueError: JSON nested deeper than 512 levels
     """
     if text.count("[") + text.count("{") > _DECODE_DEPTH:  # else it cannot be that deep
         depth = 0
@@ -92,7 +93,7 @@ def decode_json(text: str) -> Any:
             if token == "[" or token == "{":
                 depth += 1
                 if depth > _DECODE_DEPTH:
-                    raise ValueError(f"JSON nested deeper than {_DECODE_DEPTH} levels")
+                    raise InvalidValueError(f"JSON nested deeper than {_DECODE_DEPTH} levels")
             elif token == "]" or token == "}":
                 depth -= 1
     return json.loads(text)
