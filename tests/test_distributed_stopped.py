@@ -14,6 +14,7 @@ worker processes), a local Ray instance (2 CPUs), a SQLite file.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cowconv import (
     LLM,
@@ -29,12 +32,13 @@ from cowconv import (
     BranchTimeoutError,
     Conversation,
     ExecutionStatus,
+    InvalidValueError,
     Tool,
     resume_suite,
     run_branches,
 )
 from cowconv.branches import ledger
-from cowconv.distributed import ProcessExecutor
+from cowconv.distributed import DaskExecutor, ProcessExecutor, RayExecutor
 from cowconv.stores import open_store
 from cowconv.stores.tree import TreeStore
 from cowconv.testing import StubLLMServer
@@ -44,6 +48,9 @@ BRANCHES = ["Say before.", STOP, "Say after.", "Say later."]
 # Seconds a branch may run (the worker's start is not counted): the other branches must finish
 # in it on 2 cores shared with other jobs and the suite's other workers.
 LIMIT = 45.0
+# Seconds past its limit a branch whose worker does not answer is waited for on Dask and Ray
+# (their default is 60): enough for a worker that starts slowly, and the test ends sooner.
+GRACE = 15.0
 
 
 def _stopped(pid: int) -> bool:
@@ -145,11 +152,9 @@ class TestStoppedWorker:
     def test_dask(self, source: Conversation, dask_client: Any) -> None:
         """A stopped Dask worker (its scheduler sees it alive for minutes): the branch is
         given up at its limit plus grace and its task cancelled; the others finish."""
-        from cowconv.distributed import DaskExecutor
-
         pids = list(dask_client.run(os.getpid).values())
         try:
-            executor = DaskExecutor(dask_client, max_in_flight=2, progress=False)
+            executor = DaskExecutor(dask_client, max_in_flight=2, progress=False, grace=GRACE)
             with pytest.raises(BranchesError) as raised:
                 run_branches(source, BRANCHES, executor=executor, branch_timeout=LIMIT)
             _check(raised.value)
@@ -165,14 +170,53 @@ class TestStoppedWorker:
     def test_ray(self, source: Conversation, ray_session: Any) -> None:
         """A stopped Ray worker: the branch is given up, its task cancelled with force (which
         kills the stopped process); the others finish."""
-        from cowconv.distributed import RayExecutor
-
         with pytest.raises(BranchesError) as raised:
             run_branches(
-                source, BRANCHES, executor=RayExecutor(progress=False), branch_timeout=LIMIT
+                source,
+                BRANCHES,
+                executor=RayExecutor(progress=False, grace=GRACE),
+                branch_timeout=LIMIT,
             )
         _check(raised.value)
         assert isinstance(raised.value.exceptions[0], BranchTimeoutError)
         # The engine is usable afterwards: a new suite runs on both CPUs.
         forks = run_branches(source, ["Say one.", "Say two."], executor=RayExecutor(progress=False))
         assert [f.state.execution_status for f in forks] == [ExecutionStatus.FINISHED] * 2
+
+
+class TestGrace:
+    """``grace=``: how long past its limit a branch whose worker is silent is waited for."""
+
+    @given(
+        grace=st.one_of(
+            st.floats(max_value=0, exclude_max=True),
+            st.sampled_from([math.nan, math.inf, True]),
+            st.text(max_size=3),
+            st.none(),
+        )
+    )
+    def test_every_executor_refuses_a_grace_that_is_not_finite_seconds(
+        self, grace: Any, dask_client: Any
+    ) -> None:
+        for make in (
+            lambda: ProcessExecutor(max_workers=1, grace=grace),
+            lambda: DaskExecutor(dask_client, grace=grace),
+            lambda: RayExecutor(grace=grace),
+        ):
+            with pytest.raises(InvalidValueError, match="grace must be a finite number"):
+                make()
+
+    @given(grace=st.one_of(st.floats(0, 1e6), st.integers(0, 10**6)))
+    def test_every_executor_keeps_the_grace_it_is_given(self, grace: Any, dask_client: Any) -> None:
+        executors = (
+            ProcessExecutor(max_workers=1, grace=grace),
+            DaskExecutor(dask_client, grace=grace),
+            RayExecutor(grace=grace),
+        )
+        assert [executor.grace for executor in executors] == [grace] * 3
+
+    def test_the_defaults(self, dask_client: Any) -> None:
+        """5 s for worker processes of this machine; 60 s on Dask and Ray, whose workers may
+        start or queue slowly."""
+        assert ProcessExecutor().grace == 5.0
+        assert DaskExecutor(dask_client).grace == RayExecutor().grace == 60.0

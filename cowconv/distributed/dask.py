@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cowconv._exceptions import BranchLostError, InvalidTypeError, InvalidValueError
 from cowconv.branches.wire import BranchJob, SharedPrefix
-from cowconv.distributed.driver import drive
+from cowconv.distributed.driver import check_grace, drive
 from cowconv.distributed.worker import run_branch_job
 
 if TYPE_CHECKING:
@@ -129,7 +129,10 @@ class DaskExecutor:
 
     ``resources``, ``workers`` (addresses or names) and ``priority`` go to
     every task (``client.submit``); they are checked here, not when the
-    first branch fails.
+    first branch fails. ``grace`` (default 60): the seconds a branch whose
+    worker does not answer is waited for past its time limit (twice its
+    limit from its submission, as it may queue behind another) before it is
+    given up and its task cancelled.
 
     Use: ``run_branches(source, branches, executor=DaskExecutor(client))``
     with ``client = distributed.Client(...)`` (see ``docs/distributed.md``).
@@ -150,6 +153,7 @@ class DaskExecutor:
         resources: Mapping[str, float] | None = None,
         workers: str | Sequence[str] | None = None,
         priority: int = 0,
+        grace: float = 60.0,
     ) -> None:
         try:
             from distributed import Client
@@ -164,6 +168,7 @@ class DaskExecutor:
         if max_in_flight is not None and max_in_flight < 1:
             raise InvalidValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         _check_options(resources, workers, priority)
+        self.grace = check_grace(grace)
         self.client = client
         # distributed is not fully typed: talk to it through Any.
         self._client: Any = cast(Any, client)
@@ -325,6 +330,7 @@ class DaskExecutor:
                 description="branches (Dask)",
                 cancel=cancel,
                 deadline=deadline,
+                grace=self.grace,
                 queued_runs=2,
             )
         finally:

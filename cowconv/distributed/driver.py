@@ -28,9 +28,9 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-from cowconv._exceptions import BranchTimeoutError
+from cowconv._exceptions import BranchTimeoutError, InvalidValueError
 
-__all__ = ["drive", "progress_bar"]
+__all__ = ["check_grace", "drive", "progress_bar"]
 
 logger = logging.getLogger("cowconv.distributed")
 
@@ -40,6 +40,28 @@ H = TypeVar("H", bound=Hashable)
 class _Job(Protocol):
     @property
     def index(self) -> int: ...
+
+
+def check_grace(grace: float) -> float:
+    """Return ``grace`` (seconds) if it is a finite number of at least 0, else raise.
+
+    An executor's ``grace``: how long past a branch's time limit it waits for a
+    worker that does not answer before giving the branch up.
+
+    >>> check_grace(15)
+    15
+    >>> check_grace(-1)
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: grace must be a finite number of seconds >= 0, got -1
+    """
+    if (
+        isinstance(grace, bool)
+        or not isinstance(grace, int | float)
+        or not 0 <= grace < float("inf")
+    ):
+        raise InvalidValueError(f"grace must be a finite number of seconds >= 0, got {grace!r}")
+    return grace
 
 
 @contextmanager

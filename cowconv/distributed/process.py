@@ -20,7 +20,7 @@ from multiprocessing.process import BaseProcess
 from cowconv._exceptions import BranchLostError, InvalidValueError, ServiceError
 from cowconv.branches.wire import BranchJob, SharedPrefix
 from cowconv.core.llm import LLM
-from cowconv.distributed.driver import drive
+from cowconv.distributed.driver import check_grace, drive
 from cowconv.distributed.worker import CACHE_SIZE, forget_prefix, has_prefix, run_branch_job
 
 __all__ = ["PicklingExecutor", "ProcessExecutor"]
@@ -143,7 +143,10 @@ class ProcessExecutor:
     ``progress``: a rich progress bar (``None``: when interactive).
     ``ship_api_keys=False`` leaves LLM keys out of the jobs: workers'
     litellm reads them from their environment. ``bytes_sent`` and
-    ``prefix_bytes_sent`` count what the last suite sent.
+    ``prefix_bytes_sent`` count what the last suite sent. ``grace``: seconds
+    past a branch's time limit to wait for a worker process that does not
+    answer (a stopped or hung one) before the branch is given up and the
+    process killed.
 
     >>> from cowconv import LLM, Agent, Conversation, run_branches
     >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
@@ -159,8 +162,10 @@ class ProcessExecutor:
         ship_api_keys: bool = True,
         progress: bool | None = None,
         start_method: str = "spawn",
+        grace: float = 5.0,
     ) -> None:
         _check_workers(max_workers)
+        self.grace = check_grace(grace)
         self.max_workers = max_workers or os.cpu_count() or 1
         self.ship_api_keys = ship_api_keys
         self.progress = progress
@@ -298,7 +303,7 @@ class ProcessExecutor:
                 description="branches (processes)",
                 cancel=retire,
                 deadline=deadline,
-                grace=5.0,
+                grace=self.grace,
             )
         finally:
             for worker in list(busy):

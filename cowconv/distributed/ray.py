@@ -16,7 +16,7 @@ from cowconv._exceptions import (
     ServiceError,
 )
 from cowconv.branches.wire import BranchJob, SharedPrefix
-from cowconv.distributed.driver import drive
+from cowconv.distributed.driver import check_grace, drive
 from cowconv.distributed.worker import run_branch_job
 
 __all__ = ["RayExecutor"]
@@ -59,7 +59,10 @@ class RayExecutor:
     (:class:`~cowconv.BranchLostError`). At most ``max_in_flight`` tasks are
     submitted at a time (default: twice the cluster's CPUs). A branch given
     up (its time limit, the suite's, Ctrl-C) is cancelled with
-    ``ray.cancel(force=True)``, which ends its worker process.
+    ``ray.cancel(force=True)``, which ends its worker process. ``grace``
+    (default 60): the seconds a branch whose worker does not answer is
+    waited for past its time limit (twice its limit from its submission, as
+    it may queue behind another) before it is given up and cancelled.
 
     Use: ``ray.init(...)``, then ``run_branches(source, branches,
     executor=RayExecutor(num_cpus=1))`` (see ``docs/distributed.md``).
@@ -72,6 +75,10 @@ class RayExecutor:
     Traceback (most recent call last):
     ...
     cowconv._exceptions.InvalidValueError: address= is not a task option: ...
+    >>> RayExecutor(grace=float("nan"))
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: grace must be a finite number of seconds >= 0, got nan
     """
 
     def __init__(
@@ -80,6 +87,7 @@ class RayExecutor:
         max_in_flight: int | None = None,
         ship_api_keys: bool = True,
         progress: bool | None = None,
+        grace: float = 60.0,
         **options: Any,
     ) -> None:
         if options.get("max_retries", 0) != 0 or options.get("retry_exceptions"):
@@ -94,6 +102,7 @@ class RayExecutor:
             )
         if max_in_flight is not None and max_in_flight < 1:
             raise InvalidValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        check_grace(grace)
         self.options = {**options, "max_retries": 0}
         try:
             _task().options(**self.options)
@@ -103,6 +112,7 @@ class RayExecutor:
         self.max_in_flight = max_in_flight
         self.ship_api_keys = ship_api_keys
         self.progress = progress
+        self.grace = grace
 
     def run_jobs(
         self,
@@ -164,6 +174,7 @@ class RayExecutor:
                 description="branches (Ray)",
                 cancel=cancel,
                 deadline=deadline,
+                grace=self.grace,
                 queued_runs=2,
             )
         finally:
