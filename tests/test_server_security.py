@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
@@ -22,6 +24,7 @@ from cowconv.agent_server import (
     UnsafeExposureError,
     create_app,
 )
+from cowconv.testing import StubLLMServer
 
 
 def body(tmp_path: Path, **extra: Any) -> dict[str, Any]:
@@ -279,3 +282,117 @@ class TestEventsWebSocket:
             with pytest.raises(ConnectionClosed) as closed:
                 socket.recv(timeout=30)
             assert closed.value.rcvd is not None and closed.value.rcvd.code == 4004
+
+
+def nested_text(depth: int, shape: str = "array") -> str:
+    """JSON text nested ``depth`` levels deep (arrays, or objects with one key)."""
+    if shape == "array":
+        return "[" * depth + "]" * depth
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+DEEP = 10_000
+"""Nesting far past the interpreter's recursion limit, under the 64 KiB body limit."""
+
+
+def _is_message(event: dict[str, Any], source: str) -> bool:
+    return event.get("kind") == "MessageEvent" and event.get("source") == source
+
+
+class TestDeepJson:
+    """JSON nested too deep for ``json.loads`` (it recurses once per level): every door of the
+    server decodes with ``decode_json``, which refuses nesting past 512 levels after a flat
+    scan; the reason its message names is one only it gives."""
+
+    def test_every_route_with_a_body_refuses_it_with_the_reason(self, server: BackgroundServer):
+        schema = httpx.get(f"{server.url}/openapi.json").json()
+        routes = [
+            (method.upper(), path.replace("{conversation_id}", "c1"))
+            for path, operations in schema["paths"].items()
+            for method, operation in operations.items()
+            if "requestBody" in operation
+        ]
+        assert len(routes) >= 10
+        for shape in ("array", "object"):
+            for method, path in routes:
+                answer = httpx.request(
+                    method,
+                    server.url + path,
+                    content=nested_text(DEEP, shape),
+                    headers={"Content-Type": "application/json"},
+                    timeout=60,
+                )
+                assert answer.status_code == 422, (method, path, answer.text)
+                (item,) = answer.json()["detail"]
+                assert item["type"] == "json_invalid", (method, path, item)
+                assert item["msg"].endswith("JSON nested deeper than 512 levels"), item
+        assert stored_ids(server) == ["c1"]
+
+    @given(depth=st.integers(1, 3_000), shape=st.sampled_from(["array", "object"]))
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+    def test_any_depth_is_served_or_refused_never_an_error(
+        self, server: BackgroundServer, depth: int, shape: str
+    ):
+        """A value of any depth in agent state: stored, refused by the state's own depth rule,
+        or (past 512 levels with its wrapper) refused as JSON; the server never fails."""
+        answer = httpx.patch(
+            f"{server.url}/api/conversations/c1/agent_state",
+            content='{"key": ' + nested_text(depth, shape) + "}",
+            headers={"Content-Type": "application/json"},
+            timeout=60,
+        )
+        if depth + 1 > 512:
+            assert answer.status_code == 422
+            assert answer.json()["detail"][0]["type"] == "json_invalid"
+        else:
+            assert answer.status_code in (200, 422), answer.text
+            if answer.status_code == 422:
+                assert "nested deeper than" in answer.json()["detail"]
+        assert httpx.get(f"{server.url}/api/conversations/c1", timeout=60).status_code == 200
+
+    def test_the_events_socket_skips_a_deep_or_undecodable_frame(self, tmp_path: Path):
+        """A frame nested too deep, and a binary frame that is not UTF-8, are skipped like any
+        frame that is not JSON; the message sent next still runs, through a stub LLM."""
+        with StubLLMServer() as stub:
+            llm = {"model": "openai/stub-model", "base_url": stub.base_url, "api_key": "stub-key"}
+            app = create_app(data_dir=tmp_path / "data")
+            with BackgroundServer(app) as running:
+                created = httpx.post(
+                    f"{running.url}/api/conversations",
+                    json={"agent": {"llm": llm}, "workspace": {"working_dir": str(tmp_path)}},
+                    timeout=60,
+                )
+                assert created.status_code == 201
+                url = TestEventsWebSocket.socket_url(running, created.json()["id"])
+                with ws_connect(url, open_timeout=30, max_size=None) as socket:
+                    assert json.loads(socket.recv(timeout=30))["key"] == "full_state"
+                    socket.send(nested_text(DEEP))
+                    socket.send(b"\xff\xfe not utf-8")
+                    text = {"type": "text", "text": "after the deep frames"}
+                    socket.send(json.dumps({"role": "user", "content": [text]}))
+                    seen = []
+                    while not [e for e in seen if _is_message(e, "agent")]:
+                        seen.append(json.loads(socket.recv(timeout=60)))
+        assert not [e for e in seen if e.get("kind") == "ServerErrorEvent"], seen
+        users = [e for e in seen if _is_message(e, "user")]
+        assert users[0]["llm_message"]["content"][0]["text"] == "after the deep frames"
+        assert stub.requests, "the message never reached the model"
+
+    def test_a_deep_first_frame_is_a_failed_authentication(self, tmp_path: Path):
+        """On a server with a key, a first frame nested too deep fails authentication (4001)."""
+        app = create_app(data_dir=tmp_path / "data", session_api_key="k" * 32)
+        with BackgroundServer(app) as running:
+            headers = {"X-Session-API-Key": "k" * 32}
+            created = httpx.post(
+                f"{running.url}/api/conversations", json=body(tmp_path, id="c1"), headers=headers
+            )
+            assert created.status_code == 201
+            with ws_connect(TestEventsWebSocket.socket_url(running), open_timeout=30) as socket:
+                socket.send(nested_text(DEEP, "object"))
+                with pytest.raises(ConnectionClosed) as closed:
+                    socket.recv(timeout=30)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == 4001

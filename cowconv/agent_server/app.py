@@ -216,7 +216,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def malformed(_request: Request, error: RequestValidationError) -> JSONResponse:
         # The default answer echoes the offending input, which may hold an LLM api key.
         detail = [
-            {"type": item.get("type"), "loc": list(item.get("loc", ())), "msg": item.get("msg")}
+            {"type": item.get("type"), "loc": list(item.get("loc", ())), "msg": _message(item)}
             for item in error.errors()
         ]
         return JSONResponse(status_code=422, content={"detail": detail})
@@ -254,6 +254,15 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     for kind in statuses:
         app.add_exception_handler(kind, known_error)
+
+
+def _message(item: dict[str, Any]) -> Any:
+    """A 422 item's message; for a body that is not JSON, with the decoder's reason (which
+    names a position or a rule, never the input)."""
+    reason = (item.get("ctx") or {}).get("error")
+    if item.get("type") == "json_invalid" and isinstance(reason, str):
+        return f"{item.get('msg')}: {reason}"
+    return item.get("msg")
 
 
 def _allowed_methods(request: Request) -> str:

@@ -34,6 +34,7 @@ from cowconv._exceptions import (
     EventNotFoundError,
 )
 from cowconv.agent_server.conversation_service import ConversationService
+from cowconv.agent_server.decoding import DecodingRoute
 from cowconv.agent_server.dependencies import (
     ApiError,
     ConversationIdPath,
@@ -84,6 +85,7 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 conversation_router = APIRouter(
     prefix="/conversations",
+    route_class=DecodingRoute,  # bodies decoded without recursing
     tags=["conversations"],
     responses=errors(422),
     # Ids in paths and in ids: UUIDs only, unless the app takes names (Config).

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from cowconv.agent_server.conversation_router import MAX_OFFSET, MAX_PAGE, errors
+from cowconv.agent_server.decoding import DecodingRoute
 from cowconv.agent_server.dependencies import check_conversation_ids, get_event_service
 from cowconv.agent_server.event_service import EventService, RecordedMessage
 from cowconv.agent_server.models import (
@@ -46,6 +47,7 @@ __all__ = ["event_router", "normalize_datetime_to_server_timezone"]
 
 event_router = APIRouter(
     prefix="/conversations/{conversation_id}",
+    route_class=DecodingRoute,  # bodies decoded without recursing
     tags=["events"],
     responses=errors(404, 422),
     dependencies=[Depends(check_conversation_ids)],  # a UUID, unless the app takes names

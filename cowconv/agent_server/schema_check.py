@@ -38,7 +38,6 @@ fields).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import threading
@@ -127,7 +126,7 @@ async def check_request(connection: HTTPConnection) -> None:
         errors += _details(parameter.validator.iter_errors(typed), ["query", parameter.name])
     if operation.body is not None and method in _METHODS_WITH_BODY:
         try:
-            document = json.loads(await connection.body())  # cached: the route reads it again
+            document = await connection.json()  # the route's decoding, cached
         except ValueError:
             document = _NOT_JSON  # the route's own parsing answers it
         if document is not _NOT_JSON:

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 from cowconv._exceptions import InvalidValueError
 from cowconv.agent_server.config import Config
 from cowconv.agent_server.conversation_service import ConversationService
+from cowconv.agent_server.decoding import receive_json
 from cowconv.agent_server.dependencies import conversation_id_of
 from cowconv.agent_server.event_service import EventService, active_branch
 from cowconv.agent_server.models import SendMessageRequest, StreamStatus
@@ -65,7 +66,7 @@ async def _authenticate_socket(
         return False
     await websocket.accept()
     try:
-        frame = await asyncio.wait_for(websocket.receive_json(), timeout=_AUTH_TIMEOUT)
+        frame = await asyncio.wait_for(receive_json(websocket), timeout=_AUTH_TIMEOUT)
     except (TimeoutError, ValueError, WebSocketDisconnect):
         frame = None
     key = frame.get("session_api_key") if isinstance(frame, dict) else None
@@ -85,7 +86,7 @@ async def _socket_messages(websocket: WebSocket, events: EventService) -> None:
     """Messages a client sends on the socket: OpenHands' ``Message`` JSON, sent and run."""
     while True:
         try:
-            data = await websocket.receive_json()
+            data = await receive_json(websocket)
         except WebSocketDisconnect:
             return
         except ValueError:
