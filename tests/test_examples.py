@@ -7,8 +7,10 @@ run); the tests below read what it printed and what the stub received.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,22 @@ EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))
 # The agent-server example serves on a fixed port (8002, as OpenHands' own example does): the
 # examples run on one pytest-xdist worker, one at a time, each once.
 pytestmark = pytest.mark.xdist_group("examples")
+
+FIXED_PORTS = {"11_conversation_fork.py": 8002}
+"""The port each example's own server takes. The example waits for ``/health`` there before its
+server has started, so a server of someone else's on that port would answer it instead."""
+
+
+def wait_until_free(port: int, timeout: float = 120.0) -> None:
+    """Return once nothing listens on 127.0.0.1:``port``; fail saying so after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        if time.monotonic() > deadline:
+            pytest.fail(f"port {port} is taken by another server: its example would talk to it")
+        time.sleep(1)
 
 
 @dataclass
@@ -55,6 +73,8 @@ class ExampleRuns(dict[str, ExampleRun]):
     def __missing__(self, name: str) -> ExampleRun:
         (example,) = [path for path in EXAMPLES if path.name == name]
         directory = self._tmp_path_factory.mktemp(example.stem)
+        if name in FIXED_PORTS:
+            wait_until_free(FIXED_PORTS[name])
         with StubLLMServer() as stub:
             environment = {
                 **os.environ,

@@ -48,6 +48,24 @@ def server(tmp_path: Path) -> Iterator[BackgroundServer]:
         yield running
 
 
+KEY = "k" * 32
+"""The session key of ``keyed_server``."""
+
+
+@pytest.fixture
+def keyed_server(tmp_path: Path) -> Iterator[BackgroundServer]:
+    """A server that wants the session key ``KEY``, holding conversation c1."""
+    app = create_app(data_dir=tmp_path / "data", session_api_key=KEY)
+    with BackgroundServer(app) as running:
+        created = httpx.post(
+            f"{running.url}/api/conversations",
+            json=body(tmp_path, id="c1"),
+            headers={"X-Session-API-Key": KEY},
+        )
+        assert created.status_code == 201
+        yield running
+
+
 def state_changing_routes(server: BackgroundServer) -> list[tuple[str, str]]:
     """(method, path) of every route that changes something, path parameters filled with c1."""
     schema = httpx.get(f"{server.url}/openapi.json").json()
@@ -260,22 +278,15 @@ class TestEventsWebSocket:
         with ws_connect(self.socket_url(server), open_timeout=30) as socket:
             assert json.loads(socket.recv(timeout=30))["key"] == "full_state"
 
-    def test_session_key_first_message(self, tmp_path: Path):
-        app = create_app(data_dir=tmp_path / "data", session_api_key="k" * 32)
-        with BackgroundServer(app) as running:
-            headers = {"X-Session-API-Key": "k" * 32}
-            created = httpx.post(
-                f"{running.url}/api/conversations", json=body(tmp_path, id="c1"), headers=headers
-            )
-            assert created.status_code == 201
-            with ws_connect(self.socket_url(running), open_timeout=30) as socket:
-                socket.send(json.dumps({"type": "auth", "session_api_key": "k" * 32}))
-                assert json.loads(socket.recv(timeout=30))["key"] == "full_state"
-            with ws_connect(self.socket_url(running), open_timeout=30) as socket:
-                socket.send(json.dumps({"type": "auth", "session_api_key": "wrong"}))
-                with pytest.raises(ConnectionClosed) as closed:
-                    socket.recv(timeout=30)
-                assert closed.value.rcvd is not None and closed.value.rcvd.code == 4001
+    def test_session_key_first_message(self, keyed_server: BackgroundServer):
+        with ws_connect(self.socket_url(keyed_server), open_timeout=30) as socket:
+            socket.send(json.dumps({"type": "auth", "session_api_key": KEY}))
+            assert json.loads(socket.recv(timeout=30))["key"] == "full_state"
+        with ws_connect(self.socket_url(keyed_server), open_timeout=30) as socket:
+            socket.send(json.dumps({"type": "auth", "session_api_key": "wrong"}))
+            with pytest.raises(ConnectionClosed) as closed:
+                socket.recv(timeout=30)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4001
 
     def test_unknown_conversation(self, server: BackgroundServer):
         with ws_connect(self.socket_url(server, "nope"), open_timeout=30) as socket:
@@ -382,17 +393,10 @@ class TestDeepJson:
         assert users[0]["llm_message"]["content"][0]["text"] == "after the deep frames"
         assert stub.requests, "the message never reached the model"
 
-    def test_a_deep_first_frame_is_a_failed_authentication(self, tmp_path: Path):
+    def test_a_deep_first_frame_is_a_failed_authentication(self, keyed_server: BackgroundServer):
         """On a server with a key, a first frame nested too deep fails authentication (4001)."""
-        app = create_app(data_dir=tmp_path / "data", session_api_key="k" * 32)
-        with BackgroundServer(app) as running:
-            headers = {"X-Session-API-Key": "k" * 32}
-            created = httpx.post(
-                f"{running.url}/api/conversations", json=body(tmp_path, id="c1"), headers=headers
-            )
-            assert created.status_code == 201
-            with ws_connect(TestEventsWebSocket.socket_url(running), open_timeout=30) as socket:
-                socket.send(nested_text(DEEP, "object"))
-                with pytest.raises(ConnectionClosed) as closed:
-                    socket.recv(timeout=30)
-                assert closed.value.rcvd is not None and closed.value.rcvd.code == 4001
+        with ws_connect(TestEventsWebSocket.socket_url(keyed_server), open_timeout=30) as socket:
+            socket.send(nested_text(DEEP, "object"))
+            with pytest.raises(ConnectionClosed) as closed:
+                socket.recv(timeout=30)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4001

@@ -102,7 +102,7 @@ class RayExecutor:
             )
         if max_in_flight is not None and max_in_flight < 1:
             raise InvalidValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
-        check_grace(grace)
+        grace = check_grace(grace)  # checked before Ray is asked about the options
         self.options = {**options, "max_retries": 0}
         try:
             _task().options(**self.options)
