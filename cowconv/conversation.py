@@ -36,6 +36,7 @@ from cowconv._exceptions import (
     InvalidTypeError,
     InvalidValueError,
     MessageRoleError,
+    RemoteError,
 )
 from cowconv.backends.local import LocalBackend
 from cowconv.core.agent import Agent
@@ -1247,8 +1248,10 @@ class RemoteConversation(Conversation):
 
     def ask_agent(self, question: str) -> str:
         """The agent's answer to ``question``, outside the history (``POST /ask_agent``)."""
-        answer = self._remote().request("POST", "/ask_agent", json={"question": question})
-        return str(answer.json()["response"])
+        answer = self._remote().request_json("POST", "/ask_agent", json={"question": question})
+        if not isinstance(answer, dict) or "response" not in answer:
+            raise RemoteError(200, f"the answer to ask_agent has no 'response': {answer!r:.200}")
+        return str(answer["response"])
 
     def condense(self) -> None:
         """Ask the server to condense the history now (``POST /condense``)."""

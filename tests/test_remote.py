@@ -7,6 +7,7 @@ runs one test per route family against uvicorn on loopback.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import cowconv
 from cowconv import (
@@ -28,6 +32,7 @@ from cowconv import (
     MessageEvent,
     RemoteConversation,
     RemoteError,
+    RemoteEventsList,
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, InProcessTransport, create_app
@@ -275,6 +280,160 @@ class TestFork:
         assert (taken.value.status_code, unknown.value.status_code) == (409, 404)
         assert "nope" in unknown.value.message
         other.close()
+
+
+DEEP_ANSWER = "[" * 100_000 + "]" * 100_000
+"""JSON nested far past the interpreter's recursion limit (``json.loads`` recurses per level)."""
+
+
+class Answering(httpx.BaseTransport):
+    """The agent server's app through ``inner``; while ``body`` is set, every JSON answer it
+    gives carries ``body`` instead (its status kept): a server whose answers are not sane."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+        self.body: str | None = None
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        if self.body is None or "json" not in response.headers.get("content-type", ""):
+            return response
+        response.read()
+        response.close()
+        headers = {"content-type": "application/json"}
+        return httpx.Response(response.status_code, text=self.body, headers=headers)
+
+
+class TestAnswersNestedTooDeep:
+    """Every answer of the server is decoded by ``decode_json``: one nested deeper than 512
+    levels is a RemoteError naming why, never the RecursionError ``json.loads`` hits."""
+
+    def check(self, raised: pytest.ExceptionInfo[RemoteError]) -> None:
+        assert raised.value.message == "not JSON (JSON nested deeper than 512 levels)"
+
+    def test_create_and_attach(self, server: Server, stub_agent: Agent, workspace: Workspace):
+        assert server.transport is not None
+        answering = Answering(server.transport)
+        answering.body = DEEP_ANSWER
+        with pytest.raises(RemoteError) as created:
+            Conversation(agent=stub_agent, workspace=workspace, transport=answering)
+        self.check(created)
+        answering.body = None
+        with Conversation(agent=stub_agent, workspace=workspace, transport=answering) as made:
+            made.send_message("kept")
+        answering.body = DEEP_ANSWER
+        with pytest.raises(RemoteError) as attached:
+            RemoteConversation.attach(server.url, made.id, transport=answering)
+        self.check(attached)
+        answering.body = None
+        with RemoteConversation.attach(server.url, made.id, transport=answering) as again:
+            assert message_texts(again.state.events) == ["kept"]
+
+    def test_an_error_answer_shows_its_start(self, server: Server):
+        """An error status whose body is too deep to decode: the error names the status and
+        shows the body's first 1,000 characters."""
+        assert server.transport is not None
+        answering = Answering(server.transport)
+        answering.body = DEEP_ANSWER
+        with pytest.raises(RemoteError) as unknown:
+            RemoteConversation.attach(server.url, "nope", transport=answering)
+        assert unknown.value.status_code == 404
+        assert unknown.value.message == "[" * 1_000 + "... (199,000 more characters)"
+
+    def test_each_call_of_an_open_conversation(
+        self, server: Server, stub_agent: Agent, workspace: Workspace
+    ):
+        """send_message, fork, run and OpenHands' events list each refuse a
+        deep answer; afterwards the same conversation goes on with a sane server."""
+        assert server.transport is not None
+        answering = Answering(server.transport)
+        with Conversation(agent=stub_agent, workspace=workspace, transport=answering) as remote:
+            assert isinstance(remote, RemoteConversation)
+            remote.send_message("before")
+            answering.body = DEEP_ANSWER
+            calls = {
+                "send_message": lambda: remote.send_message("during"),
+                "fork": remote.fork,
+                "run": remote.run,
+                "events": lambda: RemoteEventsList(
+                    httpx.Client(base_url=server.url, transport=answering), str(remote.id)
+                ),
+            }
+            for name, call in calls.items():
+                with pytest.raises(RemoteError) as raised:
+                    call()
+                assert raised.value.message.startswith("not JSON ("), (name, raised.value)
+            answering.body = None
+            remote.send_message("after")
+            texts = message_texts(remote.state.events)
+        assert texts[0] == "before" and texts[-1] == "after"
+
+
+PROTOCOL_KEYS = [
+    "id", "conversation_id", "items", "next_page_id", "event", "state", "event_count",
+    "running", "response", "execution_status", "kind", "detail", "error",
+]  # fmt: skip
+
+json_answers = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(PROTOCOL_KEYS) | st.text(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+"""Any JSON, its object keys mostly the protocol's, so answers get past the first checks."""
+
+
+class TestAnswersOfAnyShape:
+    """A server answering any JSON with a success status: each call of a remote conversation
+    succeeds or raises a cowconv error (a RemoteError), and the conversation goes on after."""
+
+    @given(
+        answer=json_answers,
+        call=st.sampled_from(["send_message", "fork", "run", "events", "attach", "create"]),
+    )
+    @settings(
+        max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    def test_a_cowconv_error_or_nothing(
+        self,
+        in_process_server: InProcessTransport,
+        stub_agent: Agent,
+        tmp_path: Path,
+        answer: Any,
+        call: str,
+    ):
+        answering = Answering(in_process_server)
+        workspace = Workspace(host=IN_PROCESS_HOST, working_dir=str(tmp_path))
+        with Conversation(agent=stub_agent, workspace=workspace, transport=answering) as remote:
+            assert isinstance(remote, RemoteConversation)
+            remote.send_message("before")
+            calls = {
+                "send_message": lambda: remote.send_message("during"),
+                "fork": remote.fork,
+                "run": remote.run,
+                "events": lambda: RemoteEventsList(
+                    httpx.Client(base_url=IN_PROCESS_HOST, transport=answering), str(remote.id)
+                ),
+                "attach": lambda: RemoteConversation.attach(
+                    IN_PROCESS_HOST, remote.id, transport=answering
+                ),
+                "create": lambda: Conversation(
+                    agent=stub_agent, workspace=workspace, transport=answering
+                ),
+            }
+            answering.body = json.dumps(answer)
+            try:
+                made = calls[call]()
+            except cowconv.CowconvError:
+                pass
+            else:
+                if isinstance(made, Conversation):
+                    made.close()
+            answering.body = None
+            remote.send_message("after")  # (a run the call started may still answer after it)
+            assert "after" in message_texts(remote.state.events)
 
 
 class TestSessionKey:

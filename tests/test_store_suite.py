@@ -26,6 +26,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cowconv import (
     LLM,
@@ -43,6 +45,7 @@ from cowconv import (
     StoreLockedError,
     Workspace,
 )
+from cowconv.core.frozen import thaw
 from cowconv.stores import TreeStore, open_store
 from tests.conftest import StoreDatabase, message_texts
 
@@ -375,6 +378,59 @@ class TestExportImport:
             store.import_conversations(document)
         assert [info.id for info in store.list()] == ["fork"]
         assert (store_database.count("conversations"), store_database.count("events")) == rows
+
+    @staticmethod
+    def with_deep_value(document: str, depth: int, shape: str = "array") -> str:
+        """``document`` with a value ``depth`` levels deep in its conversation's agent state."""
+        data = json.loads(document)
+        data["conversations"][0]["state"]["agent_state"] = {"deep": "PLACE"}
+        if shape == "array":
+            nested = "[" * depth + "]" * depth
+        else:
+            nested = '{"a":' * depth + "1" + "}" * depth
+        return json.dumps(data).replace('"PLACE"', nested, 1)
+
+    def test_a_document_nested_too_deep_imports_nothing(self, store_database: StoreDatabase):
+        """Nesting past 512 levels, in text or bytes of any JSON encoding, is refused as not
+        JSON (a ValueError saying why, found without recursing); nothing is stored."""
+        store = store_database.open()
+        root = persisted(store, conversation_id="root")
+        fill(root, 2)
+        document = store.export_conversation("root")
+        store.delete("root")
+        rows = store_database.count("conversations"), store_database.count("events")
+        for shape in ("array", "object"):
+            deep = self.with_deep_value(document, 100_000, shape)
+            for data in (deep, deep.encode(), deep.encode("utf-16"), deep.encode("utf-32")):
+                with pytest.raises(ValueError, match="nested deeper than 512 levels"):
+                    store.import_conversations(data)
+        assert store.list() == []
+        assert (store_database.count("conversations"), store_database.count("events")) == rows
+
+    @given(depth=st.integers(1, 1_500), shape=st.sampled_from(["array", "object"]))
+    @settings(
+        max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    def test_a_document_of_any_depth_imports_whole_or_not_at_all(
+        self, store_database: StoreDatabase, depth: int, shape: str
+    ):
+        """Whatever import accepts loads back equal; whatever it refuses (the state's own depth
+        rule, or JSON past 512 levels) is a ValueError and leaves the store as it was."""
+        store = store_database.open()
+        if not store.exists("root"):
+            fill(persisted(store, conversation_id="root"), 1)
+        document = store.export_conversation("root")
+        data = self.with_deep_value(document, depth, shape).replace('"root"', '"copy"')
+        try:
+            imported = store.import_conversations(data)
+        except ValueError as error:
+            assert "nested deeper than" in str(error), error
+            assert not store.exists("copy")
+        else:
+            assert [str(i) for i in imported] == ["copy"]
+            sent = json.loads(data)["conversations"][0]["state"]["agent_state"]
+            assert thaw(store_database.open().load("copy").agent_state) == sent
+            store.delete("copy")
 
 
 # -- other processes: the databases they can open ------------------------------------------

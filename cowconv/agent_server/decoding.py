@@ -46,21 +46,26 @@ __all__ = ["DecodingRoute", "receive_json"]
 
 
 def _decode_body(body: bytes) -> Any:
-    """``json.loads(body)`` as Starlette calls it (UTF-8, -16 or -32, told by the first bytes),
-    through :func:`decode_json`; nesting too deep is a ``json.JSONDecodeError``, as FastAPI
-    expects of a body that is not JSON."""
-    text = body.decode(json.detect_encoding(body), "surrogatepass")
+    """``json.loads(body)`` as Starlette calls it, through :func:`decode_json`; nesting too
+    deep is a ``json.JSONDecodeError``, as FastAPI expects of a body that is not JSON."""
     try:
-        return decode_json(text)
+        return decode_json(body)
     except InvalidValueError as error:
-        raise json.JSONDecodeError(str(error), text, 0) from None
+        raise json.JSONDecodeError(str(error), "", 0) from None
 
 
 class _DecodingRequest(Request):
+    """A ``Request`` whose ``json()`` is :func:`_decode_body`, decoded once (kept under a
+    name of ours, not the ``_json`` Starlette's own ``Request.json()`` keeps)."""
+
+    _decoded: Any
+
     async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            self._json = _decode_body(await self.body())
-        return self._json
+        try:
+            return self._decoded
+        except AttributeError:
+            self._decoded = _decode_body(await self.body())
+            return self._decoded
 
 
 class DecodingRoute(APIRoute):

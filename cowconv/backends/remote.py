@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ from websockets.sync.client import connect as ws_connect
 from cowconv._exceptions import (
     ConversationConflictError,
     ConversationRunError,
+    CowconvError,
     InvalidTypeError,
     InvalidValueError,
     LLMError,
@@ -155,6 +157,16 @@ FULL_STATE_KEY = "full_state"
 _FATAL_CLOSE_CODES = frozenset({4001, 4004})  # the server refused the key / has no such id
 
 
+_SHOWN_CHARACTERS = 1_000  # of an error answer that is not JSON, in the error's message
+
+
+def _shown(text: str) -> str:
+    """``text`` for an error message: at most its first 1,000 characters, saying how many more."""
+    if len(text) <= _SHOWN_CHARACTERS:
+        return text
+    return f"{text[:_SHOWN_CHARACTERS]}... ({len(text) - _SHOWN_CHARACTERS:,} more characters)"
+
+
 def _status_error_class(base: type[RemoteError]) -> type[RemoteError]:
     made = _HTTP_ERRORS.get(base)
     if made is None:
@@ -177,9 +189,9 @@ def _status_error(response: Any, fallback: str) -> RemoteError:
     detail: Any = fallback
     if isinstance(response, httpx.Response):
         response.read()
-        detail = response.text
+        detail = _shown(response.text)
         try:
-            body = response.json()
+            body = decode_json(response.text)
         except ValueError:
             body = None
         if isinstance(body, dict):
@@ -199,6 +211,58 @@ def _status_error(response: Any, fallback: str) -> RemoteError:
     error.request = getattr(response, "request", None)  # type: ignore[attr-defined]
     error.response = response  # type: ignore[attr-defined]
     return error
+
+
+def answer_json(response: httpx.Response | httpx_sse.ServerSentEvent) -> Any:
+    """The JSON of a server's answer (a response, or an event of the event stream), decoded by
+    :func:`~cowconv.core.frozen.decode_json`: an answer that is not JSON, or is nested deeper
+    than 512 levels, is a :class:`~cowconv.RemoteError` saying why (``json.loads``, which
+    ``response.json()`` calls, would recurse down to the interpreter's limit on it).
+
+    >>> import httpx
+    >>> answer_json(httpx.Response(200, json={"id": "c1"}))
+    {'id': 'c1'}
+    >>> try:
+    ...     answer_json(httpx.Response(200, text="[" * 100_000 + "]" * 100_000))
+    ... except RemoteError as error:
+    ...     print(error)
+    agent server answered 200: not JSON (JSON nested deeper than 512 levels)
+    """
+    if isinstance(response, httpx.Response):
+        response.read()
+        text, status = response.text, response.status_code
+    else:
+        text, status = response.data, 200
+    try:
+        return decode_json(text)
+    except ValueError as error:
+        raise RemoteError(status, f"not JSON ({error})") from None
+
+
+@contextlib.contextmanager
+def reading(response: httpx.Response) -> Iterator[None]:
+    """Read the server's answer ``response`` in the ``with`` block: an answer not shaped as the
+    protocol says (a key missing, a value of the wrong type, an event that does not validate)
+    is a :class:`~cowconv.RemoteError` saying so, with the answer's status.
+
+    >>> import httpx
+    >>> answer = httpx.Response(200, json={"next_page_id": None})
+    >>> try:
+    ...     with reading(answer):
+    ...         answer_json(answer)["items"]
+    ... except RemoteError as error:
+    ...     print(error)
+    agent server answered 200: an answer not in the protocol's shape (KeyError: 'items')
+    """
+    try:
+        yield
+    except CowconvError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as error:  # pydantic's too
+        reason = f"{type(error).__name__}: {error}"
+        raise RemoteError(
+            response.status_code, f"an answer not in the protocol's shape ({_shown(reason)})"
+        ) from None
 
 
 def send_request(
@@ -449,12 +513,14 @@ class RemoteEventsList(Sequence[Event]):
             params: dict[str, Any] = {"limit": _SEARCH_PAGE}
             if page_id:
                 params["page_id"] = page_id
-            page = send_request(self._client, "GET", url, params=params).json()
-            for item in page["items"]:
-                event = _history_event(item)
-                if event is not None:
-                    events.append(event)
-            page_id = page.get("next_page_id")
+            answer = send_request(self._client, "GET", url, params=params)
+            with reading(answer):
+                page = answer_json(answer)
+                for item in page["items"]:
+                    event = _history_event(item)
+                    if event is not None:
+                        events.append(event)
+                page_id = page.get("next_page_id")
             if not page_id:
                 return events
 
@@ -602,11 +668,11 @@ def raise_for_status(response: httpx.Response) -> httpx.Response:
     response.read()
     name = None
     try:
-        body = response.json()
-        detail = body.get("detail", response.text)
+        body = decode_json(response.text)
+        detail = body.get("detail", _shown(response.text))
         name = body.get("error")
     except (ValueError, AttributeError):
-        detail = response.text
+        detail = _shown(response.text)
     if isinstance(detail, list):  # validation errors: one message per bad field
         detail = "; ".join(
             f"{'.'.join(str(part) for part in item.get('loc', ()))}: {item.get('msg')}"
@@ -951,7 +1017,7 @@ class RemoteBackend:
                 self._terminal.put(str(status))
 
     def _refresh_info(self) -> dict[str, Any]:
-        info = send_request(self._client, "GET", self._path()).json()
+        info = answer_json(send_request(self._client, "GET", self._path()))
         if not isinstance(info, dict):
             raise RemoteError(0, f"the server sent no conversation info: {info!r}")
         with self._info_lock:
@@ -969,6 +1035,10 @@ class RemoteBackend:
         (``/secrets``, ``/confirmation_policy``, ``/ask_agent``, ...).
         """
         return send_request(self._client, method, self._path(suffix), acceptable, **kwargs)
+
+    def request_json(self, method: str, suffix: str = "", **kwargs: Any) -> Any:
+        """The JSON of :meth:`request`'s answer (see :func:`answer_json`)."""
+        return answer_json(self.request(method, suffix, **kwargs))
 
     @classmethod
     def create(
@@ -1021,7 +1091,7 @@ class RemoteBackend:
                 found = connection.learn(send_request(client, "GET", path, {404}))
                 if found.status_code != 404:
                     return cls._attach(
-                        connection, conversation_id, found.json(), agent, callbacks, **limit
+                        connection, conversation_id, answer_json(found), agent, callbacks, **limit
                     )
             created = connection.learn(
                 send_request(client, "POST", CONVERSATIONS_PATH, {409}, json=body)
@@ -1031,9 +1101,11 @@ class RemoteBackend:
             if conversation_id is not None and (
                 created.status_code == 409 or (connection.cowconv and created.status_code == 200)
             ):
-                info = send_request(client, "GET", f"{CONVERSATIONS_PATH}/{conversation_id}").json()
+                info = answer_json(
+                    send_request(client, "GET", f"{CONVERSATIONS_PATH}/{conversation_id}")
+                )
                 return cls._attach(connection, conversation_id, info, agent, callbacks, **limit)
-            data = created.json()
+            data = answer_json(created)
             chosen = (
                 data.get("id") or data.get("conversation_id") if isinstance(data, dict) else None
             )
@@ -1156,7 +1228,7 @@ class RemoteBackend:
         response = self._client.get(
             self._path("/events"), params={"offset": offset, "limit": limit}
         )
-        page = raise_for_status(response).json()
+        page = answer_json(raise_for_status(response))
         return [Event.model_validate(item) for item in page["items"]]
 
     def snapshot(self, *, as_served: bool = False) -> ConversationState:
@@ -1175,9 +1247,10 @@ class RemoteBackend:
             assert last is not None
             params["last"] = last.id
         response = raise_for_status(self._client.get(self._path("/state"), params=params))
-        body = response.json()
-        state = ConversationState.model_validate(body["state"])
-        ids_from, event_ids = body["ids_from"], body["event_ids"]
+        with reading(response):
+            body = answer_json(response)
+            state = ConversationState.model_validate(body["state"])
+            ids_from, event_ids = int(body["ids_from"]), list(body["event_ids"])
         events = known if ids_from == len(known) else EventLog()
         if event_ids:
             chunk = RemoteEvents(self, ids_from, len(event_ids))
@@ -1310,8 +1383,14 @@ class RemoteBackend:
         if not self._cowconv:
             return self._send_openhands_message(body)
         response = raise_for_status(self._client.post(self._path("/events"), json=body))
-        event = Event.model_validate(response.json()["event"])
-        assert isinstance(event, MessageEvent)
+        with reading(response):
+            event = Event.model_validate(answer_json(response)["event"])
+        if not isinstance(event, MessageEvent):
+            raise RemoteError(
+                response.status_code,
+                f"an answer not in the protocol's shape (a {type(event).__name__} where "
+                "the MessageEvent sent goes)",
+            )
         if self._callbacks:
             prompt_at = response.headers.get(SYSTEM_PROMPT_AT_HEADER)
             if prompt_at is not None:
@@ -1401,7 +1480,7 @@ class RemoteBackend:
             body["tags"] = tags
         if spec.from_event_id is not None:
             body["from_event_id"] = spec.from_event_id
-        info = send_request(self._client, "POST", self._path("/fork"), json=body).json()
+        info = answer_json(send_request(self._client, "POST", self._path("/fork"), json=body))
         if not isinstance(info, dict) or not info.get("id"):
             raise RemoteError(0, f"the server answered no fork: {info!r}")
         return info
@@ -1454,7 +1533,8 @@ class RemoteBackend:
         if response.status_code == 409:
             start = len(self.snapshot().branch)
         else:
-            counted = raise_for_status(response).json().get("event_count")
+            with reading(response):
+                counted = answer_json(raise_for_status(response)).get("event_count")
             start = counted if isinstance(counted, int) else len(self.snapshot().branch)
         with self._notify_lock:
             self._following += 1
@@ -1499,7 +1579,7 @@ class RemoteBackend:
                     self._deliver(Event.model_validate_json(message.data), streamed=True)
                     cursor += 1
                 elif message.event == "status":
-                    running = bool(message.json().get("running", True))
+                    running = bool(answer_json(message).get("running", True))
         # The server ends an until_idle stream only after a status with running=false.
         return cursor, not running
 
@@ -1589,7 +1669,7 @@ class RemoteBackend:
 
     def _poll_status(self) -> Any:
         response = send_request(self._client, "GET", self._path(), timeout=30)
-        info = response.json()
+        info = answer_json(response)
         return info.get("execution_status") if isinstance(info, dict) else None
 
     def pause(self) -> None:

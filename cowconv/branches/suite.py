@@ -18,7 +18,6 @@ touched.
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
@@ -46,6 +45,7 @@ from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix, Worksp
 from cowconv.conversation import Conversation
 from cowconv.core.agent import Agent
 from cowconv.core.events import AgentErrorEvent
+from cowconv.core.frozen import decode_json
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationState, ExecutionStatus
 from cowconv.core.tree import extend_active
@@ -577,7 +577,7 @@ class _Suite:
             if resume and store.suite_rows(suite_id):
                 head, _ = ledger.header(store, suite_id)
                 asked = [spec.message for spec in specs]
-                recorded = json.loads(head.detail).get("messages")
+                recorded = decode_json(head.detail).get("messages")
                 if head.conversation != str(source.id) or recorded != asked:
                     raise SuiteError(
                         f"the suite {suite_id!r} recorded in {store!r} was started from "
@@ -657,7 +657,7 @@ class _Suite:
             ledger.reset_lost(store, suite_id, [row.branch for row in rows])
             head, rows = ledger.header(store, suite_id)
         forks = [Conversation.resume(store, row.conversation, callbacks=callbacks) for row in rows]
-        asked = json.loads(head.detail).get("max_iteration_per_run")
+        asked = decode_json(head.detail).get("max_iteration_per_run")
         suite = cls(forks, executor, max_workers, branch_timeout, timeout, workspace, None)
         suite.record = _Record(store, suite_id, lease, callbacks, rerun_lost)
         if isinstance(asked, list) and len(asked) == len(forks):
@@ -1039,7 +1039,7 @@ _FAILED = {
 
 def _detail(row: SuiteRow) -> dict[str, object]:
     try:
-        detail = json.loads(row.detail)
+        detail = decode_json(row.detail)
     except ValueError:
         return {}
     return detail if isinstance(detail, dict) else {}

@@ -74,18 +74,23 @@ _DECODE_DEPTH = 512
 _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
-def decode_json(text: str) -> Any:
-    """``json.loads(text)`` for text from outside (an LLM, a client, a socket): JSON nested
-    deeper than 512 levels is an :class:`~cowconv.InvalidValueError` (a ``ValueError``) found
-    without recursing, like any invalid JSON.
+def decode_json(text: str | bytes) -> Any:
+    """``json.loads(text)`` for text from outside (an LLM, a client, a socket, a file): JSON
+    nested deeper than 512 levels is an :class:`~cowconv.InvalidValueError` (a ``ValueError``)
+    found without recursing, like any invalid JSON. Bytes are decoded as ``json.loads`` does
+    (UTF-8, -16 or -32, told by the first bytes).
 
     >>> decode_json('{"command": "ls", "args": [1, [2]]}')
     {'command': 'ls', 'args': [1, [2]]}
+    >>> decode_json('["café"]'.encode("utf-16"))
+    ['café']
     >>> decode_json("[" * 100_000 + "]" * 100_000)
     Traceback (most recent call last):
     ...
     cowconv._exceptions.InvalidValueError: JSON nested deeper than 512 levels
     """
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode(json.detect_encoding(text), "surrogatepass")
     if text.count("[") + text.count("{") > _DECODE_DEPTH:  # else it cannot be that deep
         depth = 0
         for match in _STRING_OR_BRACKET.finditer(text):

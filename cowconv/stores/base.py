@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from cowconv._exceptions import InvalidValueError
 from cowconv.core.events import Event
+from cowconv.core.frozen import decode_json
 from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationID
 from cowconv.core.state import ConversationInfo, ConversationState, ExecutionStatus, dump_state
@@ -169,7 +170,7 @@ def parse_export(data: str | bytes) -> Iterator[ExportRecord]:
 
 def _parse_export(data: str | bytes) -> Iterator[ExportRecord]:
     try:
-        document = json.loads(data)
+        document = decode_json(data)
     except (ValueError, TypeError) as error:
         raise InvalidValueError(f"not a cowconv export: {error}") from None
     if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:

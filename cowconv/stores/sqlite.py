@@ -36,6 +36,7 @@ from cowconv._exceptions import (
     StoreError,
     StoreLockedError,
 )
+from cowconv.core.frozen import decode_json
 from cowconv.ports import Row
 from cowconv.stores.sql import (
     SQLRows,
@@ -218,7 +219,7 @@ class _Transaction(SQLTransaction):
         if conversation_id is not None or state is None:
             return Row(*found)
         try:
-            marker = json.loads(state)
+            marker = decode_json(state)
             branch_of, order = str(marker["branch_of"]), int(marker["order"])
         except (ValueError, TypeError, KeyError) as error:
             raise CorruptStoreError(f"conversation row {key} holds a damaged branch") from error

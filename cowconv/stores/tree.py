@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import json
 import logging
 import secrets
 import threading
@@ -42,6 +41,7 @@ from cowconv._exceptions import (
     InvalidValueError,
     StoreError,
 )
+from cowconv.core.frozen import decode_json
 from cowconv.core.history import EventLog, shared_prefix_length
 from cowconv.core.ids import ConversationID, id_text, public_id
 from cowconv.core.state import ConversationInfo, ConversationState, check_tags, dump_state_json
@@ -855,7 +855,7 @@ def _cursor_of(row: Row) -> str:
     Readable, and any text is a place in that order (a cursor never fails to parse).
     """
     try:
-        created = json.loads(row.state or "").get("created_at")
+        created = decode_json(row.state or "").get("created_at")
     except (ValueError, AttributeError):
         created = None  # a database's index cannot hold such a row; be safe all the same
     return f"{created if isinstance(created, str) else ''} {row.id}"
