@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import cowconv
@@ -36,6 +36,7 @@ from cowconv import (
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, InProcessTransport, create_app
+from cowconv.backends.wire import SERVER_HEADER
 from cowconv.testing import StubLLMServer, StubReply
 from tests.conftest import IN_PROCESS_HOST, message_texts
 
@@ -290,18 +291,27 @@ class Answering(httpx.BaseTransport):
     """The agent server's app through ``inner``; while ``body`` is set, every JSON answer it
     gives carries ``body`` instead (its status kept): a server whose answers are not sane."""
 
-    def __init__(self, inner: httpx.BaseTransport) -> None:
+    def __init__(self, inner: httpx.BaseTransport, openhands: bool = False) -> None:
         self.inner = inner
         self.body: str | None = None
+        self.openhands = openhands  # answer without the cowconv header, as OpenHands' server
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = self.inner.handle_request(request)
+        if self.openhands:
+            del response.headers[SERVER_HEADER]
         if self.body is None or "json" not in response.headers.get("content-type", ""):
             return response
         response.read()
         response.close()
         headers = {"content-type": "application/json"}
         return httpx.Response(response.status_code, text=self.body, headers=headers)
+
+
+def events_list(host: str, transport: httpx.BaseTransport, conversation_id: str) -> object:
+    """OpenHands' events list of ``conversation_id``, read through ``transport`` (left open)."""
+    with httpx.Client(base_url=host, transport=transport) as client:
+        return RemoteEventsList(client, conversation_id)
 
 
 class TestAnswersNestedTooDeep:
@@ -355,9 +365,7 @@ class TestAnswersNestedTooDeep:
                 "send_message": lambda: remote.send_message("during"),
                 "fork": remote.fork,
                 "run": remote.run,
-                "events": lambda: RemoteEventsList(
-                    httpx.Client(base_url=server.url, transport=answering), str(remote.id)
-                ),
+                "events": lambda: events_list(server.url, answering, str(remote.id)),
             }
             for name, call in calls.items():
                 with pytest.raises(RemoteError) as raised:
@@ -393,6 +401,7 @@ class TestAnswersOfAnyShape:
         answer=json_answers,
         call=st.sampled_from(["send_message", "fork", "run", "events", "attach", "create"]),
     )
+    @example(answer={"items": [], "next_page_id": "p"}, call="events")  # the same page again
     @settings(
         max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
     )
@@ -404,21 +413,45 @@ class TestAnswersOfAnyShape:
         answer: Any,
         call: str,
     ):
-        answering = Answering(in_process_server)
-        workspace = Workspace(host=IN_PROCESS_HOST, working_dir=str(tmp_path))
+        self.check(
+            Answering(in_process_server), IN_PROCESS_HOST, stub_agent, tmp_path, answer, call
+        )
+
+    @given(
+        answer=json_answers,
+        call=st.sampled_from(["send_message", "fork", "run", "events", "attach", "create"]),
+    )
+    @settings(
+        max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    def test_as_a_client_of_openhands_server(
+        self,
+        agent_server: BackgroundServer,
+        stub_agent: Agent,
+        tmp_path: Path,
+        answer: Any,
+        call: str,
+    ):
+        """The same, the server's answers without cowconv's header: the client speaks OpenHands'
+        protocol (its info, events search and socket) over real HTTP."""
+        answering = Answering(httpx.HTTPTransport(), openhands=True)
+        self.check(answering, agent_server.url, stub_agent, tmp_path, answer, call)
+
+    @staticmethod
+    def check(
+        answering: Answering, host: str, stub_agent: Agent, tmp_path: Path, answer: Any, call: str
+    ) -> None:
+        workspace = Workspace(host=host, working_dir=str(tmp_path))
         with Conversation(agent=stub_agent, workspace=workspace, transport=answering) as remote:
             assert isinstance(remote, RemoteConversation)
+            assert remote.backend.speaks_cowconv is not answering.openhands
             remote.send_message("before")
             calls = {
                 "send_message": lambda: remote.send_message("during"),
                 "fork": remote.fork,
                 "run": remote.run,
-                "events": lambda: RemoteEventsList(
-                    httpx.Client(base_url=IN_PROCESS_HOST, transport=answering), str(remote.id)
-                ),
-                "attach": lambda: RemoteConversation.attach(
-                    IN_PROCESS_HOST, remote.id, transport=answering
-                ),
+                "events": lambda: events_list(host, answering, str(remote.id)),
+                "attach": lambda: RemoteConversation.attach(host, remote.id, transport=answering),
                 "create": lambda: Conversation(
                     agent=stub_agent, workspace=workspace, transport=answering
                 ),

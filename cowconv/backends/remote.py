@@ -508,6 +508,7 @@ class RemoteEventsList(Sequence[Event]):
     def _fetch_all(self) -> list[Event]:
         events: list[Event] = []
         page_id: str | None = None
+        seen: set[str] = set()  # a page id the server names again would page forever
         url = f"{self._events_base_path}/{self._conversation_id}/events/search"
         while True:
             params: dict[str, Any] = {"limit": _SEARCH_PAGE}
@@ -523,6 +524,13 @@ class RemoteEventsList(Sequence[Event]):
                 page_id = page.get("next_page_id")
             if not page_id:
                 return events
+            if not isinstance(page_id, str) or page_id in seen:
+                raise RemoteError(
+                    answer.status_code,
+                    f"an answer not in the protocol's shape (next_page_id {page_id!r} is not "
+                    "a page not yet read)",
+                )
+            seen.add(page_id)
 
     def _insert(self, event: Event) -> bool:
         # Caller holds the lock. The socket may deliver events out of order: keep time order.
