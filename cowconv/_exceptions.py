@@ -378,7 +378,8 @@ class ConversationRunError(CowconvError, RuntimeError):
     Raised when the run ended in ``error`` or ``stuck`` (the history records
     why, and ``run()`` again continues from it), and when a remote run
     could not be followed to its end: it timed out (it may still be running
-    on the server), or the server lost the conversation.
+    on the server), the server lost the conversation, or it answered the
+    run's status out of the protocol's shape.
     ``conversation_id`` names the conversation; ``conversation_error`` is the
     :class:`~cowconv.ConversationErrorEvent` the run recorded, if any;
     ``status_code`` is the server's answer behind it (0: none).

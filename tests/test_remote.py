@@ -469,6 +469,113 @@ class TestAnswersOfAnyShape:
             assert "after" in message_texts(remote.state.events)
 
 
+class Streaming(httpx.BaseTransport):
+    """The agent server's app through ``inner``, but the event stream a run is followed on
+    carries ``stream`` (server-sent events) instead of what the server sends."""
+
+    def __init__(self, inner: httpx.BaseTransport, stream: str) -> None:
+        self.inner = inner
+        self.stream = stream
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events/stream"):
+            headers = {"content-type": "text/event-stream"}
+            return httpx.Response(200, content=self.stream.encode(), headers=headers)
+        return self.inner.handle_request(request)
+
+
+class Polled(httpx.BaseTransport):
+    """OpenHands' agent server through ``inner`` (cowconv's header taken off), except that a
+    run is never started (``POST .../run`` answers 200 and does nothing) and the
+    conversation's info answers ``info`` once ``polled`` is set."""
+
+    def __init__(self, inner: httpx.BaseTransport, info: str) -> None:
+        self.inner = inner
+        self.info = info
+        self.polled = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if request.method == "POST" and path.endswith("/run"):
+            return httpx.Response(200, json={"success": True})
+        if self.polled and request.method == "GET" and path.count("/") == 3:
+            return httpx.Response(200, text=self.info, headers={"content-type": "application/json"})
+        response = self.inner.handle_request(request)
+        del response.headers[SERVER_HEADER]
+        return response
+
+
+class TestAnswersOutOfShapeWhileRunning:
+    """A run followed on a stream whose event or status is not in the protocol's shape, and
+    an OpenHands run whose polled status is not, end in a cowconv error at once (the stream
+    raised pydantic's ValidationError or an AttributeError; the polling went on to the
+    run's timeout); the conversation goes on after."""
+
+    @pytest.mark.parametrize(
+        "stream",
+        [
+            'event: event\ndata: {"kind": "NoSuchEvent"}\n\n',
+            "event: event\ndata: not json\n\n",
+            "event: status\ndata: [true]\n\n",
+            'event: status\ndata: "idle"\n\n',
+        ],
+        ids=["unknown-event", "event-not-json", "status-a-list", "status-text"],
+    )
+    def test_stream(self, server: Server, stub_agent: Agent, workspace: Workspace, stream: str):
+        assert server.transport is not None
+        streaming = Streaming(server.transport, stream)
+        with Conversation(agent=stub_agent, workspace=workspace, transport=streaming) as remote:
+            remote.send_message("before")
+            with pytest.raises(RemoteError) as raised:
+                remote.run()
+            assert raised.value.status_code == 200
+            assert "not in the protocol's shape" in raised.value.message
+            remote.send_message("after")
+            assert "after" in message_texts(remote.state.events)
+
+    @pytest.mark.parametrize(
+        "page",
+        ['{"items": 5}', '{"items": [{"kind": "NoSuchEvent"}]}', "{}", "[]"],
+        ids=["items-a-number", "unknown-event", "no-items", "a-list"],
+    )
+    def test_events_page(self, server: Server, stub_agent: Agent, workspace: Workspace, page: str):
+        """The history of a state is read in pages when first read: a page out of shape."""
+        assert server.transport is not None
+        answering = Answering(server.transport)
+        with Conversation(agent=stub_agent, workspace=workspace, transport=answering) as remote:
+            remote.send_message("before")
+            events = remote.state.events
+            answering.body = page
+            with pytest.raises(RemoteError) as raised:
+                list(events)
+            assert raised.value.status_code == 200
+            assert "not in the protocol's shape" in raised.value.message
+            answering.body = None
+            assert message_texts(events) == ["before"]
+
+    @pytest.mark.parametrize(
+        "info",
+        ['{"execution_status": 5}', '{"id": "x"}', "[]", '"running"'],
+        ids=["status-a-number", "no-status", "a-list", "text"],
+    )
+    def test_polled_status(
+        self, agent_server: BackgroundServer, stub_agent: Agent, tmp_path: Path, info: str
+    ):
+        polled = Polled(httpx.HTTPTransport(), info)
+        workspace = Workspace(host=agent_server.url, working_dir=str(tmp_path))
+        with Conversation(agent=stub_agent, workspace=workspace, transport=polled) as remote:
+            assert isinstance(remote, RemoteConversation) and not remote.backend.speaks_cowconv
+            remote.send_message("before")
+            polled.polled = True
+            with pytest.raises(ConversationRunError) as raised:
+                remote.run(poll_interval=0.05, timeout=120)
+            assert raised.value.status_code == 200
+            assert "not in the protocol's shape" in raised.value.message
+            polled.polled = False
+            remote.send_message("after")
+            assert "after" in message_texts(remote.state.events)
+
+
 class TestSessionKey:
     def test_key_sent(self, stub_agent: Agent, tmp_path: Path):
         """Workspace.api_key is sent as the session key; without it the server says 401."""

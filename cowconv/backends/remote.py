@@ -1236,8 +1236,9 @@ class RemoteBackend:
         response = self._client.get(
             self._path("/events"), params={"offset": offset, "limit": limit}
         )
-        page = answer_json(raise_for_status(response))
-        return [Event.model_validate(item) for item in page["items"]]
+        with reading(response):
+            page = answer_json(raise_for_status(response))
+            return [Event.model_validate(item) for item in page["items"]]
 
     def snapshot(self, *, as_served: bool = False) -> ConversationState:
         """The conversation as the server holds it now (one request; events load lazily).
@@ -1523,7 +1524,8 @@ class RemoteBackend:
         the status over REST every ``poll_interval`` seconds meanwhile; a
         run that goes on past ``timeout`` seconds raises
         :class:`~cowconv.ConversationRunError` (it may still be running
-        there), as does a server that no longer has the conversation, and
+        there), as does a server that no longer has the conversation or
+        answers its status out of the protocol's shape, and
         (on every backend: :meth:`cowconv.Conversation.run`) a run that ends
         in ``error`` or ``stuck``: on a cowconv server the conversation
         raises it after this returns, here the wait raises it.
@@ -1584,10 +1586,13 @@ class RemoteBackend:
             raise_for_status(source.response)
             for message in source.iter_sse():
                 if message.event == "event":
-                    self._deliver(Event.model_validate_json(message.data), streamed=True)
+                    with reading(source.response):
+                        event = Event.model_validate_json(message.data)
+                    self._deliver(event, streamed=True)
                     cursor += 1
                 elif message.event == "status":
-                    running = bool(answer_json(message).get("running", True))
+                    with reading(source.response):
+                        running = bool(answer_json(message).get("running", True))
         # The server ends an until_idle stream only after a status with running=false.
         return cursor, not running
 
@@ -1636,6 +1641,8 @@ class RemoteBackend:
                 raise
             except (RemoteError, httpx.HTTPError) as error:
                 code = getattr(error, "status_code", 0)
+                if 200 <= code < 300:  # an answer not in the protocol's shape: not transient
+                    raise ConversationRunError(public_id(self._id), error) from error
                 if code == 404:
                     raise ConversationRunError(
                         self._id,
@@ -1675,10 +1682,16 @@ class RemoteBackend:
         assert failure is not None
         raise failure
 
-    def _poll_status(self) -> Any:
+    def _poll_status(self) -> str:
         response = send_request(self._client, "GET", self._path(), timeout=30)
-        info = answer_json(response)
-        return info.get("execution_status") if isinstance(info, dict) else None
+        with reading(response):
+            status = answer_json(response)["execution_status"]
+        if not isinstance(status, str):
+            reason = f"execution_status is {type(status).__name__}, not text"
+            raise RemoteError(
+                response.status_code, f"an answer not in the protocol's shape ({reason})"
+            )
+        return status
 
     def pause(self) -> None:
         """Ask the server to pause the run after its current step (returns at once)."""
