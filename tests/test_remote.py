@@ -372,6 +372,7 @@ class TestAnswersNestedTooDeep:
                     call()
                 assert raised.value.message.startswith("not JSON ("), (name, raised.value)
             answering.body = None
+            remote.run()  # the run the refused call started (or a new one) ends first
             remote.send_message("after")
             texts = message_texts(remote.state.events)
         assert texts[0] == "before" and texts[-1] == "after"
@@ -565,7 +566,8 @@ class TestAnswersOutOfShapeWhileRunning:
         workspace = Workspace(host=agent_server.url, working_dir=str(tmp_path))
         with Conversation(agent=stub_agent, workspace=workspace, transport=polled) as remote:
             assert isinstance(remote, RemoteConversation) and not remote.backend.speaks_cowconv
-            remote.send_message("before")
+            # Nothing recorded yet: the socket (which this transport does not carry) sends no
+            # state update that could end the run before the status is polled.
             polled.polled = True
             with pytest.raises(ConversationRunError) as raised:
                 remote.run(poll_interval=0.05, timeout=120)
