@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cowconv import MAX_DEPTH, ActionEvent, InvalidValueError, MessageToolCall, freeze, thaw
+from cowconv import (
+    MAX_DEPTH,
+    ActionEvent,
+    InvalidTypeError,
+    InvalidValueError,
+    MessageToolCall,
+    freeze,
+    thaw,
+)
 from cowconv.core.frozen import decode_json
 from tests.strategies import json_values
 
@@ -122,6 +130,13 @@ class TestDecodeJson:
         else:
             with pytest.raises(InvalidValueError, match="nested deeper than 512"):
                 decode_json(text)
+
+    @given(json_values.filter(lambda value: not isinstance(value, str)))
+    def test_what_is_not_text_or_bytes_is_a_type_error(self, value):
+        """As json.loads: JSON comes as text or bytes; an int, a dict or None is a TypeError
+        (an InvalidTypeError naming the type), not an AttributeError from inside."""
+        with pytest.raises(InvalidTypeError, match=f"not {type(value).__name__}"):
+            decode_json(value)
 
     def test_deep_tool_call_arguments_do_not_break_an_action_event(self):
         """OpenHands' ActionEvent(tool_call=...) decodes the call's arguments: nested 100,000

@@ -15,7 +15,9 @@ openhands.agent_server`` (the cached OpenHands 1.58.2 environment of
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import threading
 import time
 import uuid
@@ -25,7 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from cowconv import (
@@ -37,6 +39,7 @@ from cowconv import (
     ConversationNotFoundError,
     ConversationRunError,
     ConversationStateUpdateEvent,
+    Event,
     InvalidTypeError,
     InvalidValueError,
     MessageEvent,
@@ -50,9 +53,10 @@ from cowconv import (
     Workspace,
 )
 from cowconv.agent_server import BackgroundServer, create_app
-from cowconv.backends.wire import SERVER_HEADER
+from cowconv.backends.wire import SERVER_HEADER, event_to_openhands
 from cowconv.core.events import run_failure
 from cowconv.testing import StubLLMServer
+from tests.strategies import events, json_values
 from tests.test_openhands_wire import openhands, openhands_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(3600)
@@ -107,6 +111,69 @@ def _client(server: BackgroundServer, transport: httpx.BaseTransport | None = No
     return httpx.Client(
         base_url=server.url, headers={"X-Session-API-Key": KEY}, timeout=WAIT, transport=transport
     )
+
+
+# What a server may send as an event of a kind cowconv has: its parts of any JSON shape.
+_garbled = (
+    st.builds(
+        lambda kind, parts: {**parts, "kind": kind},
+        st.sampled_from(
+            [
+                "MessageEvent",
+                "ActionEvent",
+                "ObservationEvent",
+                "SystemPromptEvent",
+                "AgentErrorEvent",
+                "ConversationErrorEvent",
+                "Condensation",
+                "PauseEvent",
+                "ConversationStateUpdateEvent",
+            ]
+        ),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "id",
+                    "timestamp",
+                    "source",
+                    "llm_message",
+                    "tool_call",
+                    "observation",
+                    "thought",
+                    "system_prompt",
+                    "tool_name",
+                    "tool_call_id",
+                    "classification",
+                    "forgotten_event_ids",
+                    "key",
+                    "value",
+                ]
+            ),
+            json_values,
+            max_size=5,
+        ),
+    )
+    | json_values
+)
+
+
+KINDS = {"MessageEvent", "ActionEvent", "ObservationEvent", "SystemPromptEvent", "PauseEvent"}
+KINDS |= {"AgentErrorEvent", "ConversationErrorEvent", "Condensation"}
+"""The kinds of OpenHands' events a cowconv history holds (the others are not read)."""
+
+
+@contextlib.contextmanager
+def _warnings(name: str) -> Iterator[list[str]]:
+    """The messages logged at WARNING or above by logger ``name`` in the ``with`` block."""
+    messages: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    target = logging.getLogger(name)
+    target.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        target.removeHandler(handler)
 
 
 def _message(event_id: str, timestamp: str) -> MessageEvent:
@@ -181,6 +248,32 @@ class TestRemoteEventsList:
         assert [event.timestamp[-1] for event in events] == sorted(
             event.timestamp[-1] for event in events
         )
+
+    @settings(max_examples=200, deadline=None)
+    @given(good=st.lists(events, min_size=1, max_size=3), garbled=st.lists(_garbled, max_size=4))
+    @example(good=[PauseEvent()], garbled=[{"kind": "ActionEvent", "tool_call": True}])
+    @example(good=[PauseEvent()], garbled=[{"kind": "ObservationEvent", "observation": [1]}])
+    @example(good=[PauseEvent()], garbled=[{"kind": "SystemPromptEvent", "system_prompt": 5}])
+    @example(good=[PauseEvent()], garbled=[{"kind": "ActionEvent", "tool_call": {"arguments": 5}}])
+    def test_an_event_it_cannot_read_is_left_out(self, good: list[Event], garbled: list[Any]):
+        """A page of OpenHands' events search holding events of any shape: the ones cowconv
+        can read are read, the others left out with a warning saying why; never an error that
+        loses the page. The events socket reads each message the same way."""
+        items = [event_to_openhands(event.model_dump(mode="json")) for event in good] + garbled
+        page = httpx.MockTransport(lambda _: httpx.Response(200, json={"items": items}))
+        with httpx.Client(base_url="http://server", transport=page) as client:
+            read = RemoteEventsList(client, "c1")
+        good_ids = {event.id for event in good}
+        assert [e.id for e in read if e.id in good_ids] == list(dict.fromkeys(e.id for e in good))
+        for item in garbled:
+            with _warnings("cowconv.remote") as warned:
+                parsed = WebSocketCallbackClient._parse(json.dumps(item))
+            if isinstance(parsed, ConversationStateUpdateEvent):
+                assert item["kind"] == "ConversationStateUpdateEvent"
+            elif parsed is None and (not isinstance(item, dict) or item.get("kind") in KINDS):
+                assert any("cannot read" in message for message in warned), item
+            else:
+                assert parsed is None or isinstance(parsed, Event)
 
 
 # -- WebSocketCallbackClient --------------------------------------------------------------------

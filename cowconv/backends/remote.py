@@ -304,16 +304,14 @@ def send_request(
 
 
 def _history_event(data: Any) -> Event | None:
-    """A history event from the JSON a server sent, ``None`` for kinds cowconv lacks."""
-    if not isinstance(data, Mapping):
-        return None
-    converted = event_from_openhands(data)
-    if converted is None:
-        return None
+    """A history event from the JSON a server sent; ``None`` for a kind cowconv lacks, and for
+    an event it cannot read (left out with a warning that says why)."""
     try:
-        return Event.model_validate(converted)
-    except ValidationError:
-        logger.warning("left out an event cowconv cannot read: %s", data.get("id"))
+        converted = event_from_openhands(data)
+        return None if converted is None else Event.model_validate(converted)
+    except ValueError as error:  # InvalidValueError, pydantic's ValidationError
+        named = data.get("id") if isinstance(data, Mapping) else None
+        logger.warning("left out an event cowconv cannot read (%s): %s", named, error)
         return None
 
 

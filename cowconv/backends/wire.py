@@ -264,12 +264,26 @@ def _text_part(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
 
-def _texts(parts: Any) -> str:
+def _texts(parts: Any, what: str) -> str:
+    """The text of OpenHands' content ``parts`` (text, a part, a list of parts, or null)."""
     if isinstance(parts, str):
         return parts
     if isinstance(parts, Mapping):
         parts = [parts]
+    if not isinstance(parts, list | None):
+        raise InvalidValueError(f"{what}: text or a list of parts, not {type(parts).__name__}")
     return "".join(str(part.get("text", "")) for part in parts or () if isinstance(part, Mapping))
+
+
+def _object(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``data[key]``, an object (``{}`` when absent or null); another type is refused."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        kind = data.get("kind")
+        raise InvalidValueError(f"{kind}.{key}: an object, not {type(value).__name__}")
+    return value
 
 
 def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -328,7 +342,10 @@ def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
 
     The inverse of :func:`event_to_openhands` for the kinds cowconv has; other
     kinds (``ConversationStateUpdateEvent``, hook and token events) are not
-    part of a cowconv history.
+    part of a cowconv history. A part of the wrong type (a ``tool_call`` or
+    ``observation`` that is not an object, content that is not text or
+    parts) is an :class:`~cowconv.InvalidValueError` naming it; arguments
+    that are not JSON are kept as they came, under ``"arguments"``.
 
     >>> call = {"id": "c1", "name": "terminal", "arguments": '{"command": "ls"}'}
     >>> event_from_openhands({"kind": "ActionEvent", "id": "e2", "timestamp": "t",
@@ -338,6 +355,8 @@ def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
     >>> event_from_openhands({"kind": "TokenEvent", "id": "e3", "source": "agent"}) is None
     True
     """
+    if not isinstance(data, Mapping):
+        raise InvalidValueError(f"an event is an object, not {type(data).__name__}")
     kind = data.get("kind")
     common = {
         key: data[key]
@@ -348,13 +367,15 @@ def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
         keep = ("llm_message", "llm_response_id", "activated_skills", "extended_content", "sender")
         return {**common, **{key: data[key] for key in keep if data.get(key) is not None}}
     if kind == "SystemPromptEvent":
-        return {**common, "system_prompt": _texts(data.get("system_prompt"))}
+        system_prompt = _texts(data.get("system_prompt"), f"{kind}.system_prompt")
+        return {**common, "system_prompt": system_prompt}
     if kind == "ActionEvent":
-        call = data.get("tool_call") or {}
+        call = _object(data, "tool_call")
+        raw = call.get("arguments") or "{}"
         try:
-            arguments = decode_json(call.get("arguments") or "{}")
-        except ValueError:
-            arguments = {"arguments": call.get("arguments")}
+            arguments = raw if isinstance(raw, Mapping) else decode_json(raw)
+        except (ValueError, TypeError):  # kept as it came
+            arguments = {"arguments": raw}
         if not isinstance(arguments, dict):
             arguments = {"arguments": arguments}
         return {
@@ -362,17 +383,17 @@ def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
             "tool_name": data.get("tool_name", call.get("name", "")),
             "tool_call_id": data.get("tool_call_id", call.get("id", "")),
             "arguments": arguments,
-            "thought": _texts(data.get("thought")),
+            "thought": _texts(data.get("thought"), f"{kind}.thought"),
             "llm_response_id": data.get("llm_response_id") or None,
         }
     if kind == "ObservationEvent":
-        observation = data.get("observation") or {}
+        observation = _object(data, "observation")
         exit_code = observation.get("exit_code")
         return {
             **common,
             "tool_name": data.get("tool_name", ""),
             "tool_call_id": data.get("tool_call_id", ""),
-            "output": _texts(observation.get("content")),
+            "output": _texts(observation.get("content"), f"{kind}.observation.content"),
             "exit_code": exit_code if isinstance(exit_code, int) else None,
         }
     if kind == "AgentErrorEvent":

@@ -78,7 +78,8 @@ def decode_json(text: str | bytes) -> Any:
     """``json.loads(text)`` for text from outside (an LLM, a client, a socket, a file): JSON
     nested deeper than 512 levels is an :class:`~cowconv.InvalidValueError` (a ``ValueError``)
     found without recursing, like any invalid JSON. Bytes are decoded as ``json.loads`` does
-    (UTF-8, -16 or -32, told by the first bytes).
+    (UTF-8, -16 or -32, told by the first bytes); anything else is an
+    :class:`~cowconv.InvalidTypeError` (a ``TypeError``, as ``json.loads`` raises).
 
     >>> decode_json('{"command": "ls", "args": [1, [2]]}')
     {'command': 'ls', 'args': [1, [2]]}
@@ -91,6 +92,8 @@ def decode_json(text: str | bytes) -> Any:
     """
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode(json.detect_encoding(text), "surrogatepass")
+    elif not isinstance(text, str):
+        raise InvalidTypeError(f"JSON is text or bytes, not {type(text).__name__}")
     if text.count("[") + text.count("{") > _DECODE_DEPTH:  # else it cannot be that deep
         depth = 0
         for match in _STRING_OR_BRACKET.finditer(text):
