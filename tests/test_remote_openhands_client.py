@@ -452,6 +452,31 @@ class TestOpenHandsProtocol:
         finally:
             conversation.close()
 
+    def test_a_full_state_of_any_shape_while_a_run_waits(
+        self, server: BackgroundServer, agent: Agent, tmp_path: Path
+    ):
+        """While run() waits, only a full-state update whose status is a known status other
+        than running ends the wait; one of any other shape is kept as info, never an error
+        (a list as the status raised TypeError in the socket's thread)."""
+        conversation, _ = _anonymous(agent, server, tmp_path)
+        backend = conversation.backend
+        try:
+            backend._armed.set()  # type: ignore[attr-defined]  # as run() does after POST /run
+            values: list[Any] = [{"execution_status": [1]}, {"execution_status": {"a": 1}}]
+            values += [[1], "finished", {"execution_status": "nonsense"}, {}]
+            for value in values:
+                update = ConversationStateUpdateEvent(key=FULL_STATE_KEY, value=value)
+                conversation.state.events.add_event(update)
+            assert backend._terminal.empty()  # type: ignore[attr-defined]
+            done = ConversationStateUpdateEvent(
+                key=FULL_STATE_KEY, value={"execution_status": "finished"}
+            )
+            conversation.state.events.add_event(done)
+            assert backend._terminal.get_nowait() == "finished"  # type: ignore[attr-defined]
+        finally:
+            backend._armed.clear()  # type: ignore[attr-defined]
+            conversation.close()
+
     def test_received_events_are_for_openhands_servers_only(
         self, server: BackgroundServer, agent: Agent, tmp_path: Path
     ):

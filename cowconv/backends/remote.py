@@ -1019,7 +1019,7 @@ class RemoteBackend:
         elif update.key == FULL_STATE_KEY and self._armed.is_set():
             value = update.value if isinstance(update.value, Mapping) else {}
             status = value.get("execution_status")
-            if status in _STATUSES and status != "running":
+            if isinstance(status, str) and status in _STATUSES and status != "running":
                 self._terminal.put(str(status))
 
     def _refresh_info(self) -> dict[str, Any]:
