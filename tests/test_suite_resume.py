@@ -30,6 +30,7 @@ from cowconv import (
     BranchesError,
     BranchLostError,
     Conversation,
+    CorruptStoreError,
     ExecutionStatus,
     MemoryStore,
     SuiteError,
@@ -388,6 +389,28 @@ class TestRecordedSuite:
         assert [f.state.execution_status for f in forks] == [ExecutionStatus.FINISHED] * 2
         assert len(stub.requests) == 2
         store.close()
+
+    @pytest.mark.parametrize("damaged", ["[1", "", "[]", "5", '"messages"'])
+    def test_a_damaged_suite_row_is_a_corrupt_store_error(
+        self, stub: StubLLMServer, tmp_path: Path, location: str, damaged: str
+    ) -> None:
+        """The suite's own row holding anything but a JSON object (a damaged file, a hand
+        edit): resuming it says so, naming the suite, and changes nothing in the store."""
+        store = open_store(location)
+        try:
+            source = _source(stub, store, tmp_path)
+            run_branches(source, ["a", "b"], suite_id="s", executor=PicklingExecutor(2))
+            head, _ = ledger.header(store, "s")
+            store.change_suite(lambda rows: rows.put_suite_row(head._replace(detail=damaged)))
+            before = store.suite_rows("s")
+            with pytest.raises(CorruptStoreError, match="the suite 's' is damaged"):
+                resume_suite(store, "s")
+            with pytest.raises(CorruptStoreError, match="the suite 's' is damaged"):
+                run_branches(source, ["a", "b"], suite_id="s", resume=True)
+            assert store.suite_rows("s") == before
+            assert len(stub.requests) == 2  # nothing ran again
+        finally:
+            store.close()
 
     def test_a_worker_killed_mid_branch_is_lost_not_run_again_unless_asked(
         self, stub: StubLLMServer, tmp_path: Path

@@ -42,12 +42,14 @@ from cowconv._exceptions import (
     BranchLostError,
     BranchTimeoutError,
     BranchWorkspaceError,
+    CorruptStoreError,
     StoreError,
     SuiteError,
     SuiteExistsError,
     SuiteNotFoundError,
 )
 from cowconv.core.events import AgentErrorEvent
+from cowconv.core.frozen import decode_json
 from cowconv.core.state import ConversationState, ExecutionStatus
 from cowconv.core.tree import extend_active
 from cowconv.ports import RowTransaction, SuiteRow
@@ -62,6 +64,7 @@ __all__ = [
     "RUNNING",
     "Claim",
     "SuiteTicket",
+    "asked",
     "branch_rows",
     "failed_change",
     "failure_error",
@@ -212,6 +215,32 @@ def header(store: TreeStore, suite: str) -> tuple[SuiteRow, list[SuiteRow]]:
     if not rows or rows[0].branch != -1:
         raise SuiteNotFoundError(f"the store {store!r} records no suite {suite!r}")
     return rows[0], rows[1:]
+
+
+def asked(head: SuiteRow) -> dict[str, Any]:
+    """What the suite was asked, as its own row ``head`` records it (a JSON object);
+    :class:`~cowconv.CorruptStoreError` naming the suite if the row holds anything else.
+
+    >>> asked(SuiteRow("s1", -1, "c-1", "suite", None, 0, '{"messages": ["Hi."]}'))
+    {'messages': ['Hi.']}
+    >>> asked(SuiteRow("s1", -1, "c-1", "suite", None, 0, "[1"))
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.CorruptStoreError: the suite 's1' is damaged in its store: its own row \
+does not hold a JSON object (Expecting ',' delimiter: line 1 column 3 (char 2))
+    """
+    try:
+        detail = decode_json(head.detail or "")
+    except ValueError as error:
+        reason = str(error)
+    else:
+        if isinstance(detail, dict):
+            return detail
+        reason = f"a JSON {type(detail).__name__}"
+    raise CorruptStoreError(
+        f"the suite {head.suite!r} is damaged in its store: its own row does not hold a JSON "
+        f"object ({reason})"
+    )
 
 
 def branch_rows(store: TreeStore, suite: str) -> list[SuiteRow]:

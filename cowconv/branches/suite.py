@@ -577,7 +577,7 @@ class _Suite:
             if resume and store.suite_rows(suite_id):
                 head, _ = ledger.header(store, suite_id)
                 asked = [spec.message for spec in specs]
-                recorded = decode_json(head.detail).get("messages")
+                recorded = ledger.asked(head).get("messages")
                 if head.conversation != str(source.id) or recorded != asked:
                     raise SuiteError(
                         f"the suite {suite_id!r} recorded in {store!r} was started from "
@@ -657,7 +657,7 @@ class _Suite:
             ledger.reset_lost(store, suite_id, [row.branch for row in rows])
             head, rows = ledger.header(store, suite_id)
         forks = [Conversation.resume(store, row.conversation, callbacks=callbacks) for row in rows]
-        asked = decode_json(head.detail).get("max_iteration_per_run")
+        asked = ledger.asked(head).get("max_iteration_per_run")
         suite = cls(forks, executor, max_workers, branch_timeout, timeout, workspace, None)
         suite.record = _Record(store, suite_id, lease, callbacks, rerun_lost)
         if isinstance(asked, list) and len(asked) == len(forks):
