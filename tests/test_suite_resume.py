@@ -400,11 +400,15 @@ class TestRecordedSuite:
         try:
             source = _source(stub, store, tmp_path)
             run_branches(source, ["a", "b"], suite_id="s", executor=PicklingExecutor(2))
-            head, _ = ledger.header(store, "s")
-            store.change_suite(lambda rows: rows.put_suite_row(head._replace(detail=damaged)))
+            head, (first, _) = ledger.header(store, "s")
+            lost = first._replace(state=ledger.LOST)  # what rerun_lost=True would reset
+            for row in (head._replace(detail=damaged), lost):
+                store.change_suite(lambda rows, row=row: rows.put_suite_row(row))
             before = store.suite_rows("s")
             with pytest.raises(CorruptStoreError, match="the suite 's' is damaged"):
                 resume_suite(store, "s")
+            with pytest.raises(CorruptStoreError, match="the suite 's' is damaged"):
+                resume_suite(store, "s", rerun_lost=True)
             with pytest.raises(CorruptStoreError, match="the suite 's' is damaged"):
                 run_branches(source, ["a", "b"], suite_id="s", resume=True)
             assert store.suite_rows("s") == before

@@ -653,11 +653,11 @@ class _Suite:
         lease = _check_seconds("lease", lease) or LEASE
         callbacks = tuple(callbacks)
         head, rows = ledger.header(store, suite_id)
+        asked = ledger.asked(head).get("max_iteration_per_run")  # a damaged suite: changed not
         if rerun_lost:
             ledger.reset_lost(store, suite_id, [row.branch for row in rows])
             head, rows = ledger.header(store, suite_id)
         forks = [Conversation.resume(store, row.conversation, callbacks=callbacks) for row in rows]
-        asked = ledger.asked(head).get("max_iteration_per_run")
         suite = cls(forks, executor, max_workers, branch_timeout, timeout, workspace, None)
         suite.record = _Record(store, suite_id, lease, callbacks, rerun_lost)
         if isinstance(asked, list) and len(asked) == len(forks):
