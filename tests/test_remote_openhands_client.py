@@ -452,27 +452,39 @@ class TestOpenHandsProtocol:
         finally:
             conversation.close()
 
-    def test_a_full_state_of_any_shape_while_a_run_waits(
+    def test_only_a_full_state_after_the_run_moved_ends_its_wait(
         self, server: BackgroundServer, agent: Agent, tmp_path: Path
     ):
-        """While run() waits, only a full-state update whose status is a known status other
-        than running ends the wait; one of any other shape is kept as info, never an error
-        (a list as the status raised TypeError in the socket's thread)."""
+        """While run() waits, a full-state update ends the wait only once the run has moved (a
+        "running" status, or a new event, since run() began) and only if its status is a known
+        one other than running: an idle update the socket brings late, sent before the run
+        started (after a message), does not end it; one of any other shape is kept as info,
+        never an error (a list as the status raised TypeError in the socket's thread)."""
         conversation, _ = _anonymous(agent, server, tmp_path)
         backend = conversation.backend
+        events = conversation.state.events
+
+        def update(key: str, value: Any) -> None:
+            events.add_event(ConversationStateUpdateEvent(key=key, value=value))
+
         try:
             backend._armed.set()  # type: ignore[attr-defined]  # as run() does after POST /run
+            update(FULL_STATE_KEY, {"execution_status": "idle"})  # sent before the run started
+            assert backend._terminal.empty()  # type: ignore[attr-defined]
+            update("execution_status", "running")  # the run moved
             values: list[Any] = [{"execution_status": [1]}, {"execution_status": {"a": 1}}]
             values += [[1], "finished", {"execution_status": "nonsense"}, {}]
             for value in values:
-                update = ConversationStateUpdateEvent(key=FULL_STATE_KEY, value=value)
-                conversation.state.events.add_event(update)
+                update(FULL_STATE_KEY, value)
             assert backend._terminal.empty()  # type: ignore[attr-defined]
-            done = ConversationStateUpdateEvent(
-                key=FULL_STATE_KEY, value={"execution_status": "finished"}
-            )
-            conversation.state.events.add_event(done)
+            update(FULL_STATE_KEY, {"execution_status": "finished"})
             assert backend._terminal.get_nowait() == "finished"  # type: ignore[attr-defined]
+            backend._run_moved.clear()  # type: ignore[attr-defined]  # as the next run() does
+            update(FULL_STATE_KEY, {"execution_status": "idle"})
+            assert backend._terminal.empty()  # type: ignore[attr-defined]
+            events.add_event(PauseEvent())  # a new event: the run moved
+            update(FULL_STATE_KEY, {"execution_status": "paused"})
+            assert backend._terminal.get_nowait() == "paused"  # type: ignore[attr-defined]
         finally:
             backend._armed.clear()  # type: ignore[attr-defined]
             conversation.close()

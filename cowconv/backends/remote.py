@@ -885,6 +885,7 @@ class RemoteBackend:
         self._info_lock = threading.Lock()
         self._terminal: queue.Queue[str] = queue.Queue()
         self._armed = threading.Event()
+        self._run_moved = threading.Event()  # since run() began: "running", or a new event
         self._heard: set[str] = set()  # events handed to the callbacks
         self._socket_live = False  # the socket confirmed its subscription
         self._user_messages: list[MessageEvent] = []  # user messages the socket brought
@@ -941,6 +942,8 @@ class RemoteBackend:
         if isinstance(event, ConversationStateUpdateEvent):
             self._note_update(event)
         elif isinstance(event, Event) and self._cache is not None:
+            if event.id not in self._heard:
+                self._run_moved.set()
             self._cache.add_event(event)
             self._hear([event])
             if isinstance(event, MessageEvent) and event.source == "user":
@@ -1011,16 +1014,23 @@ class RemoteBackend:
 
     def _note_update(self, update: ConversationStateUpdateEvent) -> None:
         self.update_info(update)
-        # A per-field error or stuck ends a run at once; otherwise only a full update after
-        # run() started does (a per-field "finished" may still be undone on the server).
+        # A per-field error or stuck ends a run at once; otherwise only a full update that
+        # comes after the run moved does (a per-field "finished" may still be undone on the
+        # server). The socket sends updates in order: one sent before the run started (after
+        # a message, say) comes before the run's "running" and its first event, so a full
+        # update read late, after run() began, cannot be taken for the end of the run.
         if update.key == "execution_status":
-            if update.value in ("error", "stuck"):
+            if update.value == "running":
+                self._run_moved.set()
+            elif update.value in ("error", "stuck"):
                 self._terminal.put(str(update.value))
         elif update.key == FULL_STATE_KEY and self._armed.is_set():
             value = update.value if isinstance(update.value, Mapping) else {}
             status = value.get("execution_status")
-            if isinstance(status, str) and status in _STATUSES and status != "running":
-                self._terminal.put(str(status))
+            if status == "running":
+                self._run_moved.set()
+            elif isinstance(status, str) and status in _STATUSES and self._run_moved.is_set():
+                self._terminal.put(status)
 
     def _refresh_info(self) -> dict[str, Any]:
         info = answer_json(send_request(self._client, "GET", self._path()))
@@ -1596,15 +1606,18 @@ class RemoteBackend:
 
     def _run_on_openhands(self, blocking: bool, poll_interval: float, timeout: float) -> None:
         assert self._cache is not None
-        # Only a full state update that comes after the run was started ends this run: the
-        # one the socket sent when it subscribed, or one left from an earlier run, does not.
+        # Only a full state update that comes after the run moved ends this run: the one the
+        # socket sent when it subscribed, or one left from an earlier run or a message, does not.
         self._armed.clear()
+        self._run_moved.clear()
         while not self._terminal.empty():
             self._terminal.get_nowait()
         try:
-            send_request(self._client, "POST", self._path("/run"), {409}, timeout=30)
+            started = send_request(self._client, "POST", self._path("/run"), {409}, timeout=30)
         except (RemoteError, httpx.HTTPError) as error:
             raise ConversationRunError(public_id(self._id), error) from error
+        if started.status_code == 409:  # a run is going (started elsewhere): wait for its end
+            self._run_moved.set()
         if not blocking:
             return
         self._armed.set()
