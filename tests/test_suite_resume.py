@@ -390,7 +390,19 @@ class TestRecordedSuite:
         assert len(stub.requests) == 2
         store.close()
 
-    @pytest.mark.parametrize("damaged", ["[1", "", "[]", "5", '"messages"'])
+    @pytest.mark.parametrize(
+        "damaged",
+        [
+            "[1",
+            "",
+            "[]",
+            "5",
+            '"messages"',
+            '{"messages": "a"}',
+            '{"messages": ["a", "b"], "max_iteration_per_run": [1, "x"]}',
+            '{"messages": ["a", "b"], "max_iteration_per_run": [true, 0]}',
+        ],
+    )
     def test_a_damaged_suite_row_is_a_corrupt_store_error(
         self, stub: StubLLMServer, tmp_path: Path, location: str, damaged: str
     ) -> None:

@@ -217,9 +217,19 @@ def header(store: TreeStore, suite: str) -> tuple[SuiteRow, list[SuiteRow]]:
     return rows[0], rows[1:]
 
 
+_ASKED: dict[str, Callable[[Any], bool]] = {
+    "messages": lambda value: isinstance(value, list) and all(isinstance(v, str) for v in value),
+    "max_iteration_per_run": lambda value: (
+        isinstance(value, list) and all(type(v) is int and v > 0 for v in value)
+    ),
+}
+"""What a suite's own row records that a resume reads, and the shape each must have."""
+
+
 def asked(head: SuiteRow) -> dict[str, Any]:
     """What the suite was asked, as its own row ``head`` records it (a JSON object);
-    :class:`~cowconv.CorruptStoreError` naming the suite if the row holds anything else.
+    :class:`~cowconv.CorruptStoreError` naming the suite if the row holds anything else,
+    or its messages or iteration limits are not lists of texts and of positive integers.
 
     >>> asked(SuiteRow("s1", -1, "c-1", "suite", None, 0, '{"messages": ["Hi."]}'))
     {'messages': ['Hi.']}
@@ -234,9 +244,13 @@ does not hold a JSON object (Expecting ',' delimiter: line 1 column 3 (char 2))
     except ValueError as error:
         reason = str(error)
     else:
-        if isinstance(detail, dict):
-            return detail
-        reason = f"a JSON {type(detail).__name__}"
+        if not isinstance(detail, dict):
+            reason = f"a JSON {type(detail).__name__}"
+        else:
+            wrong = [key for key, fits in _ASKED.items() if key in detail and not fits(detail[key])]
+            if not wrong:
+                return detail
+            reason = f"{wrong[0]} is {detail[wrong[0]]!r}"
     raise CorruptStoreError(
         f"the suite {head.suite!r} is damaged in its store: its own row does not hold a JSON "
         f"object ({reason})"

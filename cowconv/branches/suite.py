@@ -661,7 +661,7 @@ class _Suite:
         suite = cls(forks, executor, max_workers, branch_timeout, timeout, workspace, None)
         suite.record = _Record(store, suite_id, lease, callbacks, rerun_lost)
         if isinstance(asked, list) and len(asked) == len(forks):
-            suite.max_iterations = [int(n) for n in asked]
+            suite.max_iterations = list(asked)
         suite.todo = []
         for row in rows:
             if row.state == ledger.PENDING:
