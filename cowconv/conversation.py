@@ -24,9 +24,8 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Self, overload
+from typing import TYPE_CHECKING, Any, Self, cast, overload
 
 from pydantic import SecretStr
 
@@ -99,14 +98,12 @@ _new_conversation = object.__new__
 _PLAIN_FORK = ForkSpec(tags=_NO_TAGS)
 
 
-def _open_store(directory_or_store: str | os.PathLike[str] | StateSink) -> StateSink:
-    if stores.is_store_url(directory_or_store):  # postgresql://...: psycopg loads now
-        return stores.open_store(str(directory_or_store))
-    if isinstance(directory_or_store, str | os.PathLike):
-        directory = Path(directory_or_store).expanduser()
-        directory.mkdir(parents=True, exist_ok=True)
-        return stores.SQLiteStore(directory)  # sqlite3 loads when a store is used
-    return directory_or_store
+def _open_store(location: object, what: str) -> StateSink:
+    """The store at ``location``: a ``postgresql://`` URL, else a directory (made if missing)
+    holding the SQLite file."""
+    if stores.is_store_url(location):  # postgresql://...: psycopg loads now
+        return stores.open_store(str(location))
+    return stores.open_directory(location, what)
 
 
 def _store_for(
@@ -115,8 +112,21 @@ def _store_for(
     if persistence_dir is not None and store is not None:
         raise InvalidValueError("pass persistence_dir or store, not both")
     if persistence_dir is not None:
-        return _open_store(persistence_dir)
-    return _open_store(store) if isinstance(store, str) else store
+        return _open_store(persistence_dir, "persistence_dir")
+    return None if store is None else _sink(store)
+
+
+def _sink(store: object) -> StateSink:
+    """``store`` itself if it saves states (a :class:`~cowconv.Store`), else the store at the
+    directory or URL it names; anything else is refused."""
+    if callable(getattr(store, "save", None)):
+        return cast(StateSink, store)
+    if not isinstance(store, str | os.PathLike):
+        raise InvalidTypeError(
+            "store must be a store (with save()), a directory or a postgresql:// URL, not "
+            f"{type(store).__name__}"
+        )
+    return _open_store(store, "store")
 
 
 class Conversation:
@@ -353,7 +363,7 @@ class Conversation:
         'sk-kept'
         """
         backend = LocalBackend.open(
-            id_text(conversation_id), store=_open_store(store), callbacks=callbacks
+            id_text(conversation_id), store=_sink(store), callbacks=callbacks
         )
         return cls._holding(backend)
 

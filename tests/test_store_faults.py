@@ -9,21 +9,29 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cowconv import (
     LLM,
     Agent,
     Conversation,
     CorruptStoreError,
+    InvalidTypeError,
+    InvalidValueError,
     SchemaVersionError,
     SQLiteStore,
     StoreError,
     StoreLockedError,
 )
+from cowconv.agent_server import create_app
+from cowconv.stores import open_store
 from tests.conftest import message_texts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -227,3 +235,59 @@ class TestBadFiles:
         (tmp_path / "cowconv.db").mkdir()  # a directory where the file should be
         with pytest.raises(StoreError):
             SQLiteStore(tmp_path)
+
+
+class TestWhereAStoreIsOpened:
+    """Every door that opens a store at a location (``SQLiteStore``, ``open_store``,
+    ``persistence_dir=``, ``store=``, ``Conversation.resume``, the agent server's
+    ``data_dir``) checks it in one place (``stores.local_path``): a location that is not a
+    path, or that no file can have, is a cowconv error naming the argument; nothing is made."""
+
+    DOORS: ClassVar[dict[str, Callable[[object], object]]] = {
+        "SQLiteStore": SQLiteStore,
+        "open_store": open_store,
+        "persistence_dir": lambda where: Conversation(
+            agent=AGENT, workspace="/tmp", persistence_dir=where
+        ),
+        "store": lambda where: Conversation(agent=AGENT, workspace="/tmp", store=where),
+        "resume": lambda where: Conversation.resume(where, "c1"),  # type: ignore[arg-type]
+        "data_dir": lambda where: create_app(data_dir=where),  # type: ignore[arg-type]
+    }
+
+    NONE_MEANS_NO_STORE = frozenset({"persistence_dir", "store", "data_dir"})
+    NAMED: ClassVar[dict[str, str]] = {
+        "persistence_dir": "persistence_dir",
+        "store": "store",
+        "resume": "store",
+        "data_dir": "data_dir",
+    }  # the argument the error names
+
+    @pytest.mark.parametrize("door", sorted(DOORS))
+    @given(
+        where=st.one_of(
+            st.text(max_size=8).map(lambda text: f"{text}\x00{text}"),
+            st.sampled_from(["~no-such-user-here/x", "~no-such-user-here"]),
+            st.none(),
+            st.integers(),
+            st.binary(max_size=4),
+            st.lists(st.text(max_size=2), max_size=2),
+        )
+    )
+    @settings(max_examples=25, deadline=None)
+    def test_a_location_no_file_can_have_is_refused(self, door: str, where: object):
+        if where is None and door in self.NONE_MEANS_NO_STORE:
+            return
+        before = set(os.listdir("."))
+        with pytest.raises((InvalidTypeError, InvalidValueError)) as raised:
+            self.DOORS[door](where)
+        named = self.NAMED.get(door)
+        assert named is None or str(raised.value).startswith(named), raised.value
+        assert set(os.listdir(".")) == before
+
+    @pytest.mark.parametrize("door", ["persistence_dir", "store", "data_dir"])
+    def test_a_directory_that_cannot_be_made_is_a_store_error(self, door: str, tmp_path: Path):
+        blocker = tmp_path / "a-file"
+        blocker.write_text("not a directory")
+        with pytest.raises(StoreError, match="cannot make the directory"):
+            self.DOORS[door](blocker / "below")
+        assert blocker.read_text() == "not a directory"

@@ -10,7 +10,6 @@ import re
 import warnings
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from fastapi import (
@@ -53,7 +52,7 @@ from cowconv.agent_server.schema_check import check_request
 from cowconv.agent_server.security import DEFAULT_MAX_BODY_SIZE, add_security, check_exposure
 from cowconv.agent_server.sockets import sockets_router
 from cowconv.backends.wire import SERVER_HEADER, SESSION_API_KEY_HEADER
-from cowconv.stores import STORE_FILE_NAME, SQLiteStore, Store
+from cowconv.stores import STORE_FILE_NAME, Store, open_directory
 
 __all__ = ["SESSION_API_KEY_HEADER", "STORE_FILE_NAME", "create_app"]
 
@@ -69,13 +68,6 @@ def _error(status_code: int, detail: str, error: type[Exception] | None = None) 
 
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ErrorResponse} for code in codes}
-
-
-def _open_store(data_dir: str | os.PathLike[str]) -> Store:
-    directory = Path(data_dir).expanduser()
-    directory.mkdir(parents=True, exist_ok=True)
-    store: Store = SQLiteStore(directory)
-    return store
 
 
 def create_app(
@@ -125,7 +117,7 @@ def create_app(
         allowed_hosts=allowed_hosts,
         allow_unauthenticated=allow_unauthenticated,
     )
-    opened = None if data_dir is None else _open_store(data_dir)
+    opened = None if data_dir is None else open_directory(data_dir, "data_dir")
     registry = ConversationRegistry(opened or store, max_live=max_live_conversations)
     service = ConversationService(registry)
     config = Config(

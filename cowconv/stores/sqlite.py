@@ -38,6 +38,7 @@ from cowconv._exceptions import (
 )
 from cowconv.core.frozen import decode_json
 from cowconv.ports import Row
+from cowconv.stores import local_path
 from cowconv.stores.sql import (
     SQLRows,
     SQLStore,
@@ -128,12 +129,15 @@ def store_file(path: str | os.PathLike[str]) -> Path:
     open one store. A directory holding both is refused with a
     :class:`~cowconv.StoreError` saying what to do.
 
+    A location that is not a path, or a path no file can have, is refused
+    by :func:`~cowconv.stores.local_path`.
+
     >>> import tempfile
     >>> directory = tempfile.mkdtemp()
     >>> store_file(directory).name
     'cowconv.db'
     """
-    given = Path(path).expanduser()
+    given = local_path(path)
     if str(path) == ":memory:" or not given.is_dir():
         return given
     current, old = given / STORE_FILE_NAME, given / _OLD_SERVER_FILE_NAME
