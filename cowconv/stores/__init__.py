@@ -51,7 +51,8 @@ __getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
 
 def local_path(location: object, what: str = "a store's location") -> Path:
     """``location`` as a local path, ``~`` expanded: the one check of every path a store is
-    opened at (``SQLiteStore``, ``open_store``, ``persistence_dir``, ``store=``).
+    opened at (``SQLiteStore``, ``open_store``, ``persistence_dir``, ``store=``,
+    ``Conversation.resume``, the agent server's ``data_dir``).
 
     Not a path (``None``, a number, bytes): :class:`~cowconv.InvalidTypeError`; a path no
     file can have (a NUL character, ``~user`` for no such user):
