@@ -120,6 +120,8 @@ def ray_session() -> Iterator[Any]:
 
 def _check(raised: BranchesError, status: str = "timeout") -> None:
     """The stopped branch ended ``status`` alone; every other branch finished."""
+    errors = [f"{getattr(e, 'index', None)}: {type(e).__name__}: {e}" for e in raised.exceptions]
+    assert len(raised.exceptions) == 1, errors  # each one raised, named if not the only one
     (error,) = raised.exceptions
     assert error.index == 1, repr(error)
     results = raised.forks.results
