@@ -237,7 +237,7 @@ def asked(head: SuiteRow) -> dict[str, Any]:
     Traceback (most recent call last):
     ...
     cowconv._exceptions.CorruptStoreError: the suite 's1' is damaged in its store: its own row \
-does not hold a JSON object (Expecting ',' delimiter: line 1 column 3 (char 2))
+cannot be read (Expecting ',' delimiter: line 1 column 3 (char 2))
     """
     try:
         detail = decode_json(head.detail or "")
@@ -245,15 +245,14 @@ does not hold a JSON object (Expecting ',' delimiter: line 1 column 3 (char 2))
         reason = str(error)
     else:
         if not isinstance(detail, dict):
-            reason = f"a JSON {type(detail).__name__}"
+            reason = f"not a JSON object but a {type(detail).__name__}"
         else:
             wrong = [key for key, fits in _ASKED.items() if key in detail and not fits(detail[key])]
             if not wrong:
                 return detail
             reason = f"{wrong[0]} is {detail[wrong[0]]!r}"
     raise CorruptStoreError(
-        f"the suite {head.suite!r} is damaged in its store: its own row does not hold a JSON "
-        f"object ({reason})"
+        f"the suite {head.suite!r} is damaged in its store: its own row cannot be read ({reason})"
     )
 
 

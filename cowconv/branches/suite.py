@@ -653,7 +653,7 @@ class _Suite:
         lease = _check_seconds("lease", lease) or LEASE
         callbacks = tuple(callbacks)
         head, rows = ledger.header(store, suite_id)
-        asked = ledger.asked(head).get("max_iteration_per_run")  # a damaged suite: changed not
+        asked = ledger.asked(head).get("max_iteration_per_run")  # a damaged suite: untouched
         if rerun_lost:
             ledger.reset_lost(store, suite_id, [row.branch for row in rows])
             head, rows = ledger.header(store, suite_id)
