@@ -34,7 +34,7 @@ from typing import Any
 
 from pyrsistent import PMap
 
-from cowconv.agent.tools import ToolDefinition, resolve_tool
+from cowconv.agent.tools import ToolDefinition, openhands_style, resolve_tool
 from cowconv.core.agent import Agent
 from cowconv.core.changes import with_prompt
 from cowconv.core.events import SystemPromptEvent, new_event_id, timestamp_now
@@ -55,11 +55,16 @@ def _tool_specs(agent: Agent) -> tuple[PMap[str, Any], ...]:
     specs = []
     for reference in agent.tools:
         try:
-            specs.append(_frozen_spec(resolve_tool(reference.name)))
+            tool = resolve_tool(reference.name)
         except ValueError:
             # Not registered (yet): run() reports it, and records the prompt again with the
             # tool's spec once it resolves.
             continue
+        if openhands_style(tool):
+            # Its specs are its instances', made with a conversation's state when it runs
+            # (they may start processes): the model is given them then, not recorded here.
+            continue
+        specs.append(_frozen_spec(tool))
     return tuple(specs)
 
 

@@ -40,7 +40,7 @@ from cowconv._exceptions import (
 from cowconv.agent.condenser import condenser_view, plan_condensation, should_condense, summarize
 from cowconv.agent.messages import INVALID_ARGUMENTS_KEY, build_messages
 from cowconv.agent.prompt import with_system_prompt
-from cowconv.agent.tools import ToolDefinition, decode_arguments, resolve_tool
+from cowconv.agent.tools import ToolDefinition, create_tools, decode_arguments
 from cowconv.core.agent import Agent
 from cowconv.core.changes import Change
 from cowconv.core.events import (
@@ -234,7 +234,7 @@ class Runner:
                 AgentErrorEvent(error=f"cannot set up the agent's tools: {error}"),
             )
             return
-        specs = [type(tool).spec() for tool in tools.values()]
+        specs = [tool.to_openai_tool() for tool in tools.values()]
 
         def start(state: ConversationState) -> ConversationState:
             if not _needs_reply(state.branch):
@@ -370,14 +370,20 @@ class Runner:
         with self._lock:
             if self._tools_agent is agent:
                 return self._tools
-        workspace = self._snapshot().workspace
+        state = self._snapshot()
         tools: dict[str, ToolDefinition[Any]] = {}
-        for reference in agent.tools:
-            if reference.name in tools:
-                raise InvalidValueError(f"the agent lists tool {reference.name!r} twice")
-            tool = resolve_tool(reference.name).create(workspace, reference.params)
-            tool.restore(self._snapshot().branch)
-            tools[reference.name] = tool
+        try:
+            for reference in agent.tools:
+                for tool in create_tools(reference, state):
+                    if tool.name in tools:
+                        tool.close()
+                        raise InvalidValueError(f"the agent has two tools named {tool.name!r}")
+                    tools[tool.name] = tool
+                    tool.restore(state.branch)
+        except BaseException:
+            for made in tools.values():
+                made.close()
+            raise
         with self._lock:
             old, self._tools, self._tools_agent = self._tools, tools, agent
         for tool in old.values():
@@ -429,4 +435,6 @@ def _execute(
         output=result.output,
         exit_code=result.exit_code,
         extra=dict(result.extra) if result.extra is not None else None,
+        observation=result.observation,
+        action_id=action.id if result.observation is not None else None,
     )

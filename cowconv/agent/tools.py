@@ -36,9 +36,9 @@ import inspect
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pyrsistent import PMap
@@ -47,8 +47,13 @@ from typing_extensions import TypeVar
 from cowconv._exceptions import InvalidTypeError, InvalidValueError, ToolArgumentError
 from cowconv.core.events import Event
 from cowconv.core.frozen import decode_json, freeze, thaw
+from cowconv.core.message import TextContent
 from cowconv.core.schema import Action, Observation
 from cowconv.core.workspace import Workspace
+
+if TYPE_CHECKING:
+    from cowconv.core.agent import Tool
+    from cowconv.core.state import ConversationState
 
 __all__ = [
     "Action",
@@ -56,7 +61,9 @@ __all__ = [
     "ToolDefinition",
     "ToolExecutor",
     "ToolResult",
+    "create_tools",
     "decode_arguments",
+    "openhands_style",
     "register_tool",
     "registered_tools",
     "resolve_tool",
@@ -115,6 +122,8 @@ class ToolResult:
     output: str
     exit_code: int | None = None
     extra: Mapping[str, Any] | None = None
+    #: An OpenHands-style tool's answer, recorded whole on the observation event.
+    observation: Observation | None = None
 
 
 P = TypeVar("P", bound=BaseModel)
@@ -169,13 +178,13 @@ class NoSettings(BaseModel):
 
 
 class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
-    """Base class of tools: a ``name``, a pydantic ``Params`` model and ``execute``.
+    """Base class of tools: cowconv's class-level form, or OpenHands' instance form.
 
-    Subclasses set ``name``, ``Params`` (the arguments the model passes,
-    validated before ``execute``), optionally ``Settings`` (validated from
-    ``Tool(name=..., params=...)``) and ``description`` (default: the class
-    docstring). One instance serves one conversation; ``close()`` releases
-    what it holds.
+    **cowconv's form**: a subclass sets ``name``, ``Params`` (the arguments
+    the model passes, validated before ``execute``), optionally ``Settings``
+    (validated from ``Tool(name=..., params=...)``) and ``description``
+    (default: the class docstring), and implements ``execute``. One instance
+    serves one conversation; ``close()`` releases what it holds.
 
     >>> from pydantic import BaseModel
     >>> from cowconv import Workspace
@@ -192,10 +201,34 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
     '3'
     >>> WordCount.spec()["function"]["parameters"]["required"]
     ['text']
+
+    **OpenHands' form** (its SDK's ``ToolDefinition``): a subclass has no
+    ``Params``; its ``create(conv_state, **params)`` returns a sequence of
+    instances built with ``description``, ``action_type``,
+    ``observation_type`` and an ``executor`` (a :class:`ToolExecutor`), which
+    the runtime calls with the validated action. :func:`create_tools` makes a
+    conversation's tools either way.
+
+    >>> class EchoAction(Action):
+    ...     text: str
+    >>> class Echo(ToolExecutor[EchoAction, Observation]):
+    ...     def __call__(self, action, conversation=None):
+    ...         return Observation.from_text(action.text)
+    >>> class EchoTool(ToolDefinition[EchoAction, Observation]):
+    ...     @classmethod
+    ...     def create(cls, conv_state=None, **params):
+    ...         return [cls(description="Repeat.", action_type=EchoAction, executor=Echo())]
+    >>> [echo] = EchoTool.create()
+    >>> echo.name, echo(EchoAction(text="hi")).text
+    ('echo', 'hi')
+    >>> echo.execute(echo.validate_arguments({"text": "hi"})).output
+    'hi'
+    >>> echo.to_openai_tool()["function"]["parameters"]["required"]
+    ['text']
     """
 
     name: ClassVar[str]
-    description: ClassVar[str] = ""
+    description: str = ""
     Params: ClassVar[type[BaseModel]]
     Settings: ClassVar[type[BaseModel]] = NoSettings
 
@@ -206,13 +239,79 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
         if "name" not in cls.__dict__:
             cls.name = _snake_case(cls.__name__).removesuffix("_tool")
 
-    def __init__(self, workspace: Workspace, settings: BaseModel) -> None:
-        self.workspace = workspace
-        self.settings = settings
+    def __init__(
+        self,
+        workspace: Workspace | None = None,
+        settings: BaseModel | None = None,
+        *,
+        description: str | None = None,
+        action_type: type[BaseModel] | None = None,
+        observation_type: type[Observation] | None = None,
+        executor: ToolExecutor[Any, Any] | None = None,
+        annotations: Any = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        # An OpenHands-style instance (made by its own ``create``) has no workspace of its own:
+        # its executor knows where it works.
+        self.workspace = workspace if workspace is not None else Workspace(working_dir=".")
+        self.settings = settings if settings is not None else NoSettings()
+        if description is not None:
+            self.description = description
+        if action_type is not None and not (
+            isinstance(action_type, type) and issubclass(action_type, BaseModel)
+        ):
+            raise InvalidTypeError(
+                f"action_type of tool {self.name!r} must be an Action class, got {action_type!r}"
+            )
+        if observation_type is not None and not (
+            isinstance(observation_type, type) and issubclass(observation_type, Observation)
+        ):
+            raise InvalidTypeError(
+                f"observation_type of tool {self.name!r} must be an Observation class, "
+                f"got {observation_type!r}"
+            )
+        self.action_type = action_type
+        self.observation_type = observation_type
+        self.executor = executor
+        self.annotations = annotations
+        self.meta = meta
+
+    @overload
+    @classmethod
+    def create(cls, workspace: Workspace, params: Mapping[str, Any] | None = None) -> Self: ...
+
+    @overload
+    @classmethod
+    def create(cls, workspace: Any = None, params: None = None, **options: Any) -> list[Self]: ...
 
     @classmethod
-    def create(cls, workspace: Workspace, params: Mapping[str, Any] | None = None) -> Self:
-        """An instance for ``workspace``, with ``params`` validated as its ``Settings``."""
+    def create(
+        cls, workspace: Any = None, params: Mapping[str, Any] | None = None, **options: Any
+    ) -> Self | list[Self]:
+        """An instance for ``workspace``, with ``params`` validated as its ``Settings``.
+
+        Called as OpenHands' SDK calls it, with a conversation state (or
+        anything with a ``workspace``) and keyword settings, it returns a
+        one-tool list; ``executor=`` there gives the tool an executor to run
+        its calls (OpenHands' way of sharing one terminal between tools).
+        """
+        if not isinstance(workspace, Workspace):
+            executor = options.pop("executor", None)
+            where = getattr(workspace, "workspace", None)
+            if not isinstance(where, Workspace):
+                raise InvalidTypeError(
+                    f"{cls.__name__}.create() takes a Workspace or a conversation state, "
+                    f"got {type(workspace).__name__}"
+                )
+            tool = cls.create(where, {**(params or {}), **options})
+            if executor is not None:
+                tool.executor = executor
+            return [tool]
+        if options:
+            raise InvalidTypeError(
+                f"{cls.__name__}.create(workspace, params) takes settings as params, "
+                f"not as keywords {sorted(options)}"
+            )
         try:
             settings = cls.Settings.model_validate(dict(params or {}))
         except ValidationError as error:
@@ -221,14 +320,20 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
 
     @classmethod
     def spec(cls) -> dict[str, Any]:
-        """The OpenAI function spec of this tool, derived from ``Params``."""
-        schema = cls.Params.model_json_schema()
-        schema.pop("title", None)
+        """The OpenAI function spec of this tool class, derived from ``Params``."""
         description = cls.description or inspect.cleandoc(cls.__doc__ or "") or cls.name
-        return {
-            "type": "function",
-            "function": {"name": cls.name, "description": description, "parameters": schema},
-        }
+        return _function_spec(cls.name, description, cls.Params)
+
+    def to_openai_tool(self) -> dict[str, Any]:
+        """The OpenAI function spec the model is given for this tool (OpenHands' name).
+
+        An OpenHands-style instance's spec comes from its ``action_type``
+        and ``description``; a cowconv tool's is its class's :meth:`spec`.
+        """
+        if self.action_type is None:
+            return type(self).spec()
+        description = self.description or inspect.cleandoc(type(self).__doc__ or "") or self.name
+        return _function_spec(self.name, description, self.action_type)
 
     def parse_arguments(self, arguments: str) -> ActionT:
         """The model's JSON ``arguments`` text as ``Params``, or :class:`ToolArgumentError`.
@@ -244,10 +349,10 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
         return self.validate_arguments(decode_arguments(arguments, self.name))
 
     def validate_arguments(self, arguments: Mapping[str, Any]) -> ActionT:
-        """Decoded arguments (a JSON object, frozen or not) as ``Params``.
+        """Decoded arguments (a JSON object, frozen or not) as ``Params`` (or ``action_type``).
 
-        Arguments that do not fit ``Params`` are a :class:`ToolArgumentError`
-        naming every problem.
+        Arguments that do not fit are a :class:`ToolArgumentError` naming
+        every problem.
 
         >>> from cowconv import Workspace
         >>> terminal = resolve_tool("terminal").create(Workspace(working_dir="."))
@@ -258,8 +363,9 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
         ...
         cowconv._exceptions.ToolArgumentError: invalid arguments for 'terminal': command: ...
         """
+        model = self.action_type if self.action_type is not None else self.Params
         try:
-            params: ActionT = self.Params.model_validate(thaw(arguments))  # type: ignore[assignment]
+            params: ActionT = model.model_validate(thaw(arguments))  # type: ignore[assignment]
         except ValidationError as error:
             problems = "; ".join(
                 f"{'.'.join(str(part) for part in problem['loc']) or '(arguments)'}: "
@@ -269,9 +375,52 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
             raise ToolArgumentError(f"invalid arguments for {self.name!r}: {problems}") from None
         return params
 
-    @abstractmethod
     def execute(self, params: ActionT) -> ToolResult:
-        """Run the tool. Raising means the tool crashed (the run stops with an error)."""
+        """Run the tool. Raising means the tool crashed (the run stops with an error).
+
+        cowconv's tools implement it; an OpenHands-style tool runs its
+        ``executor`` (see :meth:`__call__`) and answers with the observation,
+        whose text for the model is what :attr:`Observation.to_llm_content` shows.
+        """
+        observation = self(params)
+        text = "".join(
+            part.text for part in observation.to_llm_content if isinstance(part, TextContent)
+        )
+        return ToolResult(output=text, observation=observation)
+
+    def __call__(self, action: ActionT, conversation: Any = None) -> Observation:
+        """Run ``action`` and answer an :class:`Observation` (OpenHands' way to call a tool).
+
+        With an ``executor``, the executor's answer (coerced to
+        ``observation_type`` when one is declared, as OpenHands' SDK does);
+        a cowconv tool's :meth:`execute` result otherwise, as an observation
+        that is an error when the exit code is not 0.
+        """
+        if self.executor is None:
+            if type(self).execute is ToolDefinition.execute:
+                raise NotImplementedError(f"Tool {self.name!r} has no executor")
+            result = self.execute(action)
+            if result.observation is not None:
+                return result.observation
+            failed = result.exit_code not in (None, 0)
+            return Observation.from_text(result.output, is_error=failed)
+        answer = self.executor(action, conversation)
+        if self.observation_type is not None:
+            if isinstance(answer, self.observation_type):
+                return answer
+            return self.observation_type.model_validate(
+                answer.model_dump() if isinstance(answer, BaseModel) else answer
+            )
+        if isinstance(answer, Observation):
+            return answer
+        if isinstance(answer, BaseModel):
+            return Observation.model_validate(answer.model_dump())
+        if isinstance(answer, dict):
+            return Observation.model_validate(answer)
+        raise InvalidTypeError(
+            f"the executor of tool {self.name!r} answered {type(answer).__name__}: "
+            "an Observation, a pydantic model or a dict is needed without an observation_type"
+        )
 
     def restore(self, events: Sequence[Event]) -> None:
         """Take up what this tool left in a conversation's history (the default: nothing).
@@ -282,10 +431,78 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
         """
 
     def close(self) -> None:
-        """Release processes or connections (the default holds none)."""
+        """Release processes or connections: the executor's, if it has one."""
+        if self.executor is not None:
+            self.executor.close()
 
 
-def register_tool(cls: type[ToolDefinition[P]]) -> type[ToolDefinition[P]]:
+def _function_spec(name: str, description: str, model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": schema},
+    }
+
+
+def openhands_style(tool: type[ToolDefinition[Any]]) -> bool:
+    """Whether a tool class is in OpenHands' form: no ``Params``, its own ``create``.
+
+    >>> from cowconv.tools.terminal import TerminalTool
+    >>> openhands_style(TerminalTool)
+    False
+    """
+    if isinstance(getattr(tool, "Params", None), type):
+        return False
+    create = getattr(tool.create, "__func__", None)
+    return create is not None and create is not ToolDefinition.create.__func__  # type: ignore[attr-defined]
+
+
+class _FactoryTool(ToolDefinition[Any]):
+    """A tool registered as OpenHands allows: a name and a function returning tools."""
+
+    factory: ClassVar[Callable[..., Sequence[ToolDefinition[Any]]]]
+
+    @classmethod
+    def create(cls, workspace: Any = None, params: Any = None, **options: Any) -> Any:
+        return cls.factory(workspace, **options)
+
+
+def create_tools(reference: Tool, state: ConversationState) -> list[ToolDefinition[Any]]:
+    """The tools ``reference`` makes for a conversation in ``state`` (one, or a tool set's).
+
+    A cowconv tool class makes one instance for the state's workspace; an
+    OpenHands-style one is asked through its ``create(conv_state, **params)``,
+    which may answer several (a tool set). What it answers that is not a
+    sequence of :class:`ToolDefinition` instances is an :class:`InvalidTypeError`.
+
+    >>> from cowconv import LLM, Agent, ConversationState, Tool, Workspace
+    >>> state = ConversationState(id="c1", agent=Agent(llm=LLM(model="openai/gpt-4o")),
+    ...                           workspace=Workspace(working_dir="."))
+    >>> [tool.name for tool in create_tools(Tool(name="terminal"), state)]
+    ['terminal']
+    """
+    tool = resolve_tool(reference.name)
+    if not openhands_style(tool):
+        return [tool.create(state.workspace, reference.params)]
+    made = tool.create(state, **thaw(reference.params))
+    if not isinstance(made, Sequence) or not all(isinstance(t, ToolDefinition) for t in made):
+        raise InvalidTypeError(
+            f"the tools of {reference.name!r} ({tool.__qualname__}) must be a sequence of "
+            f"ToolDefinition instances, got {made!r:.200}"
+        )
+    return list(made)
+
+
+@overload
+def register_tool(cls: type[ToolDefinition[P]], /) -> type[ToolDefinition[P]]: ...
+
+
+@overload
+def register_tool(name: str, factory: Any, /) -> Any: ...
+
+
+def register_tool(cls: Any, factory: Any = None, /) -> Any:
     """Register a tool class under its ``name`` (usable as a decorator).
 
     Registering another class under a taken name is a ``ValueError``;
@@ -303,16 +520,66 @@ def register_tool(cls: type[ToolDefinition[P]]) -> type[ToolDefinition[P]]:
     ...         return ToolResult(output=params.text.upper())
     >>> resolve_tool("doc_shout") is Shout  # an agent may now use Tool(name="doc_shout")
     True
+
+    OpenHands' SDK's form, ``register_tool(name, factory)``, registers an
+    OpenHands-style tool class (or a function ``factory(conv_state, **params)``
+    returning tools) under ``name``:
+
+    >>> class PingAction(Action):
+    ...     host: str
+    >>> class PingTool(ToolDefinition[PingAction, Observation]):
+    ...     @classmethod
+    ...     def create(cls, conv_state=None, **params):
+    ...         return [cls(description="Ping a host.", action_type=PingAction)]
+    >>> register_tool("doc_ping", PingTool) is PingTool
+    True
+    >>> resolve_tool("doc_ping") is PingTool
+    True
     """
+    if isinstance(cls, str):
+        return _register(cls, _factory_class(cls, factory))
     if not (isinstance(cls, type) and issubclass(cls, ToolDefinition)):
         raise InvalidTypeError(f"register_tool() takes a ToolDefinition subclass, got {cls!r}")
+    if factory is not None:
+        raise InvalidTypeError("register_tool(cls) takes one argument; or register_tool(name, cls)")
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
         raise InvalidValueError(f"{cls.__name__} needs a non-empty class attribute `name`")
-    if not (isinstance(getattr(cls, "Params", None), type) and issubclass(cls.Params, BaseModel)):
+    if not openhands_style(cls) and not (
+        isinstance(getattr(cls, "Params", None), type) and issubclass(cls.Params, BaseModel)
+    ):
         raise InvalidValueError(
-            f"{cls.__name__} needs a pydantic model as class attribute `Params`"
+            f"{cls.__name__} needs a pydantic model as class attribute `Params` "
+            "(or, in OpenHands' form, a create() of its own returning tools)"
         )
+    return _register(name, cls)
+
+
+def _factory_class(name: str, factory: Any) -> type[ToolDefinition[Any]]:
+    """What ``register_tool(name, factory)`` registers: the class, or one calling the function."""
+    if not name:
+        raise InvalidValueError("register_tool(name, factory) needs a non-empty name")
+    if isinstance(factory, type) and issubclass(factory, ToolDefinition):
+        return factory
+    if not callable(factory):
+        raise InvalidTypeError(
+            f"register_tool({name!r}, factory) takes a ToolDefinition subclass or a function "
+            f"returning tools, got {factory!r}"
+        )
+    made: type[ToolDefinition[Any]] = type(
+        "_FactoryTool",
+        (_FactoryTool,),
+        {
+            "name": name,
+            "factory": staticmethod(factory),
+            "__module__": getattr(factory, "__module__", __name__),
+            "__qualname__": getattr(factory, "__qualname__", repr(factory)),
+        },
+    )
+    return made
+
+
+def _register(name: str, cls: type[ToolDefinition[Any]]) -> Any:
     with _REGISTRY_LOCK:
         taken = _REGISTRY.get(name)
         if taken is not None and taken.__qualname__ != cls.__qualname__:

@@ -54,12 +54,20 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from cowconv._exceptions import WorkspaceMissingError
-from cowconv.agent.tools import ToolDefinition, ToolResult, register_tool
+from cowconv.agent.tools import ToolDefinition, ToolExecutor, ToolResult, register_tool
 from cowconv.core.events import Event, ObservationEvent
 from cowconv.core.framing import representable
+from cowconv.core.schema import Action, Observation
 from cowconv.core.workspace import Workspace
 
-__all__ = ["TerminalParams", "TerminalSettings", "TerminalTool"]
+__all__ = [
+    "TerminalAction",
+    "TerminalExecutor",
+    "TerminalObservation",
+    "TerminalParams",
+    "TerminalSettings",
+    "TerminalTool",
+]
 
 _READ_SIZE = 1 << 16
 # Output after the command's own may be the end marker line: keep this much back.
@@ -317,6 +325,8 @@ class TerminalTool(ToolDefinition[TerminalParams]):
     def restore(self, events: Sequence[Event]) -> None:
         """Start the session where the last terminal command of ``events`` left off."""
         self._history = events
+        if isinstance(self.executor, TerminalExecutor):
+            self.executor.tool.restore(events)
 
     def _start_directory(self) -> str:
         working_dir = self.workspace.working_dir
@@ -328,7 +338,13 @@ class TerminalTool(ToolDefinition[TerminalParams]):
         return self._cwd if os.path.isdir(self._cwd) else working_dir
 
     def execute(self, params: TerminalParams) -> ToolResult:
-        """Run ``params.command`` in the session; a timeout kills its process group and says so."""
+        """Run ``params.command`` in the session; a timeout kills its process group and says so.
+
+        A terminal made with ``create(conv_state, executor=TerminalExecutor(...))``
+        runs in the executor's session (shared with the other tools given it).
+        """
+        if isinstance(self.executor, TerminalExecutor) and self.executor.tool is not self:
+            return self.executor.tool.execute(params)
         limit = self.settings.timeout
         timeout = min(params.timeout, limit) if params.timeout is not None else limit
         with self._lock:
@@ -413,6 +429,8 @@ class TerminalTool(ToolDefinition[TerminalParams]):
 
     def close(self) -> None:
         """End the session: kill the running command (if any) and everything it started."""
+        if isinstance(self.executor, TerminalExecutor) and self.executor.tool is not self:
+            self.executor.close()
         with self._state_lock:
             if self._running:
                 self._closed_while_running = True
@@ -427,6 +445,97 @@ class TerminalTool(ToolDefinition[TerminalParams]):
                 self._session = None
         finally:
             self._lock.release()
+
+
+class TerminalAction(Action):
+    """OpenHands' terminal action: the command a :class:`TerminalExecutor` runs.
+
+    >>> TerminalAction(command="ls").timeout is None
+    True
+    """
+
+    command: str = Field(description="The shell command to run (bash syntax).")
+    is_input: bool = Field(
+        default=False,
+        description="Whether the command is input for the running process (not supported).",
+    )
+    timeout: float | None = Field(default=None, gt=0, description="Seconds before it is killed.")
+    reset: bool = Field(default=False, description="Start a new shell before the command.")
+
+
+class TerminalObservation(Observation):
+    """What a :class:`TerminalExecutor` answers: the output, the command and its exit code.
+
+    >>> TerminalObservation.from_text("hi", command="echo hi", exit_code=0).exit_code
+    0
+    """
+
+    command: str | None = None
+    exit_code: int | None = None
+    timeout: bool = False
+
+
+class TerminalExecutor(ToolExecutor[TerminalAction, TerminalObservation]):
+    """A terminal session to call directly, or to share between tools (OpenHands' class).
+
+    It runs commands as :class:`TerminalTool` does (one persistent shell in
+    ``working_dir``); ``TerminalTool.create(conv_state, executor=...)`` gives
+    the conversation's terminal this session, so another tool built on the
+    same executor sees the same shell.
+
+    >>> import tempfile
+    >>> executor = TerminalExecutor(working_dir=tempfile.gettempdir())
+    >>> executor(TerminalAction(command="export N=7")).exit_code
+    0
+    >>> executor(TerminalAction(command="echo $N")).text
+    '7\\n'
+    >>> executor.close()
+
+    OpenHands' other options (``username``, ``terminal_type``, ``shell_path``,
+    ``no_change_timeout_seconds``, ``full_output_save_dir``) are accepted
+    and not used: cowconv runs bash (``/bin/sh`` without it) as the current
+    user, and a command runs until it ends or its ``timeout``.
+    """
+
+    def __init__(
+        self,
+        working_dir: str,
+        username: str | None = None,
+        no_change_timeout_seconds: int | None = None,
+        terminal_type: str | None = None,
+        shell_path: str | None = None,
+        full_output_save_dir: str | None = None,
+        *,
+        timeout: float = 120.0,
+        max_output_bytes: int = 30_000,
+    ) -> None:
+        settings = TerminalSettings(timeout=timeout, max_output_bytes=max_output_bytes)
+        self.tool = TerminalTool(Workspace(working_dir=working_dir), settings)
+
+    def __call__(self, action: TerminalAction, conversation: object = None) -> TerminalObservation:
+        """Run ``action.command`` in the session (``reset`` starts a new shell first)."""
+        if action.is_input:
+            return TerminalObservation.from_text(
+                "sending input to a running command is not supported: each command runs "
+                "to its end (or its timeout) with standard input empty",
+                is_error=True,
+                command=action.command,
+            )
+        if action.reset:
+            self.tool.close()
+        result = self.tool.execute(TerminalParams(command=action.command, timeout=action.timeout))
+        timed_out = bool(result.extra and result.extra.get("timed_out"))
+        return TerminalObservation.from_text(
+            result.output, command=action.command, exit_code=result.exit_code, timeout=timed_out
+        )
+
+    def close(self) -> None:
+        """End the session and everything it started."""
+        self.tool.close()
+
+    def interrupt(self) -> None:
+        """Kill the running command (the next one starts a new shell)."""
+        self.tool.close()
 
 
 def _last_directory(events: Sequence[Event]) -> str | None:
