@@ -6,7 +6,7 @@ conversations through the row interface (one transaction), starts
 ``cowconv serve --store`` on each (a real uvicorn process) and prints the
 median time of listing requests over HTTP: the first page (twice, the second
 with the server warm), pages read from cursors all over the listing, and an
-``offset`` page near the end (what cursors avoid). Issue 21's target is a
+``offset`` page near the end (what cursors avoid). The target is a
 p50 of at most 50 ms at 100,000 conversations on both stores.
 """
 

@@ -1,4 +1,4 @@
-"""A real server's resident memory while it serves N forks (issue 21: bounded memory).
+"""A real server's resident memory while it serves N forks (its memory must stay bounded).
 
 ``python -m benchmarks.server_memory 10000 [bound ...]`` starts
 ``cowconv serve --data-dir`` (a SQLite file) once per ``bound`` given to
@@ -6,7 +6,7 @@
 which keeps every conversation in memory as before eviction existed), creates
 one conversation with a message, forks it N times over HTTP (4 client
 threads) and prints the server's RSS (psutil) after 100 forks and after N.
-Issue 21's target: RSS after 10,000 forks at most 1.5 times RSS after 100.
+The target: RSS after 10,000 forks at most 1.5 times RSS after 100.
 """
 
 from __future__ import annotations

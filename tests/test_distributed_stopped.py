@@ -1,4 +1,4 @@
-"""Issue 22, item 6: a worker that hangs because it is stopped (SIGSTOP), on every engine.
+"""A worker that hangs because it is stopped (SIGSTOP), on every engine.
 
 The branch's own command stops the worker process that runs it (``kill -STOP
 $PPID``): the process is alive but never answers again, and nothing on the

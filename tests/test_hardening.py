@@ -1,4 +1,4 @@
-"""Issue #10, parts 5 and 6: stopping a run, callback order, remote clients, store failures.
+"""Stopping a run, callback order, remote clients, store failures.
 
 Real parts throughout: the stub LLM over litellm's HTTP path, real shell
 commands, a real uvicorn server on 127.0.0.1, real SQLite files.

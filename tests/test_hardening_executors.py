@@ -1,4 +1,4 @@
-"""Issue 22, part 6: a worker process that dies or stops answering fails its branch alone.
+"""A worker process that dies or stops answering fails its branch alone.
 
 Real parts: ProcessExecutor's worker processes; the branch's command runs in a
 real shell that stops (SIGSTOP) or kills (SIGKILL) its own worker process.

@@ -1,4 +1,4 @@
-"""Issue 22, part 6: callback order under reentrancy and navigate during a run, on every backend.
+"""Callback order under reentrancy and navigate during a run, on every backend.
 
 Real parts: the stub LLM server behind litellm's HTTP path, real terminal
 commands, a SQLite file read back by another process, an agent server.

@@ -1,4 +1,4 @@
-"""Issue 22, part 6: ``cowconv serve --data-dir`` with odd paths, in real server processes.
+"""``cowconv serve --data-dir`` with odd paths, in real server processes.
 
 Each case starts ``python -m cowconv serve`` as a user would, talks to it over
 HTTP on 127.0.0.1, stops it and starts it again on the same directory.

@@ -1,4 +1,4 @@
-"""Issue 22, part 2: whatever a door accepts loads again, whatever door it came through.
+"""Whatever a door accepts loads again, whatever door it came through.
 
 The property: an event or a state that any public door accepts (constructors,
 ``model_copy(update=...)``, ``model_construct``, ``append_event``,

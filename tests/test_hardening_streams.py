@@ -1,4 +1,4 @@
-"""Issue 22, parts 1 and 4: event ids cannot break event streams; unknown ids leak nothing.
+"""Event ids cannot break event streams; unknown ids leak nothing.
 
 Real parts: a real uvicorn server on 127.0.0.1, httpx and httpx_sse over
 TCP, the remote client's real run (the stub LLM behind litellm's HTTP path).

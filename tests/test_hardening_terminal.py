@@ -1,4 +1,4 @@
-"""Issue 22, part 3: the terminal survives any directory name; any LLM answer is recorded.
+"""The terminal survives any directory name; any LLM answer is recorded.
 
 Real parts: the terminal's real bash session (a subprocess on a pseudo-terminal)
 in real directories whose names are arbitrary bytes (``os.fsencode``), the

@@ -1,5 +1,5 @@
 """OpenHands' Python API on a conversation in this process: the tree, the view, and the calls
-code written for OpenHands' SDK makes (issue 20, item 3).
+code written for OpenHands' SDK makes.
 
 The first test makes the calls of OpenHands' fork example
 (``examples/01_standalone_sdk/48_conversation_fork.py`` of OpenHands'

@@ -1,4 +1,4 @@
-"""OpenHands' SDK's Python API on cowconv: TestLLM, switch_llm, what issue 20 needed."""
+"""OpenHands' SDK's Python API on cowconv: TestLLM, switch_llm."""
 
 from __future__ import annotations
 

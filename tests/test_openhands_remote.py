@@ -1,4 +1,4 @@
-"""What OpenHands' own client tests asked of cowconv (issue 20), checked on real servers.
+"""What OpenHands' own client tests asked of cowconv, checked on real servers.
 
 A run that ends in ``error`` or ``stuck`` raises :class:`~cowconv.ConversationRunError` on
 every backend; a message of another role than ``user`` is a

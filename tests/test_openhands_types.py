@@ -1,4 +1,4 @@
-"""OpenHands' SDK types cowconv provides (issue 20): confirmation policies, the conversation
+"""OpenHands' SDK types cowconv provides: confirmation policies, the conversation
 error event, state update events, Metrics, LLM(log_completions=)."""
 
 from __future__ import annotations

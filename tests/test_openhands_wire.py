@@ -1,4 +1,4 @@
-"""One REST protocol, both directions, with real processes (issue 20, items 2 and 4).
+"""One REST protocol, both directions, with real processes.
 
 * OpenHands' own ``RemoteConversation`` (openhands-sdk 1.58.2, in the Python
   >= 3.12 environment ``tests/openhands/venv.py`` builds from the registry,

@@ -1,4 +1,4 @@
-"""cowconv's remote client, the way OpenHands' client speaks to an agent server (issue 20).
+"""cowconv's remote client, the way OpenHands' client speaks to an agent server.
 
 On any agent server that is not cowconv's, :class:`~cowconv.RemoteConversation`
 uses OpenHands' protocol only: ``/events/search`` pages cached in a

@@ -1,4 +1,4 @@
-"""Agent-server replicas (issue 21): two real ``cowconv serve`` processes on one store.
+"""Agent-server replicas: two real ``cowconv serve`` processes on one store.
 
 On a SQLite file and on a PostgreSQL database alike: a write by one server is
 what the other serves next (a version conflict reloads, never poisons),
@@ -416,7 +416,7 @@ def test_eviction_never_changes_what_is_served(
 
 
 class TestBenchmarksRun:
-    """The server benchmarks of issue 21 still run (small sizes; their figures are in docs)."""
+    """The server benchmarks still run (small sizes; their figures are in docs)."""
 
     def test_server_listing(self, capsys: pytest.CaptureFixture[str]):
         from benchmarks import server_listing

@@ -1,4 +1,4 @@
-"""The listing paged by an index (issue 21): order, cursors, no duplicates or misses.
+"""The listing paged by an index: order, cursors, no duplicates or misses.
 
 Runs on memory, SQLite and PostgreSQL alike (the ``store_database`` fixture).
 A page is read off the listing index from a cursor; these tests state what

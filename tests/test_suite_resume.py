@@ -1,4 +1,4 @@
-"""Issue 21: branch suites that survive their caller (``suite_id=``, ``resume_suite``).
+"""Branch suites that survive their caller (``suite_id=``, ``resume_suite``).
 
 Real parts only: the caller is a real Python process SIGKILLed mid-suite; its
 branches run on real worker processes (ProcessExecutor) or a real Dask

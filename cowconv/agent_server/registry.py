@@ -174,7 +174,7 @@ class ConversationRegistry:
                 conversation = None
             try:
                 # The hub is kept only for a conversation that exists: a GET of an unknown
-                # id must not leave an entry behind (issue 22, part 4).
+                # id must not leave an entry behind.
                 hub = self._hubs.get(conversation_id) or _Hub()
                 fresh = Conversation.resume(self._store, conversation_id, callbacks=[hub.notify])
             except BaseException:
