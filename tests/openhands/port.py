@@ -210,6 +210,13 @@ MODULE_MAP: tuple[tuple[str, tuple[str, ...]], ...] = (
         "openhands.sdk.conversation.impl.remote_conversation",
         ("cowconv.backends.remote", "cowconv"),
     ),
+    # OpenHands' SDK subpackages with a cowconv package of their own (names also at the root).
+    ("openhands.sdk.context", ("cowconv.context", "cowconv")),
+    ("openhands.sdk.hooks", ("cowconv.hooks", "cowconv")),
+    ("openhands.sdk.logger", ("cowconv.logger", "cowconv")),
+    ("openhands.sdk.mcp", ("cowconv.mcp", "cowconv")),
+    ("openhands.sdk.security", ("cowconv.security", "cowconv")),
+    ("openhands.sdk.subagent", ("cowconv.subagent", "cowconv")),
     ("openhands.sdk", ("cowconv",)),
     (
         "openhands.agent_server.config",
@@ -248,7 +255,23 @@ MODULE_MAP: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("cowconv.agent_server.utils", "cowconv.agent_server", "cowconv"),
     ),
     ("openhands.agent_server", ("cowconv.agent_server", "cowconv")),
+    ("openhands.tools.browser_use", ("cowconv.tools.browser_use", "cowconv.tools", "cowconv")),
+    ("openhands.tools.delegate", ("cowconv.tools.delegate", "cowconv.tools", "cowconv")),
+    ("openhands.tools.file_editor", ("cowconv.tools.file_editor", "cowconv.tools", "cowconv")),
+    (
+        "openhands.tools.preset.default",
+        ("cowconv.tools.preset.default", "cowconv.tools.preset", "cowconv.tools", "cowconv"),
+    ),
+    (
+        "openhands.tools.preset.planning",
+        ("cowconv.tools.preset.planning", "cowconv.tools.preset", "cowconv.tools", "cowconv"),
+    ),
+    ("openhands.tools.preset", ("cowconv.tools.preset", "cowconv.tools", "cowconv")),
+    ("openhands.tools.task", ("cowconv.tools.task", "cowconv.tools", "cowconv")),
+    ("openhands.tools.task_tracker", ("cowconv.tools.task_tracker", "cowconv.tools", "cowconv")),
     ("openhands.tools.terminal", ("cowconv.tools.terminal", "cowconv.tools", "cowconv")),
+    ("openhands.tools.tom_consult", ("cowconv.tools.tom_consult", "cowconv.tools", "cowconv")),
+    ("openhands.tools.workflow", ("cowconv.tools.workflow", "cowconv.tools", "cowconv")),
     ("openhands.tools", ("cowconv.tools", "cowconv")),
     ("openhands", ("cowconv",)),
 )
