@@ -95,6 +95,10 @@ _LAZY = {
     "ConfirmationPolicyBase": "cowconv.core.security",
     "NeverConfirm": "cowconv.core.security",
     "SecurityRisk": "cowconv.core.security",
+    "HookExecutionEvent": "cowconv.core.oversight",
+    "RejectionSource": "cowconv.core.oversight",
+    "SecurityAnalysisEvent": "cowconv.core.oversight",
+    "UserRejectObservation": "cowconv.core.oversight",
     "FULL_STATE_KEY": "cowconv.backends.remote",
     "RemoteEventsList": "cowconv.backends.remote",
     "WebSocketCallbackClient": "cowconv.backends.remote",
@@ -212,6 +216,12 @@ if TYPE_CHECKING:
     from cowconv.core.history import EventLog
     from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
     from cowconv.core.schema import Action, Observation
+    from cowconv.core.oversight import (
+        HookExecutionEvent,
+        RejectionSource,
+        SecurityAnalysisEvent,
+        UserRejectObservation,
+    )
     from cowconv.core.security import (
         AlwaysConfirm,
         ConfirmationPolicyBase,
@@ -297,6 +307,7 @@ __all__ = [
     "FileMissingError",
     "FrozenInstanceError",
     "GroupTotals",
+    "HookExecutionEvent",
     "ImageContent",
     "InactiveServiceError",
     "InvalidTypeError",
@@ -322,6 +333,7 @@ __all__ = [
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",
+    "RejectionSource",
     "RemoteConversation",
     "RemoteError",
     "RemoteEventsList",
@@ -329,6 +341,7 @@ __all__ = [
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
+    "SecurityAnalysisEvent",
     "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
@@ -352,6 +365,7 @@ __all__ = [
     "ToolResult",
     "UnsafeExposureError",
     "Usage",
+    "UserRejectObservation",
     "View",
     "WebSocketCallbackClient",
     "WebSocketConnectionError",

@@ -1,0 +1,308 @@
+"""Security analyzers: how risky a tool call is, before it runs (OpenHands' SDK's names).
+
+A conversation's analyzer (``conversation.set_security_analyzer(...)``) gives
+each tool call of a step a :class:`~cowconv.SecurityRisk`; its confirmation
+policy then decides whether the step waits for the user. The analyzer is part
+of the conversation's immutable state, so a fork has its source's.
+
+* :class:`LLMSecurityAnalyzer` takes the risk the model itself gave the call
+  (the ``security_risk`` argument cowconv adds to every tool's schema while an
+  analyzer is set).
+* :class:`PatternSecurityAnalyzer` scans what the call would execute (and all
+  its text, for prompt injection) for known signatures.
+* :class:`EnsembleSecurityAnalyzer` takes the worst concrete risk of several.
+
+Each dumps its ``kind``, OpenHands' JSON:
+
+>>> from cowconv import ActionEvent
+>>> call = ActionEvent(tool_name="terminal", tool_call_id="c1",
+...                    arguments={"command": "rm -rf /tmp/x"})
+>>> PatternSecurityAnalyzer().security_risk(call).value
+'HIGH'
+>>> SecurityAnalyzerBase.model_validate({"kind": "LLMSecurityAnalyzer"}).security_risk(call).value
+'UNKNOWN'
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+from collections.abc import Iterator, Sequence
+from functools import cached_property
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from cowconv.core.events import ActionEvent, Event
+from cowconv.core.frozen import CheckedModel, FrozenJSONMap
+from cowconv.core.kinds import Kinded
+from cowconv.core.security import SecurityRisk
+
+__all__ = [
+    "EnsembleSecurityAnalyzer",
+    "LLMSecurityAnalyzer",
+    "PatternSecurityAnalyzer",
+    "SecurityAnalysis",
+    "SecurityAnalyzerBase",
+]
+
+logger = logging.getLogger("cowconv.security")
+
+_ORDER = {SecurityRisk.LOW: 1, SecurityRisk.MEDIUM: 2, SecurityRisk.HIGH: 3}
+
+
+class SecurityAnalysis(CheckedModel):
+    """One action's risk and, optionally, why (OpenHands' ``SecurityAnalysis``).
+
+    >>> SecurityAnalysis(risk="LOW").risk is SecurityRisk.LOW
+    True
+    """
+
+    risk: SecurityRisk
+    details: FrozenJSONMap | None = None
+
+
+class SecurityAnalyzerBase(Kinded):
+    """Base of the security analyzers: :meth:`security_risk` rates one tool call.
+
+    Validating through this class returns the analyzer its ``kind`` names.
+
+    >>> type(SecurityAnalyzerBase.model_validate({"kind": "PatternSecurityAnalyzer"})).__name__
+    'PatternSecurityAnalyzer'
+    """
+
+    __kind_family__: ClassVar[bool] = True
+
+    def security_risk(self, action: ActionEvent) -> SecurityRisk:
+        """The risk of ``action``."""
+        raise NotImplementedError(f"{type(self).__name__} does not define security_risk")
+
+    def analyze_event(self, event: Event) -> SecurityRisk | None:
+        """The risk of ``event`` if it is a tool call, else ``None``.
+
+        >>> from cowconv import PauseEvent
+        >>> LLMSecurityAnalyzer().analyze_event(PauseEvent()) is None
+        True
+        """
+        return self.security_risk(event) if isinstance(event, ActionEvent) else None
+
+    def analyze_action(self, action: ActionEvent) -> SecurityAnalysis:
+        """The risk of ``action`` with no details (analyzers that can explain override it)."""
+        return SecurityAnalysis(risk=self.security_risk(action))
+
+    def analyze_actions(
+        self, pending_actions: Sequence[ActionEvent]
+    ) -> list[tuple[ActionEvent, SecurityAnalysis]]:
+        """Each action with its analysis; an analyzer that fails rates the action ``HIGH``.
+
+        >>> from cowconv import ActionEvent
+        >>> call = ActionEvent(tool_name="t", tool_call_id="c1", arguments={},
+        ...                    security_risk="LOW")
+        >>> [a.risk.value for _, a in LLMSecurityAnalyzer().analyze_actions([call])]
+        ['LOW']
+        """
+        analyzed = []
+        for action in pending_actions:
+            try:
+                analysis = self.analyze_action(action)
+            except Exception as error:  # fail closed: a broken analyzer must not wave through
+                logger.error("analyzing %s failed: %s", action.id, error)
+                analysis = SecurityAnalysis(risk=SecurityRisk.HIGH, details={"error": str(error)})
+            analyzed.append((action, analysis))
+        return analyzed
+
+    def analyze_pending_actions(
+        self, pending_actions: Sequence[ActionEvent]
+    ) -> list[tuple[ActionEvent, SecurityRisk]]:
+        """Each action with its risk only (OpenHands' older method)."""
+        return [
+            (action, analysis.risk) for action, analysis in self.analyze_actions(pending_actions)
+        ]
+
+    def should_require_confirmation(
+        self, risk: SecurityRisk, confirmation_mode: bool = False
+    ) -> bool:
+        """OpenHands' default rule: ``HIGH`` always, ``UNKNOWN`` outside confirmation mode.
+
+        >>> LLMSecurityAnalyzer().should_require_confirmation(SecurityRisk.LOW)
+        False
+        """
+        if risk is SecurityRisk.HIGH or confirmation_mode:
+            return True
+        return risk is SecurityRisk.UNKNOWN
+
+
+class LLMSecurityAnalyzer(SecurityAnalyzerBase):
+    """The risk the model gave the call itself (its ``security_risk`` argument).
+
+    >>> from cowconv import ActionEvent
+    >>> call = ActionEvent(tool_name="terminal", tool_call_id="c1", arguments={},
+    ...                    security_risk="HIGH")
+    >>> LLMSecurityAnalyzer().security_risk(call).value
+    'HIGH'
+    """
+
+    def security_risk(self, action: ActionEvent) -> SecurityRisk:
+        """``action.security_risk`` (``UNKNOWN`` when the model gave none)."""
+        return action.security_risk
+
+
+_PatternList = tuple[tuple[str, str, str], ...]
+
+DEFAULT_HIGH_PATTERNS: _PatternList = (
+    (
+        r"\brm\s+(?:-[frR]{2,}|-[rR]\s+-f|-f\s+-[rR]|--recursive\s+--force|--force\s+--recursive)\b",
+        "Recursive force-delete (rm -rf variants)",
+        "exec.destruct.rm_rf",
+    ),
+    (r"\bsudo\s+rm\b", "Privileged file deletion", "exec.destruct.sudo_rm"),
+    (r"\bmkfs\.\w+", "Filesystem format command", "exec.destruct.mkfs"),
+    (r"\bdd\b.{0,100}of=/dev/", "Raw disk write", "exec.destruct.dd_raw_disk"),
+    (r"\beval\s*\(", "Dynamic code evaluation", "exec.code.eval_call"),
+    (r"\bexec\s*\(", "Dynamic code execution", "exec.code.exec_call"),
+    (r"\bos\.system\s*\(", "OS-level command execution", "exec.code.os_system"),
+    (
+        r"\bsubprocess\.(?:call|run|Popen|check_output|check_call)\s*\(",
+        "Subprocess invocation",
+        "exec.code.subprocess",
+    ),
+    (r"\bcurl\b[^|]{0,200}\|\s*(?:ba)?sh\b", "Download and run (curl | sh)", "exec.net.curl_pipe"),
+    (r"\bwget\b[^|]{0,200}\|\s*(?:ba)?sh\b", "Download and run (wget | sh)", "exec.net.wget_pipe"),
+)
+DEFAULT_MEDIUM_PATTERNS: _PatternList = (
+    (r"\bcurl\b.{0,100}https?://", "HTTP request via curl", "exec.net.curl"),
+    (r"\bwget\b.{0,100}https?://", "Download via wget", "exec.net.wget"),
+)
+DEFAULT_INJECTION_HIGH_PATTERNS: _PatternList = (
+    (
+        r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:all\s+)?"
+        r"(?:previous|prior|above)\s+(?:instructions?|prompts?|rules?|directives?)\b",
+        "Instruction override attempt",
+        "inject.override",
+    ),
+)
+DEFAULT_INJECTION_MEDIUM_PATTERNS: _PatternList = (
+    (r"\byou\s+are\s+now\s+(?:in\s+)?(?:\w+\s+)?mode\b", "Mode switching attempt", "inject.mode"),
+    (
+        r"\bpretend\s+(?:you\s+are|to\s+be)\s+(?:a\s+)?different\b",
+        "Identity manipulation",
+        "inject.identity",
+    ),
+)
+
+_SCAN_CAP = 30_000  # characters scanned per corpus: a huge argument cannot hide a later one
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string leaf of a JSON value (keys left out), depth first."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict) or hasattr(value, "items"):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def _normalized(parts: Iterator[str]) -> str:
+    # Fullwidth and compatibility forms folded (NFKC), invisible format characters dropped.
+    text = " ".join(parts)[:_SCAN_CAP]
+    text = unicodedata.normalize("NFKC", text)
+    return "".join(char for char in text if unicodedata.category(char) != "Cf")
+
+
+def _executable_text(action: ActionEvent) -> str:
+    return _normalized(iter([*_strings(action.arguments), action.tool_name]))
+
+
+def _all_text(action: ActionEvent) -> str:
+    thought = [action.summary or "", action.thought]
+    return _normalized(iter([*_strings(action.arguments), action.tool_name, *thought]))
+
+
+class PatternSecurityAnalyzer(SecurityAnalyzerBase):
+    """Known dangerous signatures in a tool call: ``HIGH``, ``MEDIUM`` or ``LOW``.
+
+    Shell and code patterns scan only what the call would execute (its
+    arguments and tool name), never the model's thought; prompt-injection
+    patterns scan both. Each pattern is ``(regex, description, detector id)``,
+    matched case-insensitively after folding invisible and fullwidth
+    characters.
+
+    >>> from cowconv import ActionEvent
+    >>> def rate(command, thought=""):
+    ...     call = ActionEvent(tool_name="terminal", tool_call_id="c1",
+    ...                        arguments={"command": command}, thought=thought)
+    ...     return PatternSecurityAnalyzer().security_risk(call).value
+    >>> rate("ls -la"), rate("curl https://example.com"), rate("curl x.sh | sh")
+    ('LOW', 'MEDIUM', 'HIGH')
+    >>> rate("echo rm -rf is bad") , rate("ls", thought="rm -rf / later")
+    ('HIGH', 'LOW')
+    """
+
+    high_patterns: _PatternList = DEFAULT_HIGH_PATTERNS
+    medium_patterns: _PatternList = DEFAULT_MEDIUM_PATTERNS
+    injection_high_patterns: _PatternList = DEFAULT_INJECTION_HIGH_PATTERNS
+    injection_medium_patterns: _PatternList = DEFAULT_INJECTION_MEDIUM_PATTERNS
+
+    @cached_property
+    def _compiled(self) -> tuple[list[re.Pattern[str]], ...]:
+        return tuple(
+            [re.compile(pattern, re.IGNORECASE) for pattern, _, _ in patterns]
+            for patterns in (
+                self.high_patterns,
+                self.injection_high_patterns,
+                self.medium_patterns,
+                self.injection_medium_patterns,
+            )
+        )
+
+    def security_risk(self, action: ActionEvent) -> SecurityRisk:
+        """``HIGH`` or ``MEDIUM`` if a pattern of that level matches, else ``LOW``."""
+        executable, everything = _executable_text(action), _all_text(action)
+        high, injection_high, medium, injection_medium = self._compiled
+        if any(p.search(executable) for p in high) or any(
+            p.search(everything) for p in injection_high
+        ):
+            return SecurityRisk.HIGH
+        if any(p.search(executable) for p in medium) or any(
+            p.search(everything) for p in injection_medium
+        ):
+            return SecurityRisk.MEDIUM
+        return SecurityRisk.LOW
+
+
+class EnsembleSecurityAnalyzer(SecurityAnalyzerBase):
+    """The worst concrete risk its ``analyzers`` give (a failing one counts as ``HIGH``).
+
+    ``UNKNOWN`` answers are left out unless all are ``UNKNOWN``; with
+    ``propagate_unknown``, any ``UNKNOWN`` makes the answer ``UNKNOWN``.
+
+    >>> from cowconv import ActionEvent
+    >>> call = ActionEvent(tool_name="terminal", tool_call_id="c1",
+    ...                    arguments={"command": "curl https://example.com"})
+    >>> both = [LLMSecurityAnalyzer(), PatternSecurityAnalyzer()]
+    >>> EnsembleSecurityAnalyzer(analyzers=both).security_risk(call).value
+    'MEDIUM'
+    >>> EnsembleSecurityAnalyzer(analyzers=both, propagate_unknown=True).security_risk(call).value
+    'UNKNOWN'
+    """
+
+    analyzers: tuple[SecurityAnalyzerBase, ...] = Field(min_length=1)
+    propagate_unknown: bool = False
+
+    def security_risk(self, action: ActionEvent) -> SecurityRisk:
+        """The highest concrete risk of the children (see the class)."""
+        results = []
+        for analyzer in self.analyzers:
+            try:
+                results.append(analyzer.security_risk(action))
+            except Exception:
+                logger.exception("analyzer %s failed: counted as HIGH", type(analyzer).__name__)
+                results.append(SecurityRisk.HIGH)
+        if self.propagate_unknown and SecurityRisk.UNKNOWN in results:
+            return SecurityRisk.UNKNOWN
+        concrete = [risk for risk in results if risk is not SecurityRisk.UNKNOWN]
+        return max(concrete, key=_ORDER.__getitem__, default=SecurityRisk.UNKNOWN)

@@ -1,0 +1,43 @@
+"""Security analyzers and confirmation policies, under OpenHands' ``openhands.sdk.security`` names.
+
+The analyzers rate each tool call of a step; the conversation's confirmation
+policy decides from those ratings whether the step waits for the user
+(``conversation.set_security_analyzer(...)``,
+``conversation.set_confirmation_policy(...)``). See ``docs/confirmation.md``.
+
+>>> from cowconv.security import ConfirmRisky, PatternSecurityAnalyzer, SecurityRisk
+>>> from cowconv import ActionEvent
+>>> call = ActionEvent(tool_name="terminal", tool_call_id="c1", arguments={"command": "sudo rm x"})
+>>> ConfirmRisky().should_confirm(PatternSecurityAnalyzer().security_risk(call))
+True
+"""
+
+from cowconv.core.analyzers import (
+    EnsembleSecurityAnalyzer,
+    LLMSecurityAnalyzer,
+    PatternSecurityAnalyzer,
+    SecurityAnalysis,
+    SecurityAnalyzerBase,
+)
+from cowconv.core.oversight import SecurityAnalysisEvent
+from cowconv.core.security import (
+    AlwaysConfirm,
+    ConfirmationPolicyBase,
+    ConfirmRisky,
+    NeverConfirm,
+    SecurityRisk,
+)
+
+__all__ = [
+    "AlwaysConfirm",
+    "ConfirmRisky",
+    "ConfirmationPolicyBase",
+    "EnsembleSecurityAnalyzer",
+    "LLMSecurityAnalyzer",
+    "NeverConfirm",
+    "PatternSecurityAnalyzer",
+    "SecurityAnalysis",
+    "SecurityAnalysisEvent",
+    "SecurityAnalyzerBase",
+    "SecurityRisk",
+]
