@@ -215,13 +215,13 @@ if TYPE_CHECKING:
     from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
     from cowconv.core.history import EventLog
     from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
-    from cowconv.core.schema import Action, Observation
     from cowconv.core.oversight import (
         HookExecutionEvent,
         RejectionSource,
         SecurityAnalysisEvent,
         UserRejectObservation,
     )
+    from cowconv.core.schema import Action, Observation
     from cowconv.core.security import (
         AlwaysConfirm,
         ConfirmationPolicyBase,
