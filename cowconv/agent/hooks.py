@@ -215,6 +215,8 @@ class HookExecutor:
             stdout, stderr = process.communicate(payload, timeout=hook.timeout)
         except subprocess.TimeoutExpired:
             _kill_group(process)
+            with contextlib.suppress(subprocess.TimeoutExpired, OSError, ValueError):
+                process.communicate(timeout=5)  # reap it and close its pipes
             return HookResult(
                 success=False, exit_code=-1, error=f"Hook timed out after {hook.timeout} seconds"
             )
