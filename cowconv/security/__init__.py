@@ -16,6 +16,8 @@ from cowconv.core.analyzers import (
     EnsembleSecurityAnalyzer,
     LLMSecurityAnalyzer,
     PatternSecurityAnalyzer,
+    PolicyRailSecurityAnalyzer,
+    RailDecision,
     SecurityAnalysis,
     SecurityAnalyzerBase,
 )
@@ -36,6 +38,8 @@ __all__ = [
     "LLMSecurityAnalyzer",
     "NeverConfirm",
     "PatternSecurityAnalyzer",
+    "PolicyRailSecurityAnalyzer",
+    "RailDecision",
     "SecurityAnalysis",
     "SecurityAnalysisEvent",
     "SecurityAnalyzerBase",
