@@ -331,3 +331,57 @@ class TestConfigAndExecutor:
             process.wait(timeout=60)
         assert json.loads((tmp_path / "bg.json").read_text())["event_type"] == "Stop"
         executor.cleanup_all()
+
+
+class TestAgentHooks:
+    def test_agent_hook_decides_with_a_small_run(self, tmp_path: Path) -> None:
+        """An agent hook runs a small agent on the event; its JSON answer blocks the call."""
+        config = HookConfig(
+            pre_tool_use=[
+                HookMatcher(
+                    matcher="terminal",
+                    hooks=[
+                        HookDefinition(
+                            type=HookType.AGENT,
+                            name="reviewer",
+                            system_prompt="Deny reading /etc/passwd.",
+                            max_iterations=2,
+                        )
+                    ],
+                )
+            ]
+        )
+        conversation = chat(
+            tmp_path,
+            config,
+            call("c1", "awk '{print}' /etc/passwd > copy.txt"),
+            text('Verdict: {"decision": "deny", "reason": "reads /etc/passwd"}'),
+            text("understood"),
+        )
+        conversation.send_message("show me the users")
+        conversation.run()
+        assert not (tmp_path / "copy.txt").exists()
+        (run,) = runs(conversation)
+        assert run.blocked and run.reason == "reads /etc/passwd"
+        assert run.hook_command == "agent-hook:reviewer"
+        assert conversation.state.events[-1].text == "understood"
+
+    def test_agent_hook_that_cannot_decide_allows(self, tmp_path: Path) -> None:
+        """An answer without a decision allows the call, marked unsuccessful."""
+        config = HookConfig(
+            pre_tool_use=[
+                HookMatcher(hooks=[HookDefinition(type=HookType.AGENT, system_prompt="Review.")])
+            ]
+        )
+        conversation = chat(
+            tmp_path,
+            config,
+            call("c1", "echo ran >> log.txt"),
+            text("I am not sure."),
+            text("done"),
+        )
+        conversation.send_message("go")
+        conversation.run()
+        (run,) = runs(conversation)
+        assert not run.blocked and not run.success
+        assert (tmp_path / "log.txt").read_text() == "ran\n"

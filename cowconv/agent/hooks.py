@@ -39,7 +39,7 @@ from cowconv._exceptions import LLMError
 from cowconv.core.hooks import HookConfig, HookDecision, HookDefinition, HookEventType, HookType
 from cowconv.core.llm import LLM
 
-__all__ = ["HookEvent", "HookExecutor", "HookManager", "HookResult"]
+__all__ = ["AgentHookRunner", "HookEvent", "HookExecutor", "HookManager", "HookResult"]
 
 logger = logging.getLogger("cowconv.hooks")
 
@@ -49,6 +49,14 @@ _TRUNCATED = "\n<TRUNCATED>"
 
 # Variables a hook never inherits: the keys of the LLM providers the agent talks to.
 _SECRET_MARKERS = ("API_KEY", "SECRET", "TOKEN", "PASSWORD")
+
+
+AgentHookRunner = Callable[[HookDefinition, "HookEvent", LLM, str], str]
+"""Runs an agent hook: (the hook, the event, the LLM, the working dir) -> the agent's last answer.
+
+The agent loop provides one (:func:`cowconv.agent.runtime.run_hook_agent`): this module sits
+below the loop and cannot start a run itself.
+"""
 
 
 def truncate_log(text: str | None) -> str | None:
@@ -165,8 +173,9 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 class HookExecutor:
     """Runs hooks: command hooks as subprocesses, prompt hooks through ``llm``.
 
-    ``llm`` (or ``llm_getter``, read at each run) is the model prompt hooks
-    ask; without one a prompt hook allows, marked unsuccessful.
+    ``llm`` (or ``llm_getter``, read at each run) is the model prompt and
+    agent hooks ask; without one such a hook allows, marked unsuccessful.
+    ``agent_runner`` runs an agent hook's small agent (the loop gives one).
     """
 
     def __init__(
@@ -174,10 +183,12 @@ class HookExecutor:
         working_dir: str | None = None,
         llm: LLM | None = None,
         llm_getter: Callable[[], LLM | None] | None = None,
+        agent_runner: AgentHookRunner | None = None,
     ) -> None:
         self.working_dir = working_dir or os.getcwd()
         self._llm = llm
         self._llm_getter = llm_getter
+        self.agent_runner = agent_runner
         self._background: list[tuple[subprocess.Popen[bytes], float, int]] = []
 
     @property
@@ -304,9 +315,19 @@ class HookExecutor:
         return _decision(answer, "Prompt hook")
 
     def _agent(self, hook: HookDefinition, event: HookEvent) -> HookResult:
-        # An agent hook is a small agent run; this process cannot start one from here, so the
-        # hook allows, marked unsuccessful (as OpenHands' SDK does when it cannot decide).
-        return _fall_open("agent hooks are not run by cowconv — defaulting to allow")
+        # A small agent run on the event; its last answer is the verdict. Anything that keeps
+        # it from deciding allows, marked unsuccessful (as OpenHands' SDK does).
+        llm = self.llm
+        if llm is None:
+            return _fall_open("No LLM configured for agent hook")
+        if self.agent_runner is None:
+            return _fall_open("No agent runtime for agent hook — defaulting to allow")
+        try:
+            answer = self.agent_runner(hook, event, llm, self.working_dir)
+        except Exception as error:
+            logger.warning("agent hook %s failed: %s", hook.display_command, error)
+            return _fall_open("Agent hook execution failed — defaulting to allow", str(error))
+        return _decision(answer, "Agent hook")
 
     def execute_all(
         self,
@@ -367,9 +388,15 @@ class HookManager:
         session_id: str | None = None,
         llm: LLM | None = None,
         llm_getter: Callable[[], LLM | None] | None = None,
+        agent_runner: AgentHookRunner | None = None,
+        **openhands_options: Any,
     ) -> None:
+        # OpenHands' further options (llm_call_context, persistence_dir, visualizer,
+        # conversation_stats) are taken; cowconv's runs record hook spend nowhere yet.
         self.config = config if config is not None else HookConfig.load(working_dir=working_dir)
-        self.executor = HookExecutor(working_dir=working_dir, llm=llm, llm_getter=llm_getter)
+        self.executor = HookExecutor(
+            working_dir=working_dir, llm=llm, llm_getter=llm_getter, agent_runner=agent_runner
+        )
         self.session_id = session_id
         self.working_dir = working_dir
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cowconv._exceptions import ToolArgumentError
-from cowconv.agent.hooks import HookManager, HookResult, truncate_log
+from cowconv.agent.hooks import AgentHookRunner, HookManager, HookResult, truncate_log
 from cowconv.core.events import (
     ActionEvent,
     Event,
@@ -197,26 +197,38 @@ class Hooks:
     at :meth:`session_end`.
     """
 
-    def __init__(self, state: ConversationState, config: HookConfig) -> None:
+    def __init__(
+        self,
+        state: ConversationState,
+        config: HookConfig,
+        agent_runner: AgentHookRunner | None = None,
+    ) -> None:
         self.config = config
+        self._llm = state.agent.llm
         self.manager = HookManager(
             config,
             working_dir=state.workspace.working_dir,
             session_id=str(state.id),
-            llm=state.agent.llm,
+            llm_getter=lambda: self._llm,
+            agent_runner=agent_runner,
         )
         self.session_started = False
 
     @classmethod
-    def of(cls, state: ConversationState, current: Hooks | None) -> Hooks | None:
+    def of(
+        cls,
+        state: ConversationState,
+        current: Hooks | None,
+        agent_runner: AgentHookRunner | None = None,
+    ) -> Hooks | None:
         """The hooks of ``state``: ``current`` if it runs the same config, else new ones."""
         config = state.hook_config
         if config is None or config.is_empty():
             return None
         if current is not None and current.config == config:
-            current.manager.executor._llm = state.agent.llm
+            current._llm = state.agent.llm  # prompt and agent hooks ask the agent's current LLM
             return current
-        return cls(state, config)
+        return cls(state, config, agent_runner)
 
     def session_start(self) -> list[Event]:
         """``SessionStart`` hooks, once per session; their context goes to the agent."""
@@ -324,7 +336,9 @@ class Hooks:
 
 
 def submit_prompt(
-    state: ConversationState, message: MessageEvent
+    state: ConversationState,
+    message: MessageEvent,
+    agent_runner: AgentHookRunner | None = None,
 ) -> tuple[MessageEvent, list[Event]]:
     """A user message as ``UserPromptSubmit`` hooks leave it, and their runs to record after it.
 
@@ -333,7 +347,7 @@ def submit_prompt(
     config = state.hook_config
     if config is None or not config.has_hooks_for_event(HookEventType.USER_PROMPT_SUBMIT):
         return message, []
-    return Hooks(state, config).user_prompt_submit(message)
+    return Hooks(state, config, agent_runner).user_prompt_submit(message)
 
 
 def _environment_message(text: str) -> MessageEvent:

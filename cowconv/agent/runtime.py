@@ -38,6 +38,7 @@ from cowconv._exceptions import (
     ToolArgumentError,
 )
 from cowconv.agent.condenser import condenser_view, plan_condensation, should_condense, summarize
+from cowconv.agent.hooks import HookEvent
 from cowconv.agent.messages import INVALID_ARGUMENTS_KEY, build_messages
 from cowconv.agent.oversight import (
     Hooks,
@@ -46,10 +47,10 @@ from cowconv.agent.oversight import (
     take_security_risk,
     with_security_risk,
 )
-from cowconv.agent.prompt import with_system_prompt
+from cowconv.agent.prompt import system_prompt_event, with_system_prompt
 from cowconv.agent.tools import ToolDefinition, create_tools, decode_arguments
-from cowconv.core.agent import Agent
-from cowconv.core.changes import Change
+from cowconv.core.agent import Agent, Tool
+from cowconv.core.changes import Change, SendMessage
 from cowconv.core.confirmation import pending_actions, rejections
 from cowconv.core.events import (
     ActionEvent,
@@ -59,9 +60,11 @@ from cowconv.core.events import (
     MessageEvent,
     ObservationEvent,
     PauseEvent,
+    new_event_id,
 )
 from cowconv.core.history import EventLog
-from cowconv.core.llm import LLMResponse, LLMToolCall
+from cowconv.core.hooks import HookDefinition
+from cowconv.core.llm import LLM, LLMResponse, LLMToolCall
 from cowconv.core.security import SecurityRisk
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
@@ -71,8 +74,9 @@ from cowconv.core.state import (
 )
 from cowconv.core.tree import extend_active
 from cowconv.core.usage import Usage
+from cowconv.core.workspace import Workspace
 
-__all__ = ["Runner", "build_messages"]
+__all__ = ["Runner", "build_messages", "run_hook_agent"]
 
 logger = logging.getLogger("cowconv.runtime")
 
@@ -268,7 +272,7 @@ class Runner:
             return state._replace(execution_status=ExecutionStatus.RUNNING)
 
         self._commit(start)
-        hooks = self._hooks = Hooks.of(self._snapshot(), self._hooks)
+        hooks = self._hooks = Hooks.of(self._snapshot(), self._hooks, run_hook_agent)
         if hooks is not None:
             started = hooks.session_start()
             if started:
@@ -524,3 +528,43 @@ def _execute(
         observation=result.observation,
         action_id=action.id if result.observation is not None else None,
     )
+
+
+def run_hook_agent(hook: HookDefinition, event: HookEvent, llm: LLM, working_dir: str) -> str:
+    """Run an agent hook's small agent on ``event``; its last answer (``""`` if none).
+
+    The agent is ``llm`` (its usage counted as ``agent-hook:<name>``) with the
+    hook's ``tools`` and ``system_prompt``, in ``working_dir``, for at most the
+    hook's ``max_iterations`` steps, in memory and without hooks of its own.
+    """
+    hook_llm = llm.model_copy(update={"usage_id": f"agent-hook:{hook.name or 'default'}"})
+    agent = Agent(
+        llm=hook_llm,
+        tools=tuple(Tool(name=name) for name in hook.tools),
+        **({"system_prompt": hook.system_prompt} if hook.system_prompt else {}),
+    )
+    state = ConversationState(
+        id=f"agent-hook-{new_event_id()}", agent=agent, workspace=Workspace(working_dir=working_dir)
+    )
+    question = (
+        f"Evaluate this {event.event_type} hook event and make your decision.\n\n"
+        f"## Hook Event\n```json\n{event.model_dump_json(indent=2)}\n```"
+    )
+    state = SendMessage(
+        MessageEvent(source="user", llm_message=Message(role="user", content=question)),
+        system_prompt_event(agent),
+    )(state)
+    holder = [state]
+
+    def commit(change: Change) -> None:
+        holder[0] = change(holder[0])
+
+    runner = Runner(lambda: holder[0], commit, max_iteration_per_run=hook.max_iterations)
+    try:
+        runner.run()
+    finally:
+        runner.close()
+    for recorded_event in reversed(holder[0].branch):
+        if isinstance(recorded_event, MessageEvent) and recorded_event.role == "assistant":
+            return recorded_event.text
+    return ""

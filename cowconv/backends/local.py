@@ -36,7 +36,7 @@ from pyrsistent import PMap, pmap
 from cowconv._exceptions import EventNotFoundError, InvalidTypeError
 from cowconv.agent.oversight import submit_prompt
 from cowconv.agent.prompt import system_prompt_event
-from cowconv.agent.runtime import Runner
+from cowconv.agent.runtime import Runner, run_hook_agent
 from cowconv.core.changes import Change, SendMessage
 from cowconv.core.events import Event, Message, MessageEvent, utc_now
 from cowconv.core.ids import ConversationID, id_text, new_uuid_int
@@ -299,7 +299,7 @@ class LocalBackend:
         event = MessageEvent(source="user", llm_message=message, sender=sender)
         # UserPromptSubmit hooks run before the message is recorded: the context they add
         # goes with it, and their runs (a block included) right after it, in the same commit.
-        event, hook_runs = submit_prompt(state, event)
+        event, hook_runs = submit_prompt(state, event, run_hook_agent)
         send = SendMessage(event, prompt)
         if not hook_runs:
             self.commit(send)
