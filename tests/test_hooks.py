@@ -27,7 +27,9 @@ from cowconv import (
     SQLiteStore,
     Tool,
     UserRejectObservation,
+    Workspace,
 )
+from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.hooks import (
     HookConfig,
     HookDecision,
@@ -39,7 +41,7 @@ from cowconv.hooks import (
     HookMatcher,
     HookType,
 )
-from cowconv.testing import TestLLM
+from cowconv.testing import StubLLMServer, StubReply, TestLLM
 
 
 def script(directory: Path, name: str, body: str) -> str:
@@ -385,3 +387,30 @@ class TestAgentHooks:
         (run,) = runs(conversation)
         assert not run.blocked and not run.success
         assert (tmp_path / "log.txt").read_text() == "ran\n"
+
+
+class TestOnTheAgentServer:
+    def test_remote_conversation_runs_its_hooks_on_the_server(
+        self, tmp_path: Path, stub: StubLLMServer, stub_agent: Agent
+    ) -> None:
+        """Through real uvicorn: hook_config in OpenHands' create request, hooks run there."""
+        guard = script(tmp_path, "guard.sh", 'grep -q "rm -rf" && { echo "no" >&2; exit 2; }\n:\n')
+        stub.script(
+            StubReply.tool_call("terminal", command="rm -rf keep"),
+            StubReply.text("stopped"),
+        )
+        (tmp_path / "keep").mkdir()
+        config = HookConfig(pre_tool_use=matcher(guard, "terminal"))
+        with BackgroundServer(create_app()) as server:
+            workspace = Workspace(host=server.url, working_dir=str(tmp_path))
+            remote = Conversation(agent=stub_agent, workspace=workspace, hook_config=config)
+            try:
+                assert remote.state.hook_config == config
+                remote.send_message("clean")
+                remote.run()
+                events = remote.state.events
+                kinds = [event.kind for event in events]
+                assert "HookExecutionEvent" in kinds and "UserRejectObservation" in kinds
+                assert (tmp_path / "keep").exists()
+            finally:
+                remote.close()
