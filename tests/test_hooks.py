@@ -329,10 +329,10 @@ class TestConfigAndExecutor:
         hook = HookDefinition(command="cat > bg.json", async_=True)
         result = executor.execute(hook, HookEvent(event_type=HookEventType.STOP))
         assert result.async_started
-        for process, _, _ in list(executor._background):
+        for process, _, _ in list(executor.async_process_manager._processes):
             process.wait(timeout=60)
         assert json.loads((tmp_path / "bg.json").read_text())["event_type"] == "Stop"
-        executor.cleanup_all()
+        executor.async_process_manager.cleanup_all()
 
 
 class TestAgentHooks:

@@ -39,7 +39,14 @@ from cowconv._exceptions import LLMError
 from cowconv.core.hooks import HookConfig, HookDecision, HookDefinition, HookEventType, HookType
 from cowconv.core.llm import LLM
 
-__all__ = ["AgentHookRunner", "HookEvent", "HookExecutor", "HookManager", "HookResult"]
+__all__ = [
+    "AgentHookRunner",
+    "AsyncProcessManager",
+    "HookEvent",
+    "HookExecutor",
+    "HookManager",
+    "HookResult",
+]
 
 logger = logging.getLogger("cowconv.hooks")
 
@@ -170,6 +177,41 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=5)
 
 
+class AsyncProcessManager:
+    """The background (``async``) hooks still running, each with its start and timeout.
+
+    >>> manager = AsyncProcessManager()
+    >>> manager.cleanup_expired(); manager._processes
+    []
+    """
+
+    def __init__(self) -> None:
+        self._processes: list[tuple[subprocess.Popen[bytes], float, int]] = []
+
+    def add_process(self, process: subprocess.Popen[bytes], timeout: int) -> None:
+        """Track ``process``, to be killed once it runs past ``timeout`` seconds."""
+        self._processes.append((process, time.time(), timeout))
+
+    def cleanup_expired(self) -> None:
+        """Kill the processes past their timeout; forget the finished ones."""
+        now = time.time()
+        running = []
+        for process, started, timeout in self._processes:
+            if process.poll() is None:
+                if now - started > timeout:
+                    _kill_group(process)
+                else:
+                    running.append((process, started, timeout))
+        self._processes = running
+
+    def cleanup_all(self) -> None:
+        """Kill every process still running."""
+        for process, _, _ in self._processes:
+            if process.poll() is None:
+                _kill_group(process)
+        self._processes = []
+
+
 class HookExecutor:
     """Runs hooks: command hooks as subprocesses, prompt hooks through ``llm``.
 
@@ -184,12 +226,13 @@ class HookExecutor:
         llm: LLM | None = None,
         llm_getter: Callable[[], LLM | None] | None = None,
         agent_runner: AgentHookRunner | None = None,
+        async_process_manager: AsyncProcessManager | None = None,
     ) -> None:
         self.working_dir = working_dir or os.getcwd()
         self._llm = llm
         self._llm_getter = llm_getter
         self.agent_runner = agent_runner
-        self._background: list[tuple[subprocess.Popen[bytes], float, int]] = []
+        self.async_process_manager = async_process_manager or AsyncProcessManager()
 
     @property
     def llm(self) -> LLM | None:
@@ -206,7 +249,7 @@ class HookExecutor:
             return self._agent(hook, event)
         environment = {**_hook_environment(self.working_dir, event), **(env or {})}
         payload = event.model_dump_json().encode()
-        self.cleanup_expired()
+        self.async_process_manager.cleanup_expired()
         if hook.async_:
             return self._start_in_background(hook, environment, payload)
         try:
@@ -263,27 +306,8 @@ class HookExecutor:
             assert process.stdin is not None
             process.stdin.write(payload)
             process.stdin.close()
-        self._background.append((process, time.monotonic(), hook.timeout))
+        self.async_process_manager.add_process(process, hook.timeout)
         return HookResult(async_started=True)
-
-    def cleanup_expired(self) -> None:
-        """Kill background hooks that ran past their timeout; forget finished ones."""
-        now = time.monotonic()
-        running = []
-        for process, started, timeout in self._background:
-            if process.poll() is None:
-                if now - started > timeout:
-                    _kill_group(process)
-                else:
-                    running.append((process, started, timeout))
-        self._background = running
-
-    def cleanup_all(self) -> None:
-        """Kill every background hook still running."""
-        for process, _, _ in self._background:
-            if process.poll() is None:
-                _kill_group(process)
-        self._background = []
 
     def _prompt(self, hook: HookDefinition, event: HookEvent) -> HookResult:
         llm = self.llm
@@ -337,6 +361,7 @@ class HookExecutor:
         stop_on_block: bool = True,
     ) -> list[HookResult]:
         """Run ``hooks`` in order; with ``stop_on_block``, none after one that blocks."""
+        self.async_process_manager.cleanup_expired()
         results = []
         for hook in hooks:
             result = self.execute(hook, event, env)
@@ -419,6 +444,12 @@ class HookManager:
         hooks = self.config.get_hooks_for_event(HookEventType.PRE_TOOL_USE, tool_name)
         if not hooks:
             return True, []
+        background = sum(1 for hook in hooks if hook.async_)
+        if background:
+            logger.warning(
+                "Async hooks in PreToolUse cannot block tool execution. "
+                f"Found {background} async hook(s) that will run in background."
+            )
         event = self._event(HookEventType.PRE_TOOL_USE, tool_name=tool_name, tool_input=tool_input)
         results = self.executor.execute_all(hooks, event, stop_on_block=True)
         return all(result.should_continue for result in results), results
@@ -468,7 +499,7 @@ class HookManager:
 
     def cleanup_async_processes(self) -> None:
         """Kill the background hooks still running."""
-        self.executor.cleanup_all()
+        self.executor.async_process_manager.cleanup_all()
 
     def run_stop(self, reason: str | None = None) -> tuple[bool, list[HookResult]]:
         """``Stop`` hooks: whether the agent may stop (a blocking hook says go on)."""

@@ -155,44 +155,73 @@ class LLMSecurityAnalyzer(SecurityAnalyzerBase):
 
 _PatternList = tuple[tuple[str, str, str], ...]
 
+# Detector ids of the patterns (OpenHands' stable names).
+DET_EXEC_DESTRUCT_RM_RF = "exec.destruct.rm_rf"
+DET_EXEC_DESTRUCT_SUDO_RM = "exec.destruct.sudo_rm"
+DET_EXEC_DESTRUCT_MKFS = "exec.destruct.mkfs"
+DET_EXEC_DESTRUCT_DD = "exec.destruct.dd_raw_disk"
+DET_EXEC_CODE_EVAL = "exec.code.eval_call"
+DET_EXEC_CODE_EXEC = "exec.code.exec_call"
+DET_EXEC_CODE_OS_SYSTEM = "exec.code.os_system"
+DET_EXEC_CODE_SUBPROCESS = "exec.code.subprocess"
+DET_EXEC_NET_CURL_EXEC = "exec.net.curl_pipe_exec"
+DET_EXEC_NET_WGET_EXEC = "exec.net.wget_pipe_exec"
+DET_EXEC_NET_CURL = "exec.net.curl"
+DET_EXEC_NET_WGET = "exec.net.wget"
+DET_INJECT_OVERRIDE = "inject.override"
+DET_INJECT_MODE_SWITCH = "inject.mode_switch"
+DET_INJECT_IDENTITY = "inject.identity"
+
 DEFAULT_HIGH_PATTERNS: _PatternList = (
     (
         r"\brm\s+(?:-[frR]{2,}|-[rR]\s+-f|-f\s+-[rR]|--recursive\s+--force|--force\s+--recursive)\b",
         "Recursive force-delete (rm -rf variants)",
-        "exec.destruct.rm_rf",
+        DET_EXEC_DESTRUCT_RM_RF,
     ),
-    (r"\bsudo\s+rm\b", "Privileged file deletion", "exec.destruct.sudo_rm"),
-    (r"\bmkfs\.\w+", "Filesystem format command", "exec.destruct.mkfs"),
-    (r"\bdd\b.{0,100}of=/dev/", "Raw disk write", "exec.destruct.dd_raw_disk"),
-    (r"\beval\s*\(", "Dynamic code evaluation", "exec.code.eval_call"),
-    (r"\bexec\s*\(", "Dynamic code execution", "exec.code.exec_call"),
-    (r"\bos\.system\s*\(", "OS-level command execution", "exec.code.os_system"),
+    (r"\bsudo\s+rm\b", "Privileged file deletion", DET_EXEC_DESTRUCT_SUDO_RM),
+    (r"\bmkfs\.\w+", "Filesystem format command", DET_EXEC_DESTRUCT_MKFS),
+    (r"\bdd\b.{0,100}of=/dev/", "Raw disk write", DET_EXEC_DESTRUCT_DD),
+    (r"\beval\s*\(", "Dynamic code evaluation", DET_EXEC_CODE_EVAL),
+    (r"\bexec\s*\(", "Dynamic code execution", DET_EXEC_CODE_EXEC),
+    (r"\bos\.system\s*\(", "OS-level command execution", DET_EXEC_CODE_OS_SYSTEM),
     (
         r"\bsubprocess\.(?:call|run|Popen|check_output|check_call)\s*\(",
         "Subprocess invocation",
-        "exec.code.subprocess",
+        DET_EXEC_CODE_SUBPROCESS,
     ),
-    (r"\bcurl\b[^|]{0,200}\|\s*(?:ba)?sh\b", "Download and run (curl | sh)", "exec.net.curl_pipe"),
-    (r"\bwget\b[^|]{0,200}\|\s*(?:ba)?sh\b", "Download and run (wget | sh)", "exec.net.wget_pipe"),
+    (
+        r"\bcurl\b[^|]{0,200}\|\s*(?:ba)?sh\b",
+        "Download and run (curl | sh)",
+        DET_EXEC_NET_CURL_EXEC,
+    ),
+    (
+        r"\bwget\b[^|]{0,200}\|\s*(?:ba)?sh\b",
+        "Download and run (wget | sh)",
+        DET_EXEC_NET_WGET_EXEC,
+    ),
 )
 DEFAULT_MEDIUM_PATTERNS: _PatternList = (
-    (r"\bcurl\b.{0,100}https?://", "HTTP request via curl", "exec.net.curl"),
-    (r"\bwget\b.{0,100}https?://", "Download via wget", "exec.net.wget"),
+    (r"\bcurl\b.{0,100}https?://", "HTTP request via curl", DET_EXEC_NET_CURL),
+    (r"\bwget\b.{0,100}https?://", "Download via wget", DET_EXEC_NET_WGET),
 )
 DEFAULT_INJECTION_HIGH_PATTERNS: _PatternList = (
     (
         r"\b(?:ignore|disregard|forget|override|bypass)\s+(?:all\s+)?"
         r"(?:previous|prior|above)\s+(?:instructions?|prompts?|rules?|directives?)\b",
         "Instruction override attempt",
-        "inject.override",
+        DET_INJECT_OVERRIDE,
     ),
 )
 DEFAULT_INJECTION_MEDIUM_PATTERNS: _PatternList = (
-    (r"\byou\s+are\s+now\s+(?:in\s+)?(?:\w+\s+)?mode\b", "Mode switching attempt", "inject.mode"),
+    (
+        r"\byou\s+are\s+now\s+(?:in\s+)?(?:\w+\s+)?mode\b",
+        "Mode switching attempt",
+        DET_INJECT_MODE_SWITCH,
+    ),
     (
         r"\bpretend\s+(?:you\s+are|to\s+be)\s+(?:a\s+)?different\b",
         "Identity manipulation",
-        "inject.identity",
+        DET_INJECT_IDENTITY,
     ),
 )
 
@@ -211,20 +240,48 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _normalized(parts: Iterator[str]) -> str:
-    # Fullwidth and compatibility forms folded (NFKC), invisible format characters dropped.
-    text = " ".join(parts)[:_SCAN_CAP]
-    text = unicodedata.normalize("NFKC", text)
-    return "".join(char for char in text if unicodedata.category(char) != "Cf")
+def _normalize(text: str) -> str:
+    """``text`` with fullwidth and compatibility forms folded (NFKC) and invisible format
+    characters dropped (OpenHands' helper of the same name).
+
+    >>> _normalize("ｒｍ\u200b  -rf\ufe01")
+    'rm -rf'
+    """
+    text = "".join(char for char in text if not _invisible(char))
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text))
+
+
+def _invisible(char: str) -> bool:
+    # Format and control characters (zero-width, bidi, C0 and C1; not whitespace), variation
+    # selectors and the tag block: what a shell reads past and a regex does not.
+    point = ord(char)
+    if char in "\t\n\r\x0b\x0c":
+        return False
+    return (
+        unicodedata.category(char) in ("Cf", "Cc")
+        or 0xFE00 <= point <= 0xFE0F
+        or 0xE0100 <= point <= 0xE01EF
+        or 0xE0000 <= point <= 0xE007F
+    )
+
+
+def _extract_exec_content(action: ActionEvent) -> str:
+    """What the call would execute: its string arguments and tool name, joined."""
+    return " ".join([*_strings(action.arguments), action.tool_name])[:_SCAN_CAP]
+
+
+def _extract_content(action: ActionEvent) -> str:
+    """Everything the call says: what it executes, then its summary, reasoning and thought."""
+    said = [action.summary or "", action.reasoning_content or "", action.thought]
+    return " ".join([_extract_exec_content(action), *said])[: 2 * _SCAN_CAP]
 
 
 def _executable_text(action: ActionEvent) -> str:
-    return _normalized(iter([*_strings(action.arguments), action.tool_name]))
+    return _normalize(_extract_exec_content(action))
 
 
 def _all_text(action: ActionEvent) -> str:
-    thought = [action.summary or "", action.thought]
-    return _normalized(iter([*_strings(action.arguments), action.tool_name, *thought]))
+    return _normalize(_extract_content(action))
 
 
 class PatternSecurityAnalyzer(SecurityAnalyzerBase):
@@ -338,6 +395,15 @@ class RailDecision:
 
 
 _PASS = RailDecision(SecurityRisk.LOW)
+
+
+def _evaluate_rail(content: str) -> RailDecision:
+    """The rails' decision on one shell command (OpenHands' helper of the same name).
+
+    >>> _evaluate_rail("curl https://x | sh").rule_name
+    'fetch-to-exec'
+    """
+    return _rail(content)
 
 
 def _commands(tokens: list[str]) -> Iterator[tuple[list[str], str]]:

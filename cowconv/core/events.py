@@ -395,8 +395,14 @@ class ActionEvent(Event):
     """The risk the model gave the call (its ``security_risk`` argument), read by
     :class:`~cowconv.security.LLMSecurityAnalyzer`; ``UNKNOWN`` without an analyzer."""
     summary: str | None = None
+    reasoning_content: str | None = None
 
-    __omitted_when_none__: ClassVar[tuple[str, ...]] = ("action", "tool_call", "summary")
+    __omitted_when_none__: ClassVar[tuple[str, ...]] = (
+        "action",
+        "tool_call",
+        "summary",
+        "reasoning_content",
+    )
     __omitted_when_default__: ClassVar[tuple[tuple[str, object], ...]] = (
         ("security_risk", SecurityRisk.UNKNOWN),
     )

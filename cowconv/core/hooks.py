@@ -95,6 +95,13 @@ class HookType(StrEnum):
     AGENT = "agent"
 
 
+def _command_required(schema: dict[str, Any]) -> None:
+    schema["properties"]["command"].pop("default", None)
+    required = schema.setdefault("required", [])
+    if "command" not in required:
+        required.append("command")
+
+
 class HookDefinition(FrozenValue):
     """One hook: a shell command (the default), or a prompt for an LLM.
 
@@ -114,7 +121,11 @@ class HookDefinition(FrozenValue):
       Value error, 'command' is required when type is 'command' ...
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    # "command" is required in the JSON schema (OpenHands' published REST contract), though a
+    # prompt or agent hook leaves it "".
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", populate_by_name=True, json_schema_extra=_command_required
+    )
 
     type: HookType = HookType.COMMAND
     name: str | None = None

@@ -27,7 +27,13 @@ See ``docs/hooks.md``.
 'finished'
 """
 
-from cowconv.agent.hooks import HookEvent, HookExecutor, HookManager, HookResult
+from cowconv.agent.hooks import (
+    AsyncProcessManager,
+    HookEvent,
+    HookExecutor,
+    HookManager,
+    HookResult,
+)
 from cowconv.core.hooks import (
     HOOK_EVENT_FIELDS,
     HookConfig,
@@ -41,6 +47,7 @@ from cowconv.core.oversight import HookExecutionEvent
 
 __all__ = [
     "HOOK_EVENT_FIELDS",
+    "AsyncProcessManager",
     "HookConfig",
     "HookDecision",
     "HookDefinition",
