@@ -69,6 +69,7 @@ from cowconv.core.security import SecurityRisk
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
     ConversationState,
+    ConversationStats,
     ExecutionStatus,
     check_max_iteration_per_run,
 )
@@ -231,8 +232,14 @@ class Runner:
         self._commit_change(change)
 
     def _finish(self, status: ExecutionStatus, *events: Event) -> None:
+        spent = self._hook_spend()
+
         def change(state: ConversationState) -> ConversationState:
-            return state._replace(branch=extend_active(state, events), execution_status=status)
+            return state._replace(
+                branch=extend_active(state, events),
+                execution_status=status,
+                stats=_with_spend(state, spent),
+            )
 
         self._commit(change)
 
@@ -326,6 +333,7 @@ class Runner:
             status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
             if waits:
                 status = ExecutionStatus.WAITING_FOR_CONFIRMATION
+            spent = self._hook_spend()
 
             def record(
                 state: ConversationState,
@@ -333,10 +341,11 @@ class Runner:
                 status: ExecutionStatus = status,
                 usage_id: str = agent.llm.usage_id,
                 usage: Usage = response.usage,
+                spent: list[tuple[str, Usage]] = spent,
             ) -> ConversationState:
                 return state._replace(
                     branch=extend_active(state, produced),
-                    stats=state.stats.record(usage_id, usage),
+                    stats=_with_spend(state, spent).record(usage_id, usage),
                     execution_status=status,
                 )
 
@@ -348,11 +357,21 @@ class Runner:
     def _record_step(self, produced: Sequence[Event], crashed: bool) -> None:
         """Record events a step produced without an LLM call (no cost)."""
         status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
+        spent = self._hook_spend()
 
         def record(state: ConversationState) -> ConversationState:
-            return state._replace(branch=extend_active(state, produced), execution_status=status)
+            return state._replace(
+                branch=extend_active(state, produced),
+                execution_status=status,
+                stats=_with_spend(state, spent),
+            )
 
         self._commit(record)
+
+    def _hook_spend(self) -> list[tuple[str, Usage]]:
+        """What prompt and agent hooks spent since last asked (recorded with the step)."""
+        hooks = self._hooks
+        return hooks.take_spent() if hooks is not None else []
 
     def _messages(self, agent: Agent) -> list[dict[str, Any]]:
         """What the model sees this step: the history, or the condenser's view of it.
@@ -530,14 +549,26 @@ def _execute(
     )
 
 
-def run_hook_agent(hook: HookDefinition, event: HookEvent, llm: LLM, working_dir: str) -> str:
-    """Run an agent hook's small agent on ``event``; its last answer (``""`` if none).
+def _with_spend(state: ConversationState, spent: Sequence[tuple[str, Usage]]) -> ConversationStats:
+    stats = state.stats
+    for usage_id, usage in spent:
+        stats = stats.record(usage_id, usage)
+    return stats
+
+
+def run_hook_agent(
+    hook: HookDefinition, event: HookEvent, llm: LLM, working_dir: str
+) -> tuple[str, Mapping[str, Usage]]:
+    """Run an agent hook's small agent on ``event``: its last answer (``""`` if none) and what
+    it spent, by ``usage_id``.
 
     The agent is ``llm`` (its usage counted as ``agent-hook:<name>``) with the
     hook's ``tools`` and ``system_prompt``, in ``working_dir``, for at most the
     hook's ``max_iterations`` steps, in memory and without hooks of its own.
     """
-    hook_llm = llm.model_copy(update={"usage_id": f"agent-hook:{hook.name or 'default'}"})
+    hook_llm = llm.model_copy(
+        update={"usage_id": f"agent-hook:{hook.name or 'default'}", "timeout": hook.timeout}
+    )
     agent = Agent(
         llm=hook_llm,
         tools=tuple(Tool(name=name) for name in hook.tools),
@@ -564,7 +595,9 @@ def run_hook_agent(hook: HookDefinition, event: HookEvent, llm: LLM, working_dir
         runner.run()
     finally:
         runner.close()
-    for recorded_event in reversed(holder[0].branch):
+    final = holder[0]
+    spent = dict(final.stats.by_usage_id)
+    for recorded_event in reversed(final.branch):
         if isinstance(recorded_event, MessageEvent) and recorded_event.role == "assistant":
-            return recorded_event.text
-    return ""
+            return recorded_event.text, spent
+    return "", spent

@@ -48,6 +48,7 @@ from cowconv.core.state import (
     check_max_iteration_per_run,
 )
 from cowconv.core.tree import extend_active, history_to, recorded
+from cowconv.core.usage import Usage
 from cowconv.ports import (
     EventCallback,
     ForkSpec,
@@ -129,8 +130,13 @@ def _resumed(store: StateStore, state: ConversationState) -> ConversationState:
     return resumed
 
 
-def _appended(state: ConversationState, events: Sequence[Event]) -> ConversationState:
-    return state._replace(branch=extend_active(state, events))
+def _appended(
+    state: ConversationState, events: Sequence[Event], spent: Sequence[tuple[str, Usage]]
+) -> ConversationState:
+    stats = state.stats
+    for usage_id, usage in spent:
+        stats = stats.record(usage_id, usage)
+    return state._replace(branch=extend_active(state, events), stats=stats)
 
 
 class LocalBackend:
@@ -299,12 +305,12 @@ class LocalBackend:
         event = MessageEvent(source="user", llm_message=message, sender=sender)
         # UserPromptSubmit hooks run before the message is recorded: the context they add
         # goes with it, and their runs (a block included) right after it, in the same commit.
-        event, hook_runs = submit_prompt(state, event, run_hook_agent)
+        event, hook_runs, spent = submit_prompt(state, event, run_hook_agent)
         send = SendMessage(event, prompt)
         if not hook_runs:
             self.commit(send)
         else:
-            self.commit(lambda state: _appended(send(state), hook_runs))
+            self.commit(lambda state: _appended(send(state), hook_runs, spent))
         return recorded(self.snapshot(), event)
 
     def _settle(self, status: ExecutionStatus) -> None:
