@@ -87,6 +87,7 @@ _LAZY = {
     "compare": "cowconv.core.compare",
     "Conversation": "cowconv.conversation",
     "LocalConversation": "cowconv.conversation",
+    "BaseConversation": "cowconv.conversation",
     "RemoteConversation": "cowconv.conversation",
     "ConversationErrorEvent": "cowconv.core.events",
     "ConversationStateUpdateEvent": "cowconv.core.events",
@@ -184,7 +185,12 @@ if TYPE_CHECKING:
         run_branches,
     )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
-    from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
+    from cowconv.conversation import (
+        BaseConversation,
+        Conversation,
+        LocalConversation,
+        RemoteConversation,
+    )
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.compare import Comparison, ComparisonSide, compare
     from cowconv.core.events import (
@@ -257,6 +263,7 @@ __all__ = [
     "AlwaysConfirm",
     "AnyEvent",
     "Backend",
+    "BaseConversation",
     "Branch",
     "BranchCancelledError",
     "BranchError",

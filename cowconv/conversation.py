@@ -84,7 +84,13 @@ from cowconv.visualizer import (
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Conversation", "LocalConversation", "RemoteConversation", "check_conversation_id"]
+__all__ = [
+    "BaseConversation",
+    "Conversation",
+    "LocalConversation",
+    "RemoteConversation",
+    "check_conversation_id",
+]
 
 
 def check_conversation_id(conversation_id: ConversationID | None) -> ConversationID:
@@ -1127,6 +1133,10 @@ class _BackgroundRun:
 LocalConversation = Conversation
 """OpenHands' SDK's name for a conversation run in this process (an alias of
 :class:`Conversation`)."""
+
+BaseConversation = Conversation
+"""OpenHands' SDK's base of its local and remote conversations (an alias of
+:class:`Conversation`, which both kinds are here): for type hints and ``isinstance``."""
 
 
 class RemoteConversation(Conversation):
