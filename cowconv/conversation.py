@@ -68,7 +68,12 @@ from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationID, id_dir_name, id_text, public_id
 from cowconv.core.llm import LLM, LLMMetrics
 from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
-from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
+from cowconv.core.state import (
+    DEFAULT_MAX_ITERATION_PER_RUN,
+    ConversationState,
+    ConversationStats,
+    check_tags,
+)
 from cowconv.core.tree import history_to, recorded
 from cowconv.core.usage import Metrics, Usage
 from cowconv.core.workspace import RemoteWorkspace, Workspace
@@ -845,6 +850,17 @@ class Conversation:
         0
         """
         self._backend.commit(RejectPendingActions(reason))
+
+    @property
+    def conversation_stats(self) -> ConversationStats:
+        """``state.stats`` (OpenHands' SDK's name): what this conversation spent, per LLM.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.conversation_stats.get_combined_metrics().accumulated_cost
+        0.0
+        """
+        return self.state.stats
 
     @property
     def confirmation_policy_active(self) -> bool:
