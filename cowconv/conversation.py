@@ -1343,8 +1343,8 @@ class RemoteConversation(Conversation):
         """Set OpenHands' confirmation policy on the server (``POST /confirmation_policy``).
 
         ``policy`` is a :class:`~cowconv.AlwaysConfirm`, :class:`~cowconv.NeverConfirm`
-        or :class:`~cowconv.ConfirmRisky` (or its JSON). cowconv's own server
-        refuses a policy that asks for confirmation: it has no confirmation mode.
+        or :class:`~cowconv.ConfirmRisky` (or its JSON); the server's runs act on it
+        (cowconv's as OpenHands').
         """
         self._remote().request("POST", "/confirmation_policy", json={"policy": _json_of(policy)})
 
