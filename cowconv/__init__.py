@@ -154,6 +154,7 @@ _LAZY = {
     "LocalWorkspace": "cowconv.core.workspace",
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
+    "get_logger": "cowconv.logger",
 }
 
 if TYPE_CHECKING:
@@ -231,6 +232,7 @@ if TYPE_CHECKING:
     from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
+    from cowconv.logger import get_logger
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
@@ -360,6 +362,7 @@ __all__ = [
     "__version__",
     "compare",
     "freeze",
+    "get_logger",
     "iter_branches",
     "register_tool",
     "registered_tools",
