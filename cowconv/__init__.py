@@ -44,6 +44,7 @@ from cowconv._exceptions import (
     RemoteError,
     SchemaVersionError,
     ServiceError,
+    SkillValidationError,
     StartError,
     StoreError,
     StoreLockedError,
@@ -155,6 +156,14 @@ _LAZY = {
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
     "get_logger": "cowconv.logger",
+    "AgentContext": "cowconv.core.context",
+    "load_memory": "cowconv.core.context",
+    "load_project_skills": "cowconv.core.skills",
+    "load_skills_from_dir": "cowconv.core.skills",
+    "load_user_skills": "cowconv.core.skills",
+    "LookupSecret": "cowconv.core.secrets",
+    "SecretSource": "cowconv.core.secrets",
+    "StaticSecret": "cowconv.core.secrets",
 }
 
 if TYPE_CHECKING:
@@ -184,6 +193,7 @@ if TYPE_CHECKING:
     from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.compare import Comparison, ComparisonSide, compare
+    from cowconv.core.context import AgentContext, load_memory
     from cowconv.core.events import (
         ROOT_PARENT_ID,
         ActionEvent,
@@ -213,6 +223,7 @@ if TYPE_CHECKING:
     from cowconv.core.history import EventLog
     from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
     from cowconv.core.schema import Action, Observation
+    from cowconv.core.secrets import LookupSecret, SecretSource, StaticSecret
     from cowconv.core.security import (
         AlwaysConfirm,
         ConfirmationPolicyBase,
@@ -220,6 +231,7 @@ if TYPE_CHECKING:
         NeverConfirm,
         SecurityRisk,
     )
+    from cowconv.core.skills import load_project_skills, load_skills_from_dir, load_user_skills
     from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
@@ -245,6 +257,7 @@ __all__ = [
     "Action",
     "ActionEvent",
     "Agent",
+    "AgentContext",
     "AgentErrorEvent",
     "AlwaysConfirm",
     "AnyEvent",
@@ -312,6 +325,7 @@ __all__ = [
     "LLMToolCall",
     "LocalConversation",
     "LocalWorkspace",
+    "LookupSecret",
     "MAX_DEPTH",
     "MemoryStore",
     "Message",
@@ -331,12 +345,15 @@ __all__ = [
     "Role",
     "SQLiteStore",
     "SchemaVersionError",
+    "SecretSource",
     "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
+    "SkillValidationError",
     "SourceType",
     "StartError",
     "StateSink",
+    "StaticSecret",
     "Store",
     "StoreError",
     "StoreLockedError",
@@ -364,6 +381,10 @@ __all__ = [
     "freeze",
     "get_logger",
     "iter_branches",
+    "load_memory",
+    "load_project_skills",
+    "load_skills_from_dir",
+    "load_user_skills",
     "register_tool",
     "registered_tools",
     "resolve_tool",

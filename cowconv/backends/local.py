@@ -34,7 +34,7 @@ from typing import NamedTuple
 from pyrsistent import PMap, pmap
 
 from cowconv._exceptions import EventNotFoundError, InvalidTypeError
-from cowconv.agent.prompt import system_prompt_event
+from cowconv.agent.prompt import local_dir, system_prompt_event, user_message_event
 from cowconv.agent.runtime import Runner
 from cowconv.core.changes import Change, SendMessage
 from cowconv.core.events import Event, Message, MessageEvent, utc_now
@@ -285,8 +285,9 @@ class LocalBackend:
             message = Message(role="user", content=message)
         # The prompt first, so that its timestamp is not later than the message it precedes
         # (OpenHands' client orders the events a WebSocket delivers by timestamp).
-        prompt = system_prompt_event(self.snapshot().agent)
-        event = MessageEvent(source="user", llm_message=message, sender=sender)
+        snapshot = self.snapshot()
+        prompt = system_prompt_event(snapshot.agent, local_dir(snapshot))
+        event = user_message_event(snapshot, message, sender)
         self.commit(SendMessage(event, prompt))
         return recorded(self.snapshot(), event)
 
