@@ -164,6 +164,9 @@ _LAZY = {
     "LookupSecret": "cowconv.core.secrets",
     "SecretSource": "cowconv.core.secrets",
     "StaticSecret": "cowconv.core.secrets",
+    "AsyncCallbackWrapper": "cowconv.callbacks",
+    "ConversationCallbackType": "cowconv.callbacks",
+    "BaseConversation": "cowconv.conversation",
 }
 
 if TYPE_CHECKING:
@@ -190,7 +193,13 @@ if TYPE_CHECKING:
         run_branches,
     )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
-    from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
+    from cowconv.callbacks import AsyncCallbackWrapper, ConversationCallbackType
+    from cowconv.conversation import (
+        BaseConversation,
+        Conversation,
+        LocalConversation,
+        RemoteConversation,
+    )
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.compare import Comparison, ComparisonSide, compare
     from cowconv.core.context import AgentContext, load_memory
@@ -261,7 +270,9 @@ __all__ = [
     "AgentErrorEvent",
     "AlwaysConfirm",
     "AnyEvent",
+    "AsyncCallbackWrapper",
     "Backend",
+    "BaseConversation",
     "Branch",
     "BranchCancelledError",
     "BranchError",
@@ -286,6 +297,7 @@ __all__ = [
     "ConfirmationPolicyBase",
     "Content",
     "Conversation",
+    "ConversationCallbackType",
     "ConversationConflictError",
     "ConversationErrorEvent",
     "ConversationExecutionStatus",

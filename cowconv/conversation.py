@@ -76,7 +76,13 @@ from cowconv.visualizer import (
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Conversation", "LocalConversation", "RemoteConversation", "check_conversation_id"]
+__all__ = [
+    "BaseConversation",
+    "Conversation",
+    "LocalConversation",
+    "RemoteConversation",
+    "check_conversation_id",
+]
 
 
 def check_conversation_id(conversation_id: ConversationID | None) -> ConversationID:
@@ -1051,6 +1057,11 @@ class _BackgroundRun:
 LocalConversation = Conversation
 """OpenHands' SDK's name for a conversation run in this process (an alias of
 :class:`Conversation`)."""
+
+BaseConversation = Conversation
+"""OpenHands' SDK's base class of its local and remote conversations: cowconv has one
+class for both, so this is an alias of :class:`Conversation` (annotations and
+``isinstance`` checks written for OpenHands' SDK hold)."""
 
 
 class RemoteConversation(Conversation):
