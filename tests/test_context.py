@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
 import cowconv
-from cowconv import LLM, Agent, Conversation, Message, SystemPromptEvent
+from cowconv import LLM, Agent, Conversation, Message, SystemPromptEvent, Tool
 from cowconv.agent.prompt import system_prompt_event
 from cowconv.agent_server import BackgroundServer
 from cowconv.backends.wire import agent_from_openhands, agent_to_openhands
@@ -399,6 +399,39 @@ class TestSecrets:
             {"name": "TOKEN", "description": None},
             {"name": "OTHER", "description": "d"},
         ]
+
+    def test_the_terminal_gets_a_named_secret_and_hides_its_value(
+        self, stub: StubLLMServer, tmp_path: Path
+    ):
+        """A command naming a secret runs with it exported; its value never reaches the model."""
+
+        class Fetched(SecretSource):
+            def get_value(self) -> str:
+                return "fetched-value-42"
+
+        context = AgentContext(
+            secrets={"API_TOKEN": "t0k-secret-value", "OTHER_KEY": Fetched()},
+            current_datetime=None,
+        )
+        agent = Agent(
+            llm=LLM(**stub.llm_settings()), tools=[Tool(name="terminal")], agent_context=context
+        )
+        conversation = Conversation(agent=agent, workspace=tmp_path)
+        conversation.send_message(
+            "Run `echo $API_TOKEN > token.txt; echo got $API_TOKEN` and "
+            "`echo ${#OTHER_KEY} $other_key $OTHER_KEY` and `echo [$UNNAMED]`"
+        )
+        conversation.run()
+        assert (tmp_path / "token.txt").read_text() == "t0k-secret-value\n"
+        outputs = [
+            e.output for e in conversation.state.events if isinstance(e, cowconv.ObservationEvent)
+        ]
+        assert outputs[0].strip() == "got <secret-hidden>"
+        assert outputs[1].strip() == "16 <secret-hidden>"
+        assert outputs[2].strip() == "[]"
+        sent = json.dumps([r.body for r in stub.requests])
+        assert "t0k-secret-value" not in sent and "fetched-value-42" not in sent
+        assert "$API_TOKEN" in str(stub.requests[0].messages[0]["content"])
 
     def test_a_source_of_unknown_kind_is_refused(self):
         """JSON naming no known secret source is an error, not a silent loss."""

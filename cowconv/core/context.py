@@ -28,7 +28,7 @@ Finish with 'yay!'
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -188,6 +188,20 @@ class AgentContext(CheckedModel):
             }
             for name, value in (self.secrets or {}).items()
         ]
+
+    def secret_getters(self) -> dict[str, Callable[[], str | None]]:
+        """Each secret's name, and how to get its value now (a source is asked each time).
+
+        >>> AgentContext(secrets={"TOKEN": "t0k"}).secret_getters()["TOKEN"]()
+        't0k'
+        """
+        getters: dict[str, Callable[[], str | None]] = {}
+        for name, value in (self.secrets or {}).items():
+            if isinstance(value, SecretSource):
+                getters[name] = value.get_value
+            else:
+                getters[name] = value.get_secret_value
+        return getters
 
     def get_formatted_datetime(self) -> str | None:
         """``current_datetime`` for the prompt: a datetime as local time to the minute.
