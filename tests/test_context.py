@@ -264,6 +264,7 @@ class TestConversation:
             if isinstance(event, cowconv.MessageEvent) and event.source == "user"
         ]
         assert [event.activated_skills for event in messages] == [(), ("flarglebargle",), ()]
+        assert conversation.state.activated_knowledge_skills == ("flarglebargle",)
         prompts = [e for e in conversation.state.events if isinstance(e, SystemPromptEvent)]
         assert len(prompts) == 1 and prompts[0].dynamic_context is not None
 
@@ -291,6 +292,48 @@ class TestConversation:
             for e in source.state.events
             if isinstance(e, SystemPromptEvent)
         )
+
+    def test_a_skill_activated_by_hand_is_not_added_again(self, tmp_path: Path):
+        """activate_skill() marks a skill as activated, as a message naming it would."""
+        agent = Agent(llm=LLM(model="openai/gpt-4o"), agent_context=_context())
+        conversation = Conversation(agent=agent, workspace=tmp_path)
+        conversation.activate_skill("flarglebargle")
+        assert conversation.send_message("flarglebargle").activated_skills == ()
+
+    def test_update_secrets_gives_the_terminal_a_secret(self, stub: StubLLMServer, tmp_path: Path):
+        """update_secrets() on a local conversation: listed in the prompt, exported, hidden."""
+
+        class FromCallable(SecretSource):
+            def get_value(self) -> str:
+                return "callable-based-secret"
+
+        agent = Agent(llm=LLM(**stub.llm_settings()), tools=[Tool(name="terminal")])
+        conversation = Conversation(agent=agent, workspace=tmp_path)
+        conversation.update_secrets(
+            {"SECRET_TOKEN": "my-secret-token-value", "SECRET_FUNCTION_TOKEN": FromCallable()}
+        )
+        conversation.send_message("just `echo $SECRET_TOKEN $SECRET_FUNCTION_TOKEN`")
+        conversation.run()
+        output = next(
+            e.output for e in conversation.state.events if isinstance(e, cowconv.ObservationEvent)
+        )
+        assert output.strip() == "<secret-hidden> <secret-hidden>"
+        system = str(stub.requests[0].messages[0]["content"])
+        assert "* **$SECRET_TOKEN**" in system and "my-secret-token-value" not in system
+        with pytest.raises(cowconv.InvalidTypeError):
+            conversation.update_secrets({"BAD": 3})
+
+    def test_no_workspace_given_is_openhands_default_made_if_missing(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ):
+        """Conversation(agent) works in workspace/project, made as OpenHands' SDK makes it;
+        a workspace that is given must still exist."""
+        monkeypatch.chdir(tmp_path)
+        conversation = Conversation(Agent(llm=LLM(model="openai/gpt-4o")))
+        assert (tmp_path / "workspace" / "project").is_dir()
+        assert conversation.workspace.working_dir == "workspace/project"
+        with pytest.raises(ValueError, match="does not exist"):
+            Conversation(Agent(llm=LLM(model="openai/gpt-4o")), workspace=tmp_path / "missing")
 
     def test_project_skills_and_memory_from_the_workspace(
         self, stub: StubLLMServer, tmp_path: Path

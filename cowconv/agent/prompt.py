@@ -185,18 +185,18 @@ def user_message_event(
 
 
 def activated_skills(state: ConversationState) -> list[str]:
-    """The knowledge skills the active branch's messages activated, in order (O(n)).
+    """The knowledge skills already activated: ``state.activated_knowledge_skills``.
+
+    A message does not activate them again (OpenHands' SDK's rule); a fork
+    inherits the list with the rest of the state.
 
     >>> from cowconv import LLM, Agent, ConversationState, Workspace
     >>> activated_skills(ConversationState(id="c1", agent=Agent(llm=LLM(model="m")),
-    ...                                    workspace=Workspace(working_dir=".")))
-    []
+    ...                                    workspace=Workspace(working_dir="."),
+    ...                                    activated_knowledge_skills=("sql",)))
+    ['sql']
     """
-    names: list[str] = []
-    for event in state.branch:
-        if isinstance(event, MessageEvent) and event.activated_skills:
-            names.extend(name for name in event.activated_skills if name not in names)
-    return names
+    return list(state.activated_knowledge_skills)
 
 
 def with_system_prompt(state: ConversationState) -> ConversationState:
