@@ -16,7 +16,8 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── FrozenInstanceError (also AttributeError)
     ├── InvalidTypeError (also TypeError)
     ├── InvalidValueError (also ValueError)
-    │   └── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   ├── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   └── SkillValidationError: a skill file or definition that cannot be loaded
     ├── LLMError
     ├── StoreError
     │   ├── CorruptStoreError
@@ -87,6 +88,7 @@ __all__ = [
     "RemoteError",
     "SchemaVersionError",
     "ServiceError",
+    "SkillValidationError",
     "StoreError",
     "StartError",
     "StoreLockedError",
@@ -288,6 +290,14 @@ class MessageRoleError(InvalidValueError, AssertionError):
             f"{role!r}"
         )
         self.role = role
+
+
+class SkillValidationError(InvalidValueError):
+    """A skill file or definition cowconv cannot load (OpenHands' ``SkillValidationError``).
+
+    >>> issubclass(SkillValidationError, ValueError)
+    True
+    """
 
 
 class LLMError(CowconvError):

@@ -380,6 +380,8 @@ class Runner:
                         raise InvalidValueError(f"the agent has two tools named {tool.name!r}")
                     tools[tool.name] = tool
                     tool.restore(state.branch)
+                    if agent.agent_context is not None and agent.agent_context.secrets:
+                        tool.use_secrets(agent.agent_context.secret_getters())
         except BaseException:
             for made in tools.values():
                 made.close()

@@ -430,6 +430,13 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
         so they can start where the source's stood at the fork point.
         """
 
+    def use_secrets(self, secrets: Mapping[str, Callable[[], str | None]]) -> None:
+        """Take the conversation's secrets (name -> how to get the value); the default: none.
+
+        The terminal exports the ones a command names and hides their values
+        in its output, as OpenHands' SDK's does.
+        """
+
     def close(self) -> None:
         """Release processes or connections: the executor's, if it has one."""
         if self.executor is not None:

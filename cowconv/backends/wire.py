@@ -175,6 +175,8 @@ def agent_to_openhands(agent_json: Mapping[str, Any]) -> dict[str, Any]:
     }
     if agent_json.get("system_prompt") is not None:
         data["system_prompt"] = agent_json["system_prompt"]
+    if agent_json.get("agent_context") is not None:
+        data["agent_context"] = agent_json["agent_context"]  # the same JSON in both
     condenser = agent_json.get("condenser")
     if condenser is not None:
         data["condenser"] = {
@@ -204,7 +206,7 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
 
     Honoured: ``llm`` (the :data:`LLM_FIELDS`), ``tools`` that cowconv has
     (others are left out: the agent gets fewer tools, never more),
-    ``filter_tools_regex``, ``system_prompt``, an ``LLMSummarizingCondenser``.
+    ``filter_tools_regex``, ``system_prompt``, ``agent_context``, an ``LLMSummarizingCondenser``.
     Everything else is the caller's to keep. Raises :class:`Unsupported`
     (an :class:`~cowconv.InvalidValueError`) for another kind of agent.
 
@@ -247,6 +249,8 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     agent["tools"] = tools
     if data.get("system_prompt") is not None:
         agent["system_prompt"] = data["system_prompt"]
+    if data.get("agent_context") is not None:
+        agent["agent_context"] = data["agent_context"]
     condenser = data.get("condenser")
     if isinstance(condenser, Mapping) and condenser.get("kind", "LLMSummarizingCondenser") == (
         "LLMSummarizingCondenser"
@@ -368,6 +372,9 @@ def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
         return {**common, **{key: data[key] for key in keep if data.get(key) is not None}}
     if kind == "SystemPromptEvent":
         system_prompt = _texts(data.get("system_prompt"), f"{kind}.system_prompt")
+        if data.get("dynamic_context") is not None:
+            # The agent context's part of the system message (OpenHands' second block).
+            common["dynamic_context"] = data["dynamic_context"]
         return {**common, "system_prompt": system_prompt}
     if kind == "ActionEvent":
         call = _object(data, "tool_call")
