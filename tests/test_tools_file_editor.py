@@ -10,26 +10,48 @@ the end checks that on every backend.
 from __future__ import annotations
 
 import base64
+import functools
+import json
+import shutil
 import stat
 import subprocess
 import sys
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from cowconv import (
     LLM,
     Agent,
+    Conversation,
     ConversationState,
+    Message,
+    MessageToolCall,
+    ObservationEvent,
     Tool,
     ToolArgumentError,
     Workspace,
     registered_tools,
     resolve_tool,
+    run_branches,
 )
 from cowconv.agent.tools import create_tools
+from cowconv.distributed import ProcessExecutor
+from cowconv.testing import StubLLMServer, StubReply, TestLLM
 from cowconv.tools.file_editor import (
     TOOL_DESCRIPTION,
     FileEditor,
@@ -40,6 +62,7 @@ from cowconv.tools.file_editor import (
     file_editor,
 )
 from cowconv.tools.file_editor.editor import MAX_HISTORY_PER_FILE, clip
+from tests.conftest import BACKENDS, open_backend
 
 WAIT = 120.0
 
@@ -596,3 +619,477 @@ class TestExecutorAndFunction:
         path = tmp_path / "a"
         FileEditor()(command="create", path=str(path), file_text="x")
         assert path.read_text() == "x"
+
+
+# -- in a conversation -------------------------------------------------------------------------
+
+
+def call(call_id: str, **arguments: Any) -> Message:
+    tool_call = MessageToolCall(id=call_id, name="file_editor", arguments=json.dumps(arguments))
+    return Message(role="assistant", content="", tool_calls=[tool_call])
+
+
+def answer(text: str = "Done.") -> Message:
+    return Message(role="assistant", content=text)
+
+
+def editor_agent(*script: Message) -> Agent:
+    return Agent(llm=TestLLM.from_messages(script), tools=[Tool(name="file_editor")])
+
+
+def edits(events: Any) -> list[FileEditorObservation]:
+    """The file editor's observations among ``events``, in order."""
+    found = []
+    for event in events:
+        if isinstance(event, ObservationEvent) and event.tool_name == "file_editor":
+            assert isinstance(event.observation, FileEditorObservation)
+            found.append(event.observation)
+    return found
+
+
+def run_turn(conversation: Conversation, *script: Message, text: str = "Edit.") -> None:
+    """One user turn whose model answers ``script`` (a new agent: tools rebuilt from events)."""
+    conversation.switch_llm(TestLLM.from_messages([*script, answer()]))
+    conversation.send_message(text)
+    conversation.run()
+
+
+class TestInAConversation:
+    def test_a_run_edits_files_through_the_tool(self, root: Path):
+        """A scripted model creates, edits, views and undoes; each answer is recorded whole."""
+        path = str(root / "app.py")
+        agent = editor_agent(
+            call("c1", command="create", path=path, file_text="x = 1\n"),
+            call("c2", command="str_replace", path=path, old_str="x = 1", new_str="x = 2"),
+            call("c3", command="view", path=path),
+            call("c4", command="undo_edit", path=path),
+            call("c5", command="view", path="app.py"),
+            answer(),
+        )
+        conversation = Conversation(agent=agent, workspace=str(root))
+        try:
+            conversation.send_message("Write app.py.")
+            conversation.run()
+        finally:
+            conversation.close()
+        assert (root / "app.py").read_text() == "x = 1\n"
+        created, replaced, viewed, undone, relative = edits(conversation.state.events)
+        assert (created.command, created.prev_exist, created.new_content) == (
+            "create",
+            False,
+            "x = 1\n",
+        )
+        assert (replaced.old_content, replaced.new_content) == ("x = 1\n", "x = 2\n")
+        assert viewed.text.endswith("     1\tx = 2\n")
+        assert (undone.old_content, undone.new_content) == ("x = 2\n", "x = 1\n")
+        assert relative.is_error and relative.text.endswith(f"Maybe you meant {path}?")
+        assert conversation.state.execution_status.value == "finished"
+
+    def test_bad_arguments_are_an_observation(self, root: Path):
+        """A call the schema refuses (an unknown command) is answered, and the run goes on."""
+        agent = editor_agent(call("c1", command="delete", path=str(root)), answer())
+        conversation = Conversation(agent=agent, workspace=str(root))
+        conversation.send_message("Delete it.")
+        conversation.run()
+        conversation.close()
+        [observed] = [e for e in conversation.state.events if isinstance(e, ObservationEvent)]
+        assert observed.extra["error"] == "invalid_arguments" and "command" in observed.output
+        assert conversation.state.execution_status.value == "finished"
+
+    def test_a_fork_made_before_an_edit_cannot_undo_it(self, root: Path):
+        """The source's edit after the fork point is not in the fork's undo history."""
+        path = str(root / "a")
+        source = Conversation(agent=editor_agent(), workspace=str(root))
+        run_turn(source, call("c1", command="create", path=path, file_text="1"))
+        fork = source.fork()
+        run_turn(source, call("c2", command="str_replace", path=path, old_str="1", new_str="2"))
+        # The fork undoes what it has: the create (which restores its text), then nothing.
+        run_turn(
+            fork,
+            call("c3", command="undo_edit", path=path),
+            call("c4", command="undo_edit", path=path),
+        )
+        undo, none_left = edits(fork.state.events)[-2:]
+        assert (undo.old_content, undo.new_content) == ("2", "1")  # the file is shared
+        assert none_left.is_error and none_left.text == f"No edit history found for {path}."
+        # The source still has both steps: its history never saw the fork's undo.
+        run_turn(source, call("c5", command="undo_edit", path=path))
+        assert edits(source.state.events)[-1].new_content == "1"
+        assert [o.command for o in edits(source.state.events)] == [
+            "create",
+            "str_replace",
+            "undo_edit",
+        ]
+        source.close()
+        fork.close()
+
+    def test_the_source_never_sees_a_forks_edits(self, root: Path):
+        """A fork's edits are undone by the fork only: the source has none to undo."""
+        path = str(root / "a")
+        (root / "a").write_text("0")
+        source = Conversation(agent=editor_agent(), workspace=str(root))
+        run_turn(source, call("c0", command="view", path=path))
+        fork = source.fork()
+        run_turn(fork, call("c1", command="str_replace", path=path, old_str="0", new_str="1"))
+        run_turn(source, call("c2", command="undo_edit", path=path))
+        assert edits(source.state.events)[-1].text == f"No edit history found for {path}."
+        run_turn(fork, call("c3", command="undo_edit", path=path))
+        assert (root / "a").read_text() == "0"
+        source.close()
+        fork.close()
+
+    def test_the_history_survives_a_reopened_store(self, root: Path, tmp_path: Path):
+        """Reopened from SQLite in a new Conversation, the editor can undo the stored edits."""
+        path = str(root / "a")
+        data = tmp_path / "data"
+        first = Conversation(agent=editor_agent(), workspace=str(root), persistence_dir=data)
+        run_turn(
+            first,
+            call("c1", command="create", path=path, file_text="1"),
+            call("c2", command="str_replace", path=path, old_str="1", new_str="2"),
+        )
+        conversation_id = first.id
+        first.close()
+        again = Conversation(
+            agent=editor_agent(),
+            workspace=str(root),
+            persistence_dir=data,
+            conversation_id=conversation_id,
+        )
+        run_turn(again, call("c3", command="undo_edit", path=path))
+        assert (root / "a").read_text() == "1"
+        assert edits(again.state.events)[-1].old_content == "2"
+        again.close()
+
+    def test_a_store_read_in_a_fresh_process_keeps_the_observations(
+        self, root: Path, tmp_path: Path, store_reader
+    ):
+        """Another process (which never imported the editor) reads the edits back whole."""
+        data = tmp_path / "data"
+        conversation = Conversation(agent=editor_agent(), workspace=str(root), persistence_dir=data)
+        run_turn(conversation, call("c1", command="create", path=str(root / "a"), file_text="1"))
+        conversation.close()
+        state = store_reader.load(data / "cowconv.db", conversation.id)
+        [created] = edits(state.events)
+        assert (created.command, created.new_content, created.prev_exist) == ("create", "1", False)
+
+    def test_a_fork_in_a_copy_of_the_workspace_undoes_there(self, tmp_path: Path):
+        """The history is kept per file relative to the workspace: a copy finds it."""
+        source_dir = tmp_path / "source"
+        source_dir.mkdir()
+        data = tmp_path / "data"
+        source = Conversation(agent=editor_agent(), workspace=str(source_dir), persistence_dir=data)
+        path = str(source_dir / "a")
+        run_turn(source, call("c1", command="create", path=path, file_text="1"))
+        run_turn(source, call("c2", command="str_replace", path=path, old_str="1", new_str="2"))
+        fork = source.fork()
+        fork_id = fork.id
+        fork.close()
+        copy_dir = tmp_path / "copy"
+        shutil.copytree(source_dir, copy_dir)
+        moved = Conversation(
+            agent=editor_agent(),
+            workspace=str(copy_dir),
+            persistence_dir=data,
+            conversation_id=fork_id,
+        )
+        run_turn(moved, call("c3", command="undo_edit", path=str(copy_dir / "a")))
+        assert (copy_dir / "a").read_text() == "1"
+        assert (source_dir / "a").read_text() == "2"
+        moved.close()
+        source.close()
+
+
+# -- on an agent server and on worker processes --------------------------------------------------
+
+
+def stub_agent(stub: StubLLMServer) -> Agent:
+    return Agent(llm=LLM(**stub.llm_settings()), tools=[Tool(name="file_editor")])
+
+
+def editor_call(**arguments: Any) -> StubReply:
+    return StubReply.tool_call("file_editor", **arguments)
+
+
+def wait_for_end(http: httpx.Client, conversation_id: str) -> dict[str, Any]:
+    """Poll the server until the conversation's run has ended (or fail after WAIT)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        info: dict[str, Any] = http.get(f"/api/conversations/{conversation_id}").json()
+        if info["execution_status"] in ("finished", "error", "stuck"):
+            return info
+        time.sleep(0.05)
+    raise AssertionError(f"conversation {conversation_id} still running after {WAIT} s")
+
+
+def server_edits(http: httpx.Client, conversation_id: str) -> list[dict[str, Any]]:
+    page = http.get(f"/api/conversations/{conversation_id}/events/search").json()
+    return [
+        item["observation"]
+        for item in page["items"]
+        if item["kind"] == "ObservationEvent" and item.get("tool_name") == "file_editor"
+    ]
+
+
+class TestOnAnAgentServer:
+    def test_an_openhands_client_gets_a_working_editor(self, agent_server, stub, root: Path):
+        """An agent sent as OpenHands' JSON with {"name": "file_editor"} edits files (uvicorn)."""
+        path = str(root / "hello.py")
+        stub.script(
+            editor_call(command="create", path=path, file_text="print(1)\n"),
+            editor_call(command="str_replace", path=path, old_str="1", new_str="2"),
+            StubReply.text("Done."),
+        )
+        body = {
+            "agent": {
+                "kind": "Agent",
+                "llm": stub.llm_settings(),
+                "tools": [{"name": "file_editor", "params": {}}],
+            },
+            "workspace": {"working_dir": str(root)},
+        }
+        with httpx.Client(base_url=agent_server.url, timeout=WAIT) as http:
+            started = http.post("/api/conversations", json=body)
+            assert started.status_code == 201, started.text
+            conversation_id = started.json()["id"]
+            message = {"role": "user", "content": [{"type": "text", "text": "Go."}], "run": True}
+            assert http.post(
+                f"/api/conversations/{conversation_id}/events", json=message
+            ).is_success
+            assert wait_for_end(http, conversation_id)["execution_status"] == "finished"
+            created, replaced = server_edits(http, conversation_id)
+            assert (root / "hello.py").read_text() == "print(2)\n"
+            assert created["kind"] == "FileEditorObservation" and created["prev_exist"] is False
+            assert (replaced["old_content"], replaced["new_content"]) == (
+                "print(1)\n",
+                "print(2)\n",
+            )
+            # A fork on the server undoes the edits of its own history.
+            forked = http.post(f"/api/conversations/{conversation_id}/fork")
+            assert forked.is_success, forked.text
+            fork_id = forked.json()["id"]
+            stub.script(editor_call(command="undo_edit", path=path), StubReply.text("Undone."))
+            assert http.post(f"/api/conversations/{fork_id}/events", json=message).is_success
+            assert wait_for_end(http, fork_id)["execution_status"] == "finished"
+            undone = server_edits(http, fork_id)[-1]
+            assert (undone["command"], undone["new_content"]) == ("undo_edit", "print(1)\n")
+            assert len(server_edits(http, conversation_id)) == 2  # the source has no undo
+        assert (root / "hello.py").read_text() == "print(1)\n"
+        assert stub.pending == 0
+
+
+def copy_workspace(template: str, index: int, conversation_id: str) -> str:
+    """A branch's own copy of ``template`` (run on the worker)."""
+    target = f"{template}-branch-{index}"
+    shutil.copytree(template, target)
+    return target
+
+
+class TestOnWorkerProcesses:
+    def test_branches_undo_in_their_own_copies(self, stub, tmp_path: Path):
+        """Branches run on a process worker, each in a copy of the workspace, undo there."""
+        source_dir = tmp_path / "source"
+        source_dir.mkdir()
+        path = str(source_dir / "a.txt")
+        stub.script(
+            editor_call(command="create", path=path, file_text="1"),
+            editor_call(command="str_replace", path=path, old_str="1", new_str="2"),
+            StubReply.text("Done."),
+        )
+        source = Conversation(agent=stub_agent(stub), workspace=str(source_dir))
+        source.send_message("Write a.txt.")
+        source.run()
+        # On a single worker the branches run one after the other: each takes its own replies.
+        for index in range(2):
+            copy = f"{source_dir}-branch-{index}/a.txt"
+            stub.script(editor_call(command="undo_edit", path=copy), StubReply.text("Undone."))
+        with ProcessExecutor(max_workers=1, progress=False) as executor:
+            forks = run_branches(
+                source,
+                ["Undo it.", "Undo it too."],
+                executor=executor,
+                workspace=functools.partial(copy_workspace, str(source_dir)),
+            )
+        for index, fork in enumerate(forks):
+            assert fork.state.execution_status.value == "finished"
+            undone = edits(fork.state.events)[-1]
+            assert (undone.command, undone.is_error, undone.new_content) == (
+                "undo_edit",
+                False,
+                "1",
+            )
+            assert Path(f"{source_dir}-branch-{index}/a.txt").read_text() == "1"
+        assert (source_dir / "a.txt").read_text() == "2"
+        assert [o.command for o in edits(source.state.events)] == ["create", "str_replace"]
+        source.close()
+
+
+# -- the isolation property ----------------------------------------------------------------------
+
+
+class EditorModel:
+    """What one conversation should hold, kept as plain data and deep-copied at a fork."""
+
+    def __init__(self) -> None:
+        self.undo: dict[str, list[str]] = {}
+        self.observed: list[tuple[str, bool, str | None, str | None]] = []
+
+    def copy(self) -> EditorModel:
+        fork = EditorModel()
+        fork.undo = {name: list(stack) for name, stack in self.undo.items()}
+        fork.observed = list(self.observed)
+        return fork
+
+
+def recorded(events: Any) -> list[tuple[str, bool, str | None, str | None]]:
+    return [(o.command, o.is_error, o.old_content, o.new_content) for o in edits(events)]
+
+
+def rebuilt_history(events: Any, root: Path) -> dict[str, list[str]]:
+    """The undo history a fresh editor rebuilds from ``events`` (what a fork or a reload gets)."""
+    editor = FileEditor(workspace_root=root)
+    editor.restore(events)
+    return {name: list(stack) for name, stack in editor.history().items()}
+
+
+class EditorIsolation(RuleBasedStateMachine):
+    """Edits, undos and forks in any order: each conversation is as if deep-copied at its fork.
+
+    The workspace's files are shared by the conversations (as a fork shares its workspace),
+    so the model keeps one set of files and, per conversation, its undo history and the
+    observations it recorded. Each file holds one unique token, so every str_replace
+    matches once and every expected answer is known.
+    """
+
+    conversations = Bundle("conversations")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backend: Any = None  # set by the test's subclass
+        self.stub: StubLLMServer | None = None
+        self.root = Path()
+        self.files: dict[str, str] = {}
+        self.models: dict[int, EditorModel] = {}
+        self.handles: dict[int, Conversation] = {}
+        self.counter = 0
+
+    def token(self) -> str:
+        self.counter += 1
+        return f"t{self.counter}"
+
+    def act(self, key: int, text: str, reply: StubReply) -> None:
+        assert self.stub is not None
+        self.stub.script(reply, StubReply.text("ok"))
+        conversation = self.handles[key]
+        conversation.send_message(text)
+        conversation.run()
+
+    def expect(self, key: int, entry: tuple[str, bool, str | None, str | None]) -> None:
+        self.models[key].observed.append(entry)
+        assert recorded(self.handles[key].state.events)[-1] == entry
+
+    @rule(target=conversations)
+    def start(self) -> int:
+        assert self.stub is not None
+        conversation = self.backend.new(stub_agent(self.stub))
+        key = len(self.handles)
+        self.handles[key] = conversation
+        self.models[key] = EditorModel()
+        return key
+
+    @rule(key=conversations, name=st.sampled_from(["a", "b"]))
+    def create(self, key: int, name: str) -> None:
+        text = self.token()
+        path = str(self.root / name)
+        self.act(key, "create", editor_call(command="create", path=path, file_text=text))
+        if name in self.files:
+            self.expect(key, ("create", True, None, None))
+            return
+        self.files[name] = text
+        stack = self.models[key].undo.setdefault(name, [])
+        stack[:] = [*stack, text][-MAX_HISTORY_PER_FILE:]
+        self.expect(key, ("create", False, None, text))
+
+    @rule(key=conversations, name=st.sampled_from(["a", "b"]))
+    def replace(self, key: int, name: str) -> None:
+        new = self.token()
+        old = self.files.get(name, "missing")
+        path = str(self.root / name)
+        self.act(
+            key, "edit", editor_call(command="str_replace", path=path, old_str=old, new_str=new)
+        )
+        if name not in self.files:
+            self.expect(key, ("str_replace", True, None, None))
+            return
+        self.files[name] = new
+        stack = self.models[key].undo.setdefault(name, [])
+        stack[:] = [*stack, old][-MAX_HISTORY_PER_FILE:]
+        self.expect(key, ("str_replace", False, old, new))
+
+    @rule(key=conversations, name=st.sampled_from(["a", "b"]))
+    def undo(self, key: int, name: str) -> None:
+        self.act(key, "undo", editor_call(command="undo_edit", path=str(self.root / name)))
+        stack = self.models[key].undo.get(name, [])
+        if name not in self.files or not stack:
+            self.expect(key, ("undo_edit", True, None, None))
+            return
+        previous = stack.pop()
+        if not stack:
+            del self.models[key].undo[name]
+        current, self.files[name] = self.files[name], previous
+        self.expect(key, ("undo_edit", False, current, previous))
+
+    @rule(target=conversations, key=conversations)
+    def fork(self, key: int) -> int:
+        fork_key = len(self.handles)
+        self.handles[fork_key] = self.handles[key].fork()
+        self.models[fork_key] = self.models[key].copy()
+        return fork_key
+
+    @invariant()
+    def every_conversation_matches_its_model(self) -> None:
+        for key, conversation in self.handles.items():
+            events = conversation.state.events
+            model = self.models[key]
+            assert recorded(events) == model.observed
+            assert rebuilt_history(events, self.root) == model.undo
+        for name, text in self.files.items():
+            assert (self.root / name).read_text() == text
+
+    def teardown(self) -> None:
+        try:
+            # Read back from where each conversation is kept (another process reading the
+            # SQLite file; a new connection to the agent server): the same edits.
+            for key, conversation in self.handles.items():
+                reloaded = self.backend.reload(conversation)
+                assert recorded(reloaded.events) == self.models[key].observed
+                assert rebuilt_history(reloaded.events, self.root) == self.models[key].undo
+        finally:
+            self.backend.close()
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_fork_isolation_of_the_editor(kind, stub, request, tmp_path: Path):
+    """A fork's edits and undo history never reach its source, nor the source's its fork."""
+    server = request.getfixturevalue("in_process_server") if kind == "remote" else None
+    reader = request.getfixturevalue("store_reader") if kind == "sqlite" else None
+
+    class Machine(EditorIsolation):
+        def __init__(self) -> None:
+            super().__init__()
+            directory = (tmp_path / uuid.uuid4().hex).resolve()
+            directory.mkdir()
+            self.root = directory
+            self.stub = stub
+            self.backend = open_backend(kind, directory, server, reader)
+
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(
+            max_examples={"memory": 25, "sqlite": 12, "remote": 8}[kind],
+            stateful_step_count=10,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        ),
+    )
+    assert stub.pending == 0
