@@ -39,6 +39,8 @@ from cowconv import (
     Agent,
     Conversation,
     ConversationState,
+    InvalidTypeError,
+    InvalidValueError,
     Message,
     MessageToolCall,
     ObservationEvent,
@@ -170,6 +172,37 @@ class TestSpec:
         assert isinstance(made, FileEditorTool)
         assert isinstance(made.executor, FileEditorExecutor)
         made.close()
+
+    def test_settings_through_the_tool_reference(self, root: Path):
+        """Tool(name='file_editor', params={'allowed_edits_files': [...]}) limits the edits."""
+        allowed = str(root / "ok.txt")
+        state = ConversationState(
+            id="c1",
+            agent=Agent(llm=LLM(model="openai/gpt-4o")),
+            workspace=Workspace(working_dir=str(root)),
+        )
+        reference = Tool(name="file_editor", params={"allowed_edits_files": [allowed]})
+        [made] = create_tools(reference, state)
+        assert not run(made, command="create", path=allowed, file_text="x").is_error
+        other = refused(made, command="create", path=str(root / "no.txt"), file_text="x")
+        assert other.startswith("Operation 'create' is not allowed on file")
+        made.close()
+
+    @pytest.mark.parametrize(
+        "settings",
+        [{"colour": "red"}, {"allowed_edits_files": "a.txt"}, {"allowed_edits_files": [1]}],
+    )
+    def test_bad_settings_are_refused(self, root: Path, settings: dict[str, Any]):
+        """A setting the editor does not have, or a malformed one, is an InvalidValueError."""
+        with pytest.raises(InvalidValueError, match="invalid settings for tool 'file_editor'"):
+            FileEditorTool.create(Workspace(working_dir=str(root)), **settings)
+
+    def test_a_workspace_or_a_state_and_nothing_else(self, root: Path):
+        """create() takes a Workspace too; anything else is an InvalidTypeError."""
+        [made] = FileEditorTool.create(Workspace(working_dir=str(root)))
+        assert isinstance(made.executor, FileEditorExecutor)
+        with pytest.raises(InvalidTypeError, match="conversation state or a Workspace"):
+            FileEditorTool.create(str(root))
 
 
 # -- the commands, one by one ---------------------------------------------------------------

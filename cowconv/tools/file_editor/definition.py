@@ -11,11 +11,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.agent.tools import ToolDefinition, ToolResult, register_tool
 from cowconv.core.events import Event
+from cowconv.core.workspace import Workspace
 from cowconv.tools.file_editor.editor import HISTORY_KEY
 from cowconv.tools.file_editor.impl import FileEditorExecutor
 from cowconv.tools.file_editor.schema import FileEditorAction, FileEditorObservation
@@ -99,16 +101,44 @@ class FileEditorTool(ToolDefinition[FileEditorAction, FileEditorObservation]):
 
     @classmethod
     def create(  # type: ignore[override]
-        cls, conv_state: Any = None, params: Any = None, **options: Any
+        cls, conv_state: Any = None, params: Mapping[str, Any] | None = None, **options: Any
     ) -> list[FileEditorTool]:
-        """The conversation's file editor, working in ``conv_state.workspace.working_dir``."""
-        workspace = getattr(conv_state, "workspace", None)
-        working_dir = getattr(workspace, "working_dir", None)
-        if not isinstance(working_dir, str):
-            # Not a conversation state: the base class names what it takes.
-            return ToolDefinition.create.__func__(cls, conv_state, params, **options)  # type: ignore[attr-defined,no-any-return]
+        """The conversation's file editor, working in ``conv_state.workspace.working_dir``.
+
+        ``conv_state`` is a conversation state (anything with a ``workspace``)
+        or a :class:`~cowconv.Workspace`. The one setting is OpenHands'
+        executor's ``allowed_edits_files`` (``Tool(name="file_editor",
+        params={"allowed_edits_files": [...]})``).
+
+        >>> from cowconv import Workspace
+        >>> FileEditorTool.create(Workspace(working_dir="."), colour="red")
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.InvalidValueError: invalid settings for tool 'file_editor': ...
+        """
+        workspace = conv_state if isinstance(conv_state, Workspace) else None
+        if workspace is None:
+            workspace = getattr(conv_state, "workspace", None)
+        if not isinstance(workspace, Workspace):
+            raise InvalidTypeError(
+                f"{cls.__name__}.create() takes a conversation state or a Workspace, "
+                f"got {type(conv_state).__name__}"
+            )
+        settings = {**(params or {}), **options}
+        unknown = sorted(set(settings) - {"allowed_edits_files"})
+        allowed = settings.get("allowed_edits_files")
+        if unknown or not (
+            allowed is None
+            or (isinstance(allowed, Sequence) and not isinstance(allowed, str)
+                and all(isinstance(name, str) for name in allowed))
+        ):  # fmt: skip
+            raise InvalidValueError(
+                f"invalid settings for tool {cls.name!r}: {settings!r:.200} (the one setting "
+                "is allowed_edits_files, a list of paths)"
+            )
         llm = getattr(getattr(conv_state, "agent", None), "llm", None)
         vision = getattr(llm, "vision_is_active", None)
+        working_dir = workspace.working_dir
         return [
             cls(
                 action_type=FileEditorAction,
@@ -116,7 +146,9 @@ class FileEditorTool(ToolDefinition[FileEditorAction, FileEditorObservation]):
                 description=_description(
                     working_dir, bool(vision()) if callable(vision) else False
                 ),
-                executor=FileEditorExecutor(workspace_root=working_dir, **options),
+                executor=FileEditorExecutor(
+                    workspace_root=working_dir, allowed_edits_files=allowed
+                ),
             )
         ]
 
