@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -616,6 +617,23 @@ class TestPaths:
             f"File validation failed for {root / 'big'}: File is too large (11.0MB). Maximum "
             "allowed size is 10MB."
         )
+
+    def test_a_pipe_is_refused_without_blocking(self, tool: FileEditorTool, root: Path):
+        """A named pipe in the workspace is refused, not read (a read would wait forever)."""
+        os.mkfifo(root / "pipe")
+        for command in ("view", "str_replace", "insert", "undo_edit"):
+            text = refused(tool, command=command, path=str(root / "pipe"), old_str="a",
+                           new_str="b", insert_line=0)  # fmt: skip
+            assert text == (
+                f"File validation failed for {root / 'pipe'}: File is not a regular file (a "
+                "pipe, a socket or a device) and cannot be read or edited by this tool."
+            )
+
+    def test_text_no_file_can_hold_is_refused(self, root: Path):
+        """A lone surrogate (only file_editor() lets one in) is an error; nothing is written."""
+        answer = file_editor("create", str(root / "a"), file_text="\ud800")
+        assert answer.is_error and "while trying to write to" in answer.text
+        assert not (root / "a").exists()
 
     def test_an_unknown_command_does_not_validate(self, tool: FileEditorTool):
         """A command outside the five is an invalid argument (the schema's enum)."""

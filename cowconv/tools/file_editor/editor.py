@@ -382,6 +382,12 @@ class FileEditor:
             size = os.path.getsize(real)
         except OSError as error:
             raise ToolArgumentError(f"Ran into {error} while trying to read {path}") from None
+        if not real.is_file():
+            # A pipe or a device would block the read, or never end it.
+            raise ToolArgumentError(
+                f"File validation failed for {path}: File is not a regular file (a pipe, a "
+                "socket or a device) and cannot be read or edited by this tool."
+            )
         if size > self._max_file_size:
             raise ToolArgumentError(
                 f"File validation failed for {path}: File is too large "
@@ -408,13 +414,15 @@ class FileEditor:
         The file keeps its permission bits and its encoding, unless the
         encoding cannot hold the new text (then UTF-8, as OpenHands does).
         """
-        if encoding is None or encoding.startswith("utf-8"):
-            data = text.encode(encoding or "utf-8", errors="surrogateescape")
-        else:
+        try:
+            data = text.encode(encoding or "utf-8")
+        except UnicodeEncodeError:
             try:
-                data = text.encode(encoding)
-            except UnicodeEncodeError:
-                data = text.encode("utf-8", errors="surrogateescape")
+                data = text.encode("utf-8")
+            except UnicodeEncodeError as error:  # a lone surrogate: no file can hold it
+                raise ToolArgumentError(
+                    f"Ran into {error} while trying to write to {path}"
+                ) from None
         try:
             handle = tempfile.NamedTemporaryFile(
                 dir=real.parent, prefix=f".{real.name}.", suffix=".tmp", delete=False
