@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -523,6 +523,59 @@ class TestUndoEdit:
         assert refused(tool, command="undo_edit", path=str(root / "a")) == (
             f"No edit history found for {root / 'a'}."
         )
+
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["create", "str_replace", "insert", "undo_edit", "view"]),
+        st.sampled_from(["a", "b", "sub/c"]),
+        st.text(alphabet="xy\n", max_size=6),
+        st.integers(0, 3),
+    ),
+    max_size=25,
+)
+
+
+class TestUndoProperty:
+    @settings(max_examples=60, deadline=None)
+    @given(operations)
+    def test_history_rebuilt_from_events_is_the_live_one(self, tmp_path_factory, ops):
+        """For any commands, the history rebuilt from their observations equals the live one,
+        and each file's text equals a model applying them to a dict of files."""
+        root = tmp_path_factory.mktemp("w").resolve()
+        (root / "sub").mkdir()
+        executor = FileEditorExecutor(workspace_root=str(root))
+        editor = executor.editor
+        files: dict[str, str] = {}
+        stacks: dict[str, list[str]] = {}
+        events = []
+        for number, (command, name, text, line) in enumerate(ops):
+            action = FileEditorAction(command=command, path=str(root / name), file_text=text,
+                                      old_str=files.get(name), new_str=f"{text}!",
+                                      insert_line=line)  # fmt: skip
+            answer = executor(action)
+            events.append(ObservationEvent(tool_name="file_editor", tool_call_id=f"c{number}",
+                                           observation=answer))  # fmt: skip
+            if answer.is_error:
+                continue
+            stack = stacks.setdefault(name, [])
+            if command == "create":
+                files[name] = text
+                stack.append(text)
+            elif command in ("str_replace", "insert"):
+                assert answer.old_content == files[name]
+                stack.append(files[name])
+                files[name] = answer.new_content or ""
+            elif command == "undo_edit":
+                files[name] = stack.pop()
+            del stack[:-MAX_HISTORY_PER_FILE]
+            assert (root / name).read_text() == files[name]
+        rebuilt = FileEditor(workspace_root=root)
+        rebuilt.restore(events)
+        assert rebuilt.history() == editor.history()
+        assert {name: list(stack) for name, stack in editor.history().items()} == {
+            name: stack for name, stack in stacks.items() if stack
+        }
 
 
 # -- what every command refuses ---------------------------------------------------------------
