@@ -1059,11 +1059,14 @@ def rebuilt_history(events: Any, root: Path) -> dict[str, list[str]]:
 class EditorIsolation(RuleBasedStateMachine):
     """Edits, undos and forks in any order: each conversation is as if deep-copied at its fork.
 
-    The workspace's files are shared by the conversations (as a fork shares its workspace),
-    so the model keeps one set of files and, per conversation, its undo history and the
-    observations it recorded. Each file holds one unique token, so every str_replace
-    matches once and every expected answer is known.
+    By default the workspace's files are shared by the conversations (as a fork shares its
+    workspace): the model keeps one set of files and, per conversation, its undo history
+    and the observations it recorded. With ``copies`` (a store), each fork is reopened in
+    a copy of its source's directory, and the model's files are deep-copied too. Each file
+    holds one unique token, so every str_replace matches once and every answer is known.
     """
+
+    copies = False
 
     conversations = Bundle("conversations")
 
@@ -1072,7 +1075,8 @@ class EditorIsolation(RuleBasedStateMachine):
         self.backend: Any = None  # set by the test's subclass
         self.stub: StubLLMServer | None = None
         self.root = Path()
-        self.files: dict[str, str] = {}
+        self.roots: dict[int, Path] = {}
+        self.trees: dict[int, dict[str, str]] = {}
         self.models: dict[int, EditorModel] = {}
         self.handles: dict[int, Conversation] = {}
         self.counter = 0
@@ -1099,17 +1103,23 @@ class EditorIsolation(RuleBasedStateMachine):
         key = len(self.handles)
         self.handles[key] = conversation
         self.models[key] = EditorModel()
+        self.roots[key] = self.root
+        # Conversations started in the shared directory share its files.
+        shared = next(
+            (self.trees[k] for k, r in self.roots.items() if r == self.root and k != key), None
+        )
+        self.trees[key] = shared if shared is not None else {}
         return key
 
     @rule(key=conversations, name=st.sampled_from(["a", "b"]))
     def create(self, key: int, name: str) -> None:
         text = self.token()
-        path = str(self.root / name)
+        path = str(self.roots[key] / name)
         self.act(key, "create", editor_call(command="create", path=path, file_text=text))
-        if name in self.files:
+        if name in self.trees[key]:
             self.expect(key, ("create", True, None, None))
             return
-        self.files[name] = text
+        self.trees[key][name] = text
         stack = self.models[key].undo.setdefault(name, [])
         stack[:] = [*stack, text][-MAX_HISTORY_PER_FILE:]
         self.expect(key, ("create", False, None, text))
@@ -1117,37 +1127,55 @@ class EditorIsolation(RuleBasedStateMachine):
     @rule(key=conversations, name=st.sampled_from(["a", "b"]))
     def replace(self, key: int, name: str) -> None:
         new = self.token()
-        old = self.files.get(name, "missing")
-        path = str(self.root / name)
+        old = self.trees[key].get(name, "missing")
+        path = str(self.roots[key] / name)
         self.act(
             key, "edit", editor_call(command="str_replace", path=path, old_str=old, new_str=new)
         )
-        if name not in self.files:
+        if name not in self.trees[key]:
             self.expect(key, ("str_replace", True, None, None))
             return
-        self.files[name] = new
+        self.trees[key][name] = new
         stack = self.models[key].undo.setdefault(name, [])
         stack[:] = [*stack, old][-MAX_HISTORY_PER_FILE:]
         self.expect(key, ("str_replace", False, old, new))
 
     @rule(key=conversations, name=st.sampled_from(["a", "b"]))
     def undo(self, key: int, name: str) -> None:
-        self.act(key, "undo", editor_call(command="undo_edit", path=str(self.root / name)))
+        self.act(key, "undo", editor_call(command="undo_edit", path=str(self.roots[key] / name)))
         stack = self.models[key].undo.get(name, [])
-        if name not in self.files or not stack:
+        if name not in self.trees[key] or not stack:
             self.expect(key, ("undo_edit", True, None, None))
             return
         previous = stack.pop()
         if not stack:
             del self.models[key].undo[name]
-        current, self.files[name] = self.files[name], previous
+        current, self.trees[key][name] = self.trees[key][name], previous
         self.expect(key, ("undo_edit", False, current, previous))
 
     @rule(target=conversations, key=conversations)
     def fork(self, key: int) -> int:
         fork_key = len(self.handles)
-        self.handles[fork_key] = self.handles[key].fork()
+        fork = self.handles[key].fork()
         self.models[fork_key] = self.models[key].copy()
+        if not self.copies:
+            self.handles[fork_key], self.roots[fork_key] = fork, self.roots[key]
+            self.trees[fork_key] = self.trees[key]
+            return fork_key
+        # The fork reopened from the store in a copy of its source's directory.
+        assert self.stub is not None
+        fork.close()
+        copy = self.root.parent / f"{self.root.name}-fork-{fork_key}"
+        shutil.copytree(self.roots[key], copy)
+        self.handles[fork_key] = Conversation(
+            agent=stub_agent(self.stub),
+            workspace=str(copy),
+            store=self.backend.store,
+            conversation_id=fork.id,
+        )
+        self.backend.opened.append(self.handles[fork_key])
+        self.roots[fork_key] = copy
+        self.trees[fork_key] = dict(self.trees[key])
         return fork_key
 
     @invariant()
@@ -1156,9 +1184,9 @@ class EditorIsolation(RuleBasedStateMachine):
             events = conversation.state.events
             model = self.models[key]
             assert recorded(events) == model.observed
-            assert rebuilt_history(events, self.root) == model.undo
-        for name, text in self.files.items():
-            assert (self.root / name).read_text() == text
+            assert rebuilt_history(events, self.roots[key]) == model.undo
+            for name, text in self.trees[key].items():
+                assert (self.roots[key] / name).read_text() == text
 
     def teardown(self) -> None:
         try:
@@ -1167,7 +1195,7 @@ class EditorIsolation(RuleBasedStateMachine):
             for key, conversation in self.handles.items():
                 reloaded = self.backend.reload(conversation)
                 assert recorded(reloaded.events) == self.models[key].observed
-                assert rebuilt_history(reloaded.events, self.root) == self.models[key].undo
+                assert rebuilt_history(reloaded.events, self.roots[key]) == self.models[key].undo
         finally:
             self.backend.close()
 
@@ -1191,6 +1219,33 @@ def test_fork_isolation_of_the_editor(kind, stub, request, tmp_path: Path):
         Machine,
         settings=settings(
             max_examples={"memory": 25, "sqlite": 12, "remote": 8}[kind],
+            stateful_step_count=10,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        ),
+    )
+    assert stub.pending == 0
+
+
+def test_fork_isolation_of_the_editor_in_copied_workspaces(stub, store_reader, tmp_path: Path):
+    """Each fork reopened in a copy of its source's directory: files, undo history and
+    observations all behave as a deep copy at the fork point (SQLite store)."""
+
+    class Machine(EditorIsolation):
+        copies = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            directory = (tmp_path / uuid.uuid4().hex).resolve()
+            directory.mkdir()
+            self.root = directory
+            self.stub = stub
+            self.backend = open_backend("sqlite", directory, None, store_reader)
+
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(
+            max_examples=12,
             stateful_step_count=10,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
