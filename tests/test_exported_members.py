@@ -32,6 +32,7 @@ class TestExports:
         import cowconv.event_store
         import cowconv.io
         import cowconv.testing
+        import cowconv.tools.file_editor
         import cowconv.tools.terminal
 
         missing = []
@@ -42,6 +43,7 @@ class TestExports:
             cowconv.event_store,
             cowconv.io,
             cowconv.testing,
+            cowconv.tools.file_editor,
             cowconv.tools.terminal,
         )
         for module in modules:

@@ -91,9 +91,17 @@ MASK = "**********"
 
 #: cowconv tool name -> OpenHands' tool name, for the tools both have (OpenHands' SDK 1.58
 #: registers its ``TerminalTool`` as ``"terminal"``, cowconv's name).
-TOOL_NAMES: Mapping[str, str] = {"terminal": "terminal"}
+TOOL_NAMES: Mapping[str, str] = {
+    "terminal": "terminal",
+    "file_editor": "file_editor",
+}
 #: Other names OpenHands' agents have used for those tools (its class names, older releases).
-_TOOL_ALIASES = {"TerminalTool": "terminal", "BashTool": "terminal"}
+_TOOL_ALIASES = {
+    "TerminalTool": "terminal",
+    "BashTool": "terminal",
+    "FileEditorTool": "file_editor",
+    "str_replace_editor": "file_editor",
+}
 _TOOLS_BACK = {**_TOOL_ALIASES, **{theirs: ours for ours, theirs in TOOL_NAMES.items()}}
 
 #: Fields of OpenHands' ``LLM`` that cowconv's :class:`~cowconv.LLM` honours (same names).
@@ -135,8 +143,8 @@ def mask_secrets(data: Any) -> Any:
 def tool_to_openhands(name: str) -> str:
     """OpenHands' name of a cowconv tool (unchanged when OpenHands has no such tool).
 
-    >>> tool_to_openhands("terminal"), tool_to_openhands("FileEditorTool")
-    ('terminal', 'FileEditorTool')
+    >>> tool_to_openhands("terminal"), tool_to_openhands("BrowserToolSet")
+    ('terminal', 'BrowserToolSet')
     """
     return TOOL_NAMES.get(name, name)
 
@@ -211,7 +219,7 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     (an :class:`~cowconv.InvalidValueError`) for another kind of agent.
 
     >>> agent_from_openhands({"kind": "Agent", "llm": {"model": "m", "stream": False},
-    ...     "tools": [{"name": "TerminalTool"}, {"name": "FileEditorTool"}], "system_prompt": None})
+    ...     "tools": [{"name": "TerminalTool"}, {"name": "BrowserToolSet"}], "system_prompt": None})
     {'llm': {'model': 'm'}, 'tools': [{'name': 'terminal', 'params': {}}]}
     >>> agent_from_openhands({"kind": "ACPAgent", "llm": {"model": "m"}})
     Traceback (most recent call last):
@@ -296,7 +304,8 @@ def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     Message, pause and condensation events have the same shape; a system
     prompt's text becomes a text part (its tool specs are left out: OpenHands
     types them by its own tool classes); a tool call carries ``tool_call``
-    and an ``MCPToolAction`` with the arguments; a tool result becomes an
+    and an ``MCPToolAction`` with the arguments; a tool result keeps the
+    observation its tool answered (an OpenHands-style tool's), or else becomes an
     ``MCPToolObservation`` holding the output as text.
 
     >>> event_to_openhands({"kind": "SystemPromptEvent", "id": "e1", "timestamp": "t",
@@ -325,13 +334,15 @@ def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
         output = str(event.pop("output", ""))
         exit_code = event.pop("exit_code", None)
         event.pop("extra", None)
-        event["observation"] = {
-            "kind": "MCPToolObservation",
-            "content": [_text_part(output)],
-            "is_error": exit_code not in (None, 0),
-            "tool_name": event["tool_name"],
-        }
-        event["action_id"] = event["tool_call_id"]
+        if not isinstance(event.get("observation"), Mapping):
+            event["observation"] = {
+                "kind": "MCPToolObservation",
+                "content": [_text_part(output)],
+                "is_error": exit_code not in (None, 0),
+                "tool_name": event["tool_name"],
+            }
+        # else: an OpenHands-style tool's own observation (FileEditorObservation...), as is.
+        event.setdefault("action_id", event["tool_call_id"])
     elif kind == "AgentErrorEvent":
         event.setdefault("tool_name", "")
         event.setdefault("tool_call_id", "")
