@@ -70,7 +70,10 @@ __all__ = [
 ]
 
 # Built-in tools: name -> module that registers it when imported.
-_BUILTINS = {"terminal": "cowconv.tools.terminal"}
+_BUILTINS = {
+    "terminal": "cowconv.tools.terminal",
+    "task_tracker": "cowconv.tools.task_tracker",
+}
 _REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cowconv._exceptions import InvalidValueError
+from cowconv.agent.tools import registered_tools
 from cowconv.core.changes import ActivateSkill, AppendEvent, NavigateTo, SetTag, UpdateAgentState
 from cowconv.core.error_classification import FailureKind
 from cowconv.core.frozen import decode_json, thaw
@@ -91,9 +92,18 @@ MASK = "**********"
 
 #: cowconv tool name -> OpenHands' tool name, for the tools both have (OpenHands' SDK 1.58
 #: registers its ``TerminalTool`` as ``"terminal"``, cowconv's name).
-TOOL_NAMES: Mapping[str, str] = {"terminal": "terminal"}
+TOOL_NAMES: Mapping[str, str] = {
+    "terminal": "terminal",
+    "file_editor": "file_editor",
+    "task_tracker": "task_tracker",
+}
 #: Other names OpenHands' agents have used for those tools (its class names, older releases).
-_TOOL_ALIASES = {"TerminalTool": "terminal", "BashTool": "terminal"}
+_TOOL_ALIASES = {
+    "TerminalTool": "terminal",
+    "BashTool": "terminal",
+    "FileEditorTool": "file_editor",
+    "TaskTrackerTool": "task_tracker",
+}
 _TOOLS_BACK = {**_TOOL_ALIASES, **{theirs: ours for ours, theirs in TOOL_NAMES.items()}}
 
 #: Fields of OpenHands' ``LLM`` that cowconv's :class:`~cowconv.LLM` honours (same names).
@@ -142,12 +152,14 @@ def tool_to_openhands(name: str) -> str:
 
 
 def tool_from_openhands(name: str) -> str | None:
-    """cowconv's name of an OpenHands tool, ``None`` when cowconv has none.
+    """cowconv's name of an OpenHands tool, ``None`` when cowconv has none (or has not
+    registered it: a tool of this table whose module is not part of this cowconv).
 
-    >>> [tool_from_openhands(name) for name in ("TerminalTool", "terminal", "X")]
-    ['terminal', 'terminal', None]
+    >>> [tool_from_openhands(name) for name in ("TerminalTool", "task_tracker", "X")]
+    ['terminal', 'task_tracker', None]
     """
-    return _TOOLS_BACK.get(name)
+    ours = _TOOLS_BACK.get(name)
+    return ours if ours is not None and ours in registered_tools() else None
 
 
 def _llm_to_openhands(llm: dict[str, Any]) -> dict[str, Any]:
@@ -209,7 +221,7 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     (an :class:`~cowconv.InvalidValueError`) for another kind of agent.
 
     >>> agent_from_openhands({"kind": "Agent", "llm": {"model": "m", "stream": False},
-    ...     "tools": [{"name": "TerminalTool"}, {"name": "FileEditorTool"}], "system_prompt": None})
+    ...     "tools": [{"name": "TerminalTool"}, {"name": "BrowserToolSet"}], "system_prompt": None})
     {'llm': {'model': 'm'}, 'tools': [{'name': 'terminal', 'params': {}}]}
     >>> agent_from_openhands({"kind": "ACPAgent", "llm": {"model": "m"}})
     Traceback (most recent call last):

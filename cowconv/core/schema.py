@@ -21,6 +21,8 @@ subclass the JSON's ``kind`` names.
 ['[An error occurred during execution.]\\n', 'boom']
 """
 
+import importlib
+from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
 from pydantic import Field
@@ -31,12 +33,37 @@ from cowconv.core.message import ImageContent, TextContent
 __all__ = ["Action", "Observation", "Schema"]
 
 
+# The actions and observations of cowconv's built-in tools -> the module defining them. A
+# history read in a process that has not used the tool yet (a store reopened, a server's
+# answer) names kinds no class is registered for until that module is imported.
+_BUILT_IN_KINDS: Mapping[str, str] = {
+    "TaskTrackerAction": "cowconv.tools.task_tracker",
+    "TaskTrackerObservation": "cowconv.tools.task_tracker",
+    "TerminalAction": "cowconv.tools.terminal",
+    "TerminalObservation": "cowconv.tools.terminal",
+}
+
+
 class Schema(Kinded):
     """Base of :class:`Action` and :class:`Observation`: a frozen model with a ``kind``.
+
+    The kinds of the built-in tools' actions and observations are known
+    before their tool module is imported (it is imported to read them).
 
     >>> issubclass(Action, Schema) and issubclass(Observation, Schema)
     True
     """
+
+    @classmethod
+    def _unknown_kind(cls, kind: str, data: dict[str, Any]) -> tuple[type[Kinded], dict[str, Any]]:
+        module = _BUILT_IN_KINDS.get(kind)
+        if module is not None:
+            # By name, not an import statement: the tools sit above this layer.
+            importlib.import_module(module)
+            target = cls._resolve_kind(kind)
+            if target is not None:
+                return target, data
+        return super()._unknown_kind(kind, data)
 
 
 class Action(Schema):
