@@ -22,7 +22,6 @@ subclass the JSON's ``kind`` names.
 """
 
 import importlib
-from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
 from pydantic import Field
@@ -33,10 +32,13 @@ from cowconv.core.message import ImageContent, TextContent
 __all__ = ["Action", "Observation", "Schema"]
 
 
-# The actions and observations of cowconv's built-in tools -> the module defining them. A
-# history read in a process that has not used the tool yet (a store reopened, a server's
-# answer) names kinds no class is registered for until that module is imported.
-_BUILT_IN_KINDS: Mapping[str, str] = {
+# The actions and observations of cowconv's built-in tools -> the module defining them, so a
+# history read before the tool was used in this process (a reopened store, an agent server's
+# client, a worker process) still finds their classes. The name is only imported, never
+# called: the core does not depend on the tools.
+_BUILTIN_KINDS: dict[str, str] = {
+    "FileEditorAction": "cowconv.tools.file_editor",
+    "FileEditorObservation": "cowconv.tools.file_editor",
     "TaskTrackerAction": "cowconv.tools.task_tracker",
     "TaskTrackerObservation": "cowconv.tools.task_tracker",
     "TerminalAction": "cowconv.tools.terminal",
@@ -47,18 +49,19 @@ _BUILT_IN_KINDS: Mapping[str, str] = {
 class Schema(Kinded):
     """Base of :class:`Action` and :class:`Observation`: a frozen model with a ``kind``.
 
-    The kinds of the built-in tools' actions and observations are known
-    before their tool module is imported (it is imported to read them).
-
     >>> issubclass(Action, Schema) and issubclass(Observation, Schema)
     True
+
+    A built-in tool's kind is found before its module was imported:
+
+    >>> type(Observation.model_validate({"kind": "TerminalObservation"})).__name__
+    'TerminalObservation'
     """
 
     @classmethod
     def _unknown_kind(cls, kind: str, data: dict[str, Any]) -> tuple[type[Kinded], dict[str, Any]]:
-        module = _BUILT_IN_KINDS.get(kind)
+        module = _BUILTIN_KINDS.get(kind)
         if module is not None:
-            # By name, not an import statement: the tools sit above this layer.
             importlib.import_module(module)
             target = cls._resolve_kind(kind)
             if target is not None:
