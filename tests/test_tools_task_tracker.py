@@ -33,6 +33,7 @@ from cowconv import (
     registered_tools,
     resolve_tool,
 )
+from cowconv.backends.wire import event_to_openhands
 from cowconv.testing import StubLLMServer, StubReply, TestLLM
 from cowconv.tools.task_tracker import (
     TaskItem,
@@ -489,3 +490,29 @@ def test_observations_round_trip_through_json(tasks):
     again = ObservationEvent.model_validate_json(event.model_dump_json())
     assert again.observation == answer
     assert as_dicts(again.observation.task_list) == tasks
+
+
+class TestOpenHandsWire:
+    def test_the_recorded_observation_goes_to_openhands_clients_as_it_is(self):
+        """The server's OpenHands-shaped event carries the TaskTrackerObservation, typed."""
+        answer = TaskTrackerExecutor()(
+            TaskTrackerAction(command="plan", task_list=[{"title": "a", "status": "done"}])
+        )
+        event = ObservationEvent(
+            tool_name="task_tracker", tool_call_id="c1", observation=answer, action_id="e1"
+        )
+        sent = event_to_openhands(event.model_dump(mode="json"))
+        observation = sent["observation"]
+        assert observation["kind"] == "TaskTrackerObservation"
+        assert observation["task_list"] == [{"title": "a", "notes": "", "status": "done"}]
+        assert observation["command"] == "plan" and observation["is_error"] is False
+        assert sent["action_id"] == "e1"
+        assert TaskTrackerObservation.model_validate(observation) == answer
+
+    def test_a_tool_without_an_observation_still_sends_its_text(self):
+        """An observation with output only (cowconv's terminal) is an MCPToolObservation."""
+        event = ObservationEvent(tool_name="terminal", tool_call_id="c1", output="hi", exit_code=1)
+        sent = event_to_openhands(event.model_dump(mode="json"))
+        assert sent["observation"]["kind"] == "MCPToolObservation"
+        assert sent["observation"]["is_error"] is True
+        assert sent["action_id"] == "c1"

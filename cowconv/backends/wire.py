@@ -304,8 +304,10 @@ def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     Message, pause and condensation events have the same shape; a system
     prompt's text becomes a text part (its tool specs are left out: OpenHands
     types them by its own tool classes); a tool call carries ``tool_call``
-    and an ``MCPToolAction`` with the arguments; a tool result becomes an
-    ``MCPToolObservation`` holding the output as text.
+    and an ``MCPToolAction`` with the arguments; a tool result is the
+    observation the tool recorded (an OpenHands-style tool's, such as
+    ``TaskTrackerObservation``), or else an ``MCPToolObservation`` holding
+    the output as text.
 
     >>> event_to_openhands({"kind": "SystemPromptEvent", "id": "e1", "timestamp": "t",
     ...                     "source": "agent", "system_prompt": "Be brief.", "tools": []})
@@ -333,13 +335,16 @@ def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
         output = str(event.pop("output", ""))
         exit_code = event.pop("exit_code", None)
         event.pop("extra", None)
-        event["observation"] = {
-            "kind": "MCPToolObservation",
-            "content": [_text_part(output)],
-            "is_error": exit_code not in (None, 0),
-            "tool_name": event["tool_name"],
-        }
-        event["action_id"] = event["tool_call_id"]
+        if not isinstance(event.get("observation"), Mapping):
+            event["observation"] = {
+                "kind": "MCPToolObservation",
+                "content": [_text_part(output)],
+                "is_error": exit_code not in (None, 0),
+                "tool_name": event["tool_name"],
+            }
+        # An OpenHands-style tool's own observation (TaskTrackerObservation...) goes as it
+        # was recorded, with the id of its action: OpenHands' client types it by its kind.
+        event.setdefault("action_id", event["tool_call_id"])
     elif kind == "AgentErrorEvent":
         event.setdefault("tool_name", "")
         event.setdefault("tool_call_id", "")
