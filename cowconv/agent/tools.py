@@ -73,6 +73,7 @@ __all__ = [
 _BUILTINS = {
     "terminal": "cowconv.tools.terminal",
     "task_tracker": "cowconv.tools.task_tracker",
+    "browser_tool_set": "cowconv.tools.browser_use",
 }
 _REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()
