@@ -343,6 +343,29 @@ class TestRun:
         assert (viewed.command, [t.title for t in viewed.task_list]) == ("view", ["shared"])
         assert llm.remaining_responses == 0
 
+    def test_navigating_back_brings_back_the_list_of_that_point(self, tmp_path):
+        """After navigate_to an earlier event, view shows the list the branch had there."""
+        llm = scripted(
+            {"command": "plan", "task_list": [{"title": "A"}]},
+            "Planned A.",
+            {"command": "plan", "task_list": [{"title": "B"}]},
+            "Planned B.",
+            {"command": "view"},
+            "Viewed.",
+        )
+        agent = Agent(llm=llm, tools=[Tool(name="task_tracker")])
+        with Conversation(agent=agent, workspace=tmp_path) as conversation:
+            conversation.send_message("Plan A.")
+            conversation.run()
+            after_a = conversation.state.leaf_event_id
+            conversation.send_message("Plan B.")
+            conversation.run()
+            conversation.navigate_to(after_a)
+            conversation.send_message("View.")
+            conversation.run()
+            viewed = tracker_answers(conversation.state.branch)[-1]
+        assert (viewed.command, [t.title for t in viewed.task_list]) == ("view", ["A"])
+
 
 # -- the isolation property: a fork's plan is a deep copy's, on every backend -----------------
 
@@ -372,7 +395,8 @@ task_lists = st.lists(
 
 
 class TrackerIsolation(RuleBasedStateMachine):
-    """Plans, views and forks over a tree of conversations, against dicts copied at each fork."""
+    """Plans, views, forks and navigation over a tree of conversations, against dicts copied
+    at each fork (and recorded at the end of each run, for navigate_to)."""
 
     backend: Any
     agent: Agent
@@ -383,17 +407,24 @@ class TrackerIsolation(RuleBasedStateMachine):
         super().__init__()
         self.pairs: list[list[Any]] = []
 
-    def _add(self, conversation: Conversation, model: list[dict[str, str]]):
-        pair = [conversation, model]  # a list: reopen puts a new Conversation in its place
+    def _add(self, conversation: Conversation, model: list[dict[str, str]], seen=None):
+        # [conversation, list now, {event id: the list when the branch ended there}]; a list,
+        # so reopen can put a new Conversation in its place
+        pair = [conversation, model, seen if seen is not None else {}]
         self.pairs.append(pair)
         return pair
 
-    def _run(self, conversation: Conversation, text: str) -> TaskTrackerObservation:
+    def _run(self, pair, text: str) -> TaskTrackerObservation:
+        conversation = pair[0]
         conversation.send_message(text)
         conversation.run()
         state = conversation.state
         assert state.execution_status is ExecutionStatus.FINISHED, state.events[-1]
-        return tracker_answers(state.events)[-1]
+        return tracker_answers(state.branch)[-1]
+
+    def _record(self, pair) -> None:
+        conversation, model, seen = pair
+        seen[conversation.state.leaf_event_id] = copy.deepcopy(model)
 
     @rule(target=conversations)
     def create(self):
@@ -401,29 +432,40 @@ class TrackerIsolation(RuleBasedStateMachine):
 
     @rule(pair=conversations, tasks=task_lists)
     def plan(self, pair, tasks):
-        conversation, model = pair
-        answer = self._run(conversation, "PLAN " + json.dumps(tasks))
-        model[:] = tasks
-        assert as_dicts(answer.task_list) == model
+        answer = self._run(pair, "PLAN " + json.dumps(tasks))
+        pair[1][:] = tasks
+        assert as_dicts(answer.task_list) == pair[1]
+        self._record(pair)
 
     @rule(pair=conversations)
     def view(self, pair):
-        conversation, model = pair
-        answer = self._run(conversation, "VIEW")
+        answer = self._run(pair, "VIEW")
+        model = pair[1]
         assert as_dicts(answer.task_list) == model
         if model:
             assert answer.text.startswith("# Task List")
+        self._record(pair)
 
     @rule(target=conversations, pair=conversations)
     def fork(self, pair):
-        conversation, model = pair
-        return self._add(conversation.fork(), copy.deepcopy(model))
+        conversation, model, seen = pair
+        return self._add(conversation.fork(), copy.deepcopy(model), copy.deepcopy(seen))
+
+    @rule(pair=conversations, data=st.data())
+    def navigate(self, pair, data):
+        """navigate_to an earlier end of a run: the list is the one it had there."""
+        conversation, model, seen = pair
+        if not seen:
+            return
+        event_id = data.draw(st.sampled_from(sorted(seen)))
+        conversation.navigate_to(event_id)
+        model[:] = copy.deepcopy(seen[event_id])
 
     @rule(pair=conversations)
     def reload(self, pair):
         """Read back from where the backend keeps it (another process, for SQLite)."""
-        conversation, model = pair
-        answers = tracker_answers(self.backend.reload(conversation).events)
+        conversation, model, _ = pair
+        answers = tracker_answers(self.backend.reload(conversation).branch)
         assert as_dicts(answers[-1].task_list if answers else ()) == model
 
     @rule(pair=conversations)
@@ -431,7 +473,7 @@ class TrackerIsolation(RuleBasedStateMachine):
         """SQLite: a new Conversation object over the same store starts from the stored list."""
         if self.backend.kind != "sqlite":
             return
-        conversation, model = pair
+        conversation, model, _ = pair
         conversation.close()
         reopened = Conversation(
             agent=self.agent,
@@ -441,8 +483,9 @@ class TrackerIsolation(RuleBasedStateMachine):
         )
         self.backend.opened.append(reopened)
         pair[0] = reopened
-        answer = self._run(reopened, "VIEW")
+        answer = self._run(pair, "VIEW")
         assert as_dicts(answer.task_list) == model
+        self._record(pair)
 
 
 @pytest.fixture(scope="module")

@@ -429,9 +429,10 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
     def restore(self, events: Sequence[Event]) -> None:
         """Take up what this tool left in a conversation's history (the default: nothing).
 
-        Called once, with the conversation's history, before the first
-        ``execute`` of an instance; a fork's tools get the fork's history,
-        so they can start where the source's stood at the fork point.
+        Called with the conversation's history before the first ``execute``
+        of an instance, and again when a later run starts (``navigate_to``
+        may have moved the branch since); a fork's tools get the fork's
+        history, so they can start where the source's stood at the fork point.
         """
 
     def close(self) -> None:
