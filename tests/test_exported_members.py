@@ -32,6 +32,8 @@ class TestExports:
         import cowconv.event_store
         import cowconv.io
         import cowconv.testing
+        import cowconv.tools.browser_use
+        import cowconv.tools.task_tracker
         import cowconv.tools.terminal
 
         missing = []
@@ -42,6 +44,8 @@ class TestExports:
             cowconv.event_store,
             cowconv.io,
             cowconv.testing,
+            cowconv.tools.browser_use,
+            cowconv.tools.task_tracker,
             cowconv.tools.terminal,
         )
         for module in modules:
