@@ -33,6 +33,7 @@ class TestExports:
         import cowconv.io
         import cowconv.testing
         import cowconv.tools.browser_use
+        import cowconv.tools.preset.default
         import cowconv.tools.task_tracker
         import cowconv.tools.terminal
 
@@ -45,6 +46,7 @@ class TestExports:
             cowconv.io,
             cowconv.testing,
             cowconv.tools.browser_use,
+            cowconv.tools.preset.default,
             cowconv.tools.task_tracker,
             cowconv.tools.terminal,
         )
