@@ -32,8 +32,10 @@ from cowconv import (
     ToolArgumentError,
     registered_tools,
     resolve_tool,
+    run_branches,
 )
 from cowconv.backends.wire import event_to_openhands
+from cowconv.distributed import ProcessExecutor
 from cowconv.testing import StubLLMServer, StubReply, TestLLM
 from cowconv.tools.task_tracker import (
     TaskItem,
@@ -559,3 +561,36 @@ class TestOpenHandsWire:
         assert sent["observation"]["kind"] == "MCPToolObservation"
         assert sent["observation"]["is_error"] is True
         assert sent["action_id"] == "c1"
+
+
+class TestOnWorkerProcesses:
+    def test_branches_start_from_the_source_list_and_keep_their_own(self, stub, tmp_path):
+        """run_branches on a process worker: each branch views the source's list, plans its
+        own; the source's list is untouched."""
+        stub.script(
+            StubReply.tool_call("task_tracker", command="plan", task_list=[{"title": "A"}]),
+            StubReply.text("Planned."),
+        )
+        llm = LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0)
+        agent = Agent(llm=llm, tools=[Tool(name="task_tracker")])
+        with Conversation(agent=agent, workspace=tmp_path) as source:
+            source.send_message("Plan.")
+            source.run()
+            # One worker runs the branches one after the other: each takes its replies in turn.
+            for title in ("B0", "B1"):
+                stub.script(
+                    StubReply.tool_call("task_tracker", command="view"),
+                    StubReply.tool_call(
+                        "task_tracker", command="plan", task_list=[{"title": title}]
+                    ),
+                    StubReply.text("Replanned."),
+                )
+            with ProcessExecutor(max_workers=1, progress=False) as executor:
+                forks = run_branches(source, ["Replan.", "Replan too."], executor=executor)
+            for title, fork in zip(("B0", "B1"), forks, strict=True):
+                assert fork.state.execution_status is ExecutionStatus.FINISHED
+                view, plan = tracker_answers(fork.state.branch)[-2:]
+                assert [t.title for t in view.task_list] == ["A"]
+                assert [t.title for t in plan.task_list] == [title]
+            answers = tracker_answers(source.state.branch)
+            assert [[t.title for t in a.task_list] for a in answers] == [["A"]]
