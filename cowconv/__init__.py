@@ -40,6 +40,7 @@ from cowconv._exceptions import (
     InvalidTypeError,
     InvalidValueError,
     LLMError,
+    LLMNotFoundError,
     MessageRoleError,
     RemoteError,
     SchemaVersionError,
@@ -129,6 +130,12 @@ _LAZY = {
     "LLMMetrics": "cowconv.core.llm",
     "LLMResponse": "cowconv.core.llm",
     "LLMToolCall": "cowconv.core.llm",
+    "FallbackStrategy": "cowconv.core.llm",
+    "LLMProfileStore": "cowconv.core.llm_profiles",
+    "LLMRegistry": "cowconv.core.llm_registry",
+    "RegistryEvent": "cowconv.core.llm_registry",
+    # litellm's class (OpenHands' openhands.sdk.llm.streaming name): loads litellm when used.
+    "ModelResponseStream": "cowconv.streaming",
     "StateSink": "cowconv.ports",
     "ConversationExecutionStatus": "cowconv.core.state",
     "ConversationInfo": "cowconv.core.state",
@@ -210,7 +217,9 @@ if TYPE_CHECKING:
     )
     from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
     from cowconv.core.history import EventLog
-    from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.llm import LLM, FallbackStrategy, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.llm_profiles import LLMProfileStore
+    from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
     from cowconv.core.schema import Action, Observation
     from cowconv.core.security import (
         AlwaysConfirm,
@@ -294,6 +303,7 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "FULL_STATE_KEY",
+    "FallbackStrategy",
     "FileMissingError",
     "FrozenInstanceError",
     "GroupTotals",
@@ -305,6 +315,9 @@ __all__ = [
     "LLMConvertibleEvent",
     "LLMError",
     "LLMMetrics",
+    "LLMNotFoundError",
+    "LLMProfileStore",
+    "LLMRegistry",
     "LLMResponse",
     "LLMSummarizingCondenser",
     "LLMToolCall",
@@ -322,6 +335,7 @@ __all__ = [
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",
+    "RegistryEvent",
     "RemoteConversation",
     "RemoteError",
     "RemoteEventsList",

@@ -18,6 +18,7 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── InvalidValueError (also ValueError)
     │   └── MessageRoleError (also AssertionError): send_message() of a non-user message
     ├── LLMError
+    ├── LLMNotFoundError (also KeyError): no LLM under a usage id in an LLMRegistry
     ├── StoreError
     │   ├── CorruptStoreError
     │   ├── FileMissingError (also FileNotFoundError): no file at a file store's path
@@ -83,6 +84,7 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "LLMError",
+    "LLMNotFoundError",
     "MessageRoleError",
     "RemoteError",
     "SchemaVersionError",
@@ -299,6 +301,17 @@ class LLMError(CowconvError):
     >>> issubclass(LLMError, CowconvError)
     True
     """
+
+
+class LLMNotFoundError(CowconvError, KeyError):
+    """No LLM is registered under the usage id asked for (``LLMRegistry.get``).
+
+    >>> issubclass(LLMNotFoundError, KeyError)
+    True
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class StoreError(CowconvError):
