@@ -134,6 +134,9 @@ _LAZY = {
     "LLMProfileStore": "cowconv.core.llm_profiles",
     "LLMRegistry": "cowconv.core.llm_registry",
     "RegistryEvent": "cowconv.core.llm_registry",
+    "MultimodalRouter": "cowconv.core.llm_router",
+    "RandomRouter": "cowconv.core.llm_router",
+    "RouterLLM": "cowconv.core.llm_router",
     # litellm's class (OpenHands' openhands.sdk.llm.streaming name): loads litellm when used.
     "ModelResponseStream": "cowconv.streaming",
     "StateSink": "cowconv.ports",
@@ -220,6 +223,7 @@ if TYPE_CHECKING:
     from cowconv.core.llm import LLM, FallbackStrategy, LLMMetrics, LLMResponse, LLMToolCall
     from cowconv.core.llm_profiles import LLMProfileStore
     from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
+    from cowconv.core.llm_router import MultimodalRouter, RandomRouter, RouterLLM
     from cowconv.core.schema import Action, Observation
     from cowconv.core.security import (
         AlwaysConfirm,
@@ -330,17 +334,20 @@ __all__ = [
     "MessageRoleError",
     "MessageToolCall",
     "Metrics",
+    "MultimodalRouter",
     "NeverConfirm",
     "Observation",
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",
+    "RandomRouter",
     "RegistryEvent",
     "RemoteConversation",
     "RemoteError",
     "RemoteEventsList",
     "RemoteWorkspace",
     "Role",
+    "RouterLLM",
     "SQLiteStore",
     "SchemaVersionError",
     "SecurityRisk",

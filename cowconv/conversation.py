@@ -786,6 +786,17 @@ class Conversation:
                 return
         self._raise_if_run_failed()
 
+    @property
+    def conversation_stats(self) -> Any:
+        """``state.stats`` (OpenHands' SDK's name), on every backend.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.conversation_stats.get_combined_metrics().accumulated_cost
+        0.0
+        """
+        return self.state.stats
+
     def _raise_if_run_failed(self) -> None:
         # One rule for every backend (core.events.run_failure): a run that ended in error or
         # stuck is raised, naming the error it recorded.
@@ -1190,11 +1201,6 @@ class RemoteConversation(Conversation):
         Nothing is recorded: ``set_title`` it to keep it (OpenHands' SDK's method).
         """
         return self._remote().generate_title(llm, max_length)
-
-    @property
-    def conversation_stats(self) -> Any:
-        """``state.stats`` (OpenHands' SDK's name)."""
-        return self.state.stats
 
     @property
     def stuck_detector(self) -> Any:

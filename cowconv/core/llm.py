@@ -631,6 +631,8 @@ class LLM(CheckedModel):
     usage_id: str = "default"
     temperature: float | None = None
     max_output_tokens: int | None = Field(default=None, gt=0)
+    max_input_tokens: int | None = Field(default=None, gt=0)
+    """The model's context window, if you know better than litellm's price list (routers use it)."""
     timeout: float | None = Field(default=120.0, gt=0)
     num_retries: int = Field(default=3, ge=0)
     retry_min_wait: float = Field(default=1.0, ge=0)
@@ -687,6 +689,31 @@ class LLM(CheckedModel):
     def metrics(self) -> LLMMetrics:
         """Cost, tokens and latencies of every call made through this object."""
         return self._metrics
+
+    @property
+    def effective_max_input_tokens(self) -> int | None:
+        """``max_input_tokens``, else the context window litellm's price list gives the model.
+
+        >>> LLM(model="openai/unknown-model", max_input_tokens=1000).effective_max_input_tokens
+        1000
+        """
+        if self.max_input_tokens is not None:
+            return self.max_input_tokens
+        try:
+            info = _litellm().get_model_info(self.model)
+        except Exception:  # a model litellm does not know: no limit known
+            return None
+        limit = info.get("max_input_tokens") if isinstance(info, Mapping) else None
+        return limit if isinstance(limit, int) and limit > 0 else None
+
+    def get_token_count(self, messages: Sequence[Mapping[str, Any] | Message]) -> int:
+        """How many tokens ``messages`` take for this model (litellm's count).
+
+        >>> LLM(model="openai/gpt-4o").get_token_count([{"role": "user", "content": "Hi"}]) > 0
+        True
+        """
+        chat = [dict(_chat_message(message)) for message in messages]
+        return int(_litellm().token_counter(model=self.model, messages=chat))
 
     def reset_metrics(self) -> None:
         """Count this object's next calls in fresh, empty metrics.
