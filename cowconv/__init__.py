@@ -97,6 +97,10 @@ _LAZY = {
     "ConfirmationPolicyBase": "cowconv.core.security",
     "NeverConfirm": "cowconv.core.security",
     "SecurityRisk": "cowconv.core.security",
+    "HookExecutionEvent": "cowconv.core.oversight",
+    "RejectionSource": "cowconv.core.oversight",
+    "SecurityAnalysisEvent": "cowconv.core.oversight",
+    "UserRejectObservation": "cowconv.core.oversight",
     "FULL_STATE_KEY": "cowconv.backends.remote",
     "RemoteEventsList": "cowconv.backends.remote",
     "WebSocketCallbackClient": "cowconv.backends.remote",
@@ -244,6 +248,12 @@ if TYPE_CHECKING:
     from cowconv.core.llm_profiles import LLMProfileStore
     from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
     from cowconv.core.llm_router import MultimodalRouter, RandomRouter, RouterLLM
+    from cowconv.core.oversight import (
+        HookExecutionEvent,
+        RejectionSource,
+        SecurityAnalysisEvent,
+        UserRejectObservation,
+    )
     from cowconv.core.schema import Action, Observation
     from cowconv.core.secrets import LookupSecret, SecretSource, StaticSecret
     from cowconv.core.security import (
@@ -338,6 +348,7 @@ __all__ = [
     "FileMissingError",
     "FrozenInstanceError",
     "GroupTotals",
+    "HookExecutionEvent",
     "ImageContent",
     "InactiveServiceError",
     "InvalidTypeError",
@@ -370,6 +381,7 @@ __all__ = [
     "ROOT_PARENT_ID",
     "RandomRouter",
     "RegistryEvent",
+    "RejectionSource",
     "RemoteConversation",
     "RemoteError",
     "RemoteEventsList",
@@ -379,6 +391,7 @@ __all__ = [
     "SQLiteStore",
     "SchemaVersionError",
     "SecretSource",
+    "SecurityAnalysisEvent",
     "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
@@ -404,6 +417,7 @@ __all__ = [
     "ToolResult",
     "UnsafeExposureError",
     "Usage",
+    "UserRejectObservation",
     "View",
     "WebSocketCallbackClient",
     "WebSocketConnectionError",
