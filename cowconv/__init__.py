@@ -40,6 +40,8 @@ from cowconv._exceptions import (
     InvalidTypeError,
     InvalidValueError,
     LLMError,
+    MCPError,
+    MCPTimeoutError,
     MessageRoleError,
     RemoteError,
     SchemaVersionError,
@@ -65,6 +67,11 @@ __version__ = "0.2.0"
 # server and tools load when they are used.
 _LAZY = {
     "Agent": "cowconv.core.agent",
+    "MCPClient": "cowconv.mcp.client",
+    "MCPServer": "cowconv.core.mcp",
+    "MCPToolDefinition": "cowconv.mcp.tool",
+    "MCPToolObservation": "cowconv.core.mcp",
+    "create_mcp_tools": "cowconv.mcp.client",
     "Tool": "cowconv.core.agent",
     "Backend": "cowconv.ports",
     "EventCallback": "cowconv.ports",
@@ -211,6 +218,7 @@ if TYPE_CHECKING:
     from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
     from cowconv.core.history import EventLog
     from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.mcp import MCPServer, MCPToolObservation
     from cowconv.core.schema import Action, Observation
     from cowconv.core.security import (
         AlwaysConfirm,
@@ -231,6 +239,8 @@ if TYPE_CHECKING:
     from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
+    from cowconv.mcp.client import MCPClient, create_mcp_tools
+    from cowconv.mcp.tool import MCPToolDefinition
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
@@ -311,6 +321,12 @@ __all__ = [
     "LocalConversation",
     "LocalWorkspace",
     "MAX_DEPTH",
+    "MCPClient",
+    "MCPError",
+    "MCPServer",
+    "MCPTimeoutError",
+    "MCPToolDefinition",
+    "MCPToolObservation",
     "MemoryStore",
     "Message",
     "MessageEvent",
@@ -359,6 +375,7 @@ __all__ = [
     "WorkspaceMissingError",
     "__version__",
     "compare",
+    "create_mcp_tools",
     "freeze",
     "iter_branches",
     "register_tool",

@@ -18,6 +18,8 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── InvalidValueError (also ValueError)
     │   └── MessageRoleError (also AssertionError): send_message() of a non-user message
     ├── LLMError
+    ├── MCPError: an MCP server cannot be reached or fails a call
+    │   └── MCPTimeoutError (timeout): it did not answer in time
     ├── StoreError
     │   ├── CorruptStoreError
     │   ├── FileMissingError (also FileNotFoundError): no file at a file store's path
@@ -83,6 +85,8 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "LLMError",
+    "MCPError",
+    "MCPTimeoutError",
     "MessageRoleError",
     "RemoteError",
     "SchemaVersionError",
@@ -299,6 +303,30 @@ class LLMError(CowconvError):
     >>> issubclass(LLMError, CowconvError)
     True
     """
+
+
+class MCPError(CowconvError):
+    """An MCP server cannot be reached, or a call to it failed (OpenHands' ``MCPError``).
+
+    A run never raises it: the server's tools are left out, or the call's
+    observation is an error the model sees.
+
+    >>> issubclass(MCPError, CowconvError)
+    True
+    """
+
+
+class MCPTimeoutError(MCPError):
+    """An MCP server did not answer within ``timeout`` seconds.
+
+    >>> MCPTimeoutError("no answer", timeout=30.0).timeout
+    30.0
+    """
+
+    def __init__(self, message: str, timeout: float, config: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+        self.config = config
 
 
 class StoreError(CowconvError):
