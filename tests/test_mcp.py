@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -281,7 +284,9 @@ class TestMCPClient:
         silent = MCPServer(command=sys.executable, args=["-c", "import time; time.sleep(120)"])
         with MCPClient({"silent": silent}, timeout=2) as client:
             client.connect()
-            assert "MCPTimeoutError" in client.failures["silent"]
+            assert (
+                client.failures["silent"] == "MCP server 'silent' did not answer within 2 seconds"
+            )
 
     def test_create_mcp_tools_raises_for_a_failing_server(self):
         """OpenHands' create_mcp_tools raises MCPError when a server cannot start."""
@@ -456,3 +461,82 @@ class TestMCPEverywhere:
                 ]
                 assert observation.output.endswith("]2")
                 assert conversation.state.agent.mcp_config["test"].command == sys.executable
+
+    def test_the_agent_server_takes_openhands_mcp_config(self, tmp_path: Path):
+        """OpenHands' agent JSON with mcp_config: kept (secrets masked); a bad one is a 422."""
+        agent = {
+            "kind": "Agent",
+            "llm": {"model": "openai/gpt-4o", "api_key": "sk-1"},
+            "mcp_config": {"fetch": {"command": "uvx", "args": ["x"], "env": {"TOKEN": "t0k"}}},
+        }
+        body = {"agent": agent, "workspace": {"working_dir": str(tmp_path)}}
+        with TestClient(create_app(data_dir=tmp_path / "data")) as http:
+            created = http.post("/api/conversations", json=body)
+            assert created.status_code == 201, created.text
+            info = http.get(f"/api/conversations/{created.json()['id']}").json()
+            assert info["agent"]["mcp_config"]["fetch"]["args"] == ["x"]
+            assert info["agent"]["mcp_config"]["fetch"]["env"] == {"TOKEN": "**********"}
+            assert "t0k" not in created.text + json.dumps(info)
+            bad = {**body, "agent": {**agent, "mcp_config": {"fetch": {"args": ["x"]}}}}
+            refused = http.post("/api/conversations", json=bad)
+            assert refused.status_code == 422 and "needs 'command'" in refused.text
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    """The test MCP server over Streamable HTTP on 127.0.0.1 (its own process): its URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, SERVER_SCRIPT, "http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+class TestRemoteServer:
+    def test_a_remote_server_by_url(self, http_server: str, tmp_path: Path):
+        """A server given by URL (Streamable HTTP): its tools run in the conversation."""
+        llm = TestLLM.from_messages([call("c1", "add", a=4, b=5), answer("9")])
+        agent = Agent(
+            llm=llm,
+            mcp_config={"mcpServers": {"remote": {"url": http_server, "headers": {"X-K": "v"}}}},
+        )
+        with Conversation(agent=agent, workspace=str(tmp_path)) as conversation:
+            conversation.send_message("4 + 5?")
+            conversation.run()
+            assert observations(conversation)[0].output.endswith("]9")
+
+    def test_an_unreachable_url_is_left_out(self, tmp_path: Path, caplog):
+        """Nothing listening at the URL (example 08 offline): a warning, and the run goes on."""
+        url = f"http://127.0.0.1:{free_port()}/mcp"
+        agent = Agent(
+            llm=TestLLM.from_messages([answer("No Notion today.")]),
+            mcp_config={"Notion": MCPServer(url=url, auth={"strategy": "oauth2"})},
+        )
+        with caplog.at_level(logging.WARNING, logger="cowconv.mcp"):
+            with Conversation(agent=agent, workspace=str(tmp_path)) as conversation:
+                conversation.send_message("Search my notes.")
+                conversation.run()
+                assert conversation.state.events[-1].text == "No Notion today."
+        assert "MCP server startup failed for Notion" in caplog.text

@@ -152,6 +152,7 @@ class MCPClient:
         }
         self._tools: list[MCPToolDefinition] = []
         self.failures: dict[str, str] = {}
+        self._errors: dict[str, Exception] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -221,8 +222,10 @@ class MCPClient:
             try:
                 listed = self._run(self._open(session), self.timeout + 5)
             except Exception as error:
-                reason = _describe(error)
+                # hold() says what went wrong inside the session as an MCPError's text.
+                reason = str(error) if isinstance(error, MCPError) else _describe(error)
                 self.failures[name] = reason
+                self._errors[name] = error
                 logger.warning(
                     "MCP server startup failed for %s; continuing without its tools: %s",
                     name,
@@ -325,7 +328,7 @@ def create_mcp_tools(
     if client.failures:
         client.close()
         reasons = "; ".join(f"{name}: {reason}" for name, reason in client.failures.items())
-        if all("MCPTimeoutError" in reason for reason in client.failures.values()):
+        if all(isinstance(error, MCPTimeoutError) for error in client._errors.values()):
             raise MCPTimeoutError(f"MCP server startup timed out for {reasons}", timeout=timeout)
         raise MCPError(f"MCP server startup failed for {reasons}")
     return client
