@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -33,6 +34,16 @@ def env_value(name: str) -> str:
 def fail(message: str) -> str:
     """Always fail, with this message."""
     raise ToolError(message)
+
+
+@server.tool()
+def wait(seconds: float, marker: str = "") -> str:
+    """Sleep for this many seconds, then say so; create the file ``marker`` first (if given)."""
+    if marker:
+        with open(marker, "w"):
+            pass
+    time.sleep(seconds)
+    return f"waited {seconds} s"
 
 
 @server.tool()

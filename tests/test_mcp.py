@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,7 +215,8 @@ class TestMCPClient:
     def test_lists_the_servers_tools_with_their_schemas(self, client: MCPClient):
         """Each tool of the real server, its input schema as the spec the model sees."""
         assert client.failures == {}
-        assert sorted(tool.name for tool in client) == ["add", "env_value", "fail", "session_calls"]
+        names = sorted(tool.name for tool in client)
+        assert names == ["add", "env_value", "fail", "session_calls", "wait"]
         add = next(tool for tool in client.tools if tool.name == "add")
         function = add.to_openai_tool()["function"]
         assert function["description"] == "Add two integers."
@@ -274,7 +276,13 @@ class TestMCPClient:
                 assert list(client.failures) == ["broken"]
                 # Two servers: tool names get the server's as a prefix (OpenHands' naming).
                 names = sorted(tool.name for tool in client)
-                assert names == ["test_add", "test_env_value", "test_fail", "test_session_calls"]
+                assert names == [
+                    "test_add",
+                    "test_env_value",
+                    "test_fail",
+                    "test_session_calls",
+                    "test_wait",
+                ]
                 add = next(tool for tool in client if tool.name == "test_add")
                 assert add(MCPToolAction(data={"a": 1, "b": 1})).text.endswith("]2")
         assert "MCP server startup failed for broken; continuing without its tools" in caplog.text
@@ -293,7 +301,7 @@ class TestMCPClient:
         with pytest.raises(MCPError, match="broken"):
             create_mcp_tools({"broken": BROKEN})
         with create_mcp_tools({"test": test_server()}) as client:
-            assert len(client) == 4
+            assert len(client) == 5
 
     def test_disabled_servers_are_not_started(self):
         """enabled=False keeps a server configured but never starts it."""
@@ -405,6 +413,29 @@ class TestConversationWithMCP:
                 fork.close()
             source.close()
         assert process_gone(source_pid)
+
+    def test_interrupt_ends_a_call_in_flight(self, tmp_path: Path):
+        """interrupt() closes the sessions: the call in flight ends as an error, the run pauses."""
+        marker = tmp_path / "call-started"
+        llm = TestLLM.from_messages(
+            [call("c1", "wait", seconds=120, marker=str(marker)), answer("never")]
+        )
+        agent = Agent(llm=llm, mcp_config={"test": test_server()})
+        with Conversation(agent=agent, workspace=str(tmp_path)) as conversation:
+            conversation.send_message("Wait.")
+            runner = threading.Thread(target=conversation.run)
+            runner.start()
+            deadline = time.monotonic() + 60
+            while not marker.exists():  # the server is running the call
+                assert time.monotonic() < deadline, "the tool call never started"
+                time.sleep(0.05)
+            conversation.interrupt()
+            runner.join(60)
+            assert not runner.is_alive()
+            [ended] = observations(conversation)
+            assert ended.observation is not None and ended.observation.is_error
+            assert "Error calling MCP tool wait" in ended.output
+            assert conversation.state.execution_status.value == "paused"
 
 
 class TestMCPEverywhere:

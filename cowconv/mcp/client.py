@@ -53,8 +53,8 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def _session_for(server: MCPServer) -> mcp.Client:
-    """An (unopened) ``mcp.Client`` for ``server`` on its transport."""
+async def _open_session(server: MCPServer, stack: contextlib.AsyncExitStack) -> mcp.Client:
+    """An open ``mcp.Client`` for ``server`` on its transport, closed with ``stack``."""
     transport = server.effective_transport
     if transport == "stdio":
         assert server.command is not None  # MCPServer checks it
@@ -62,22 +62,26 @@ def _session_for(server: MCPServer) -> mcp.Client:
         parameters = mcp.StdioServerParameters(
             command=server.command, args=list(server.args or ()), env=env or None, cwd=server.cwd
         )
-        return mcp.Client(parameters, read_timeout_seconds=server.timeout)
+        return await stack.enter_async_context(
+            mcp.Client(parameters, read_timeout_seconds=server.timeout)
+        )
     assert server.url is not None  # MCPServer checks it
     headers = server.http_headers() or None
     if transport == "sse":
-        return mcp.Client(
-            sse_client(
-                server.url,
-                headers=headers,
-                timeout=server.timeout or 5.0,
-                sse_read_timeout=server.sse_read_timeout or 300.0,
-            ),
+        sse = sse_client(
+            server.url,
+            headers=headers,
+            timeout=server.timeout or 5.0,
+            sse_read_timeout=server.sse_read_timeout or 300.0,
+        )
+        return await stack.enter_async_context(mcp.Client(sse, read_timeout_seconds=server.timeout))
+    # A client given to the transport stays ours to close.
+    http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+    return await stack.enter_async_context(
+        mcp.Client(
+            streamable_http_client(server.url, http_client=http),
             read_timeout_seconds=server.timeout,
         )
-    http = create_mcp_http_client(headers=headers)
-    return mcp.Client(
-        streamable_http_client(server.url, http_client=http), read_timeout_seconds=server.timeout
     )
 
 
@@ -100,7 +104,8 @@ class _Session:
         """Open the session, list the tools, and keep it open until ``stop`` is set."""
         self.stop = asyncio.Event()
         try:
-            async with _session_for(self.server) as client:
+            async with contextlib.AsyncExitStack() as stack:
+                client = await _open_session(self.server, stack)
                 tools: list[mcp.types.Tool] = []
                 cursor: str | None = None
                 while True:
