@@ -102,7 +102,7 @@ class Agent(CheckedModel):
     Accepted and kept; cowconv runs a step's tool calls one at a time,
     which every limit allows.
     """
-    mcp_config: MCPConfig = pmap()
+    mcp_config: MCPConfig = Field(default_factory=pmap)
     """MCP servers whose tools the agent may call: name -> :class:`~cowconv.MCPServer`.
 
     Each conversation connects to them when it first runs (see :mod:`cowconv.mcp`).
