@@ -223,9 +223,20 @@ class MCPClient:
         """Open every server's session and list its tools; a failure is logged and recorded."""
         prefix = len(self._sessions) > 1
         tools: list[MCPToolDefinition] = []
-        for name, session in self._sessions.items():
+
+        async def open_all() -> list[list[mcp.types.Tool] | BaseException]:
+            # At once: starting takes as long as the slowest server, not all of them in turn.
+            sessions = self._sessions.values()
+            return await asyncio.gather(*map(self._open, sessions), return_exceptions=True)
+
+        outcomes = self._run(open_all(), self.timeout + 10) if self._sessions else []
+        for (name, session), outcome in zip(self._sessions.items(), outcomes, strict=True):
             try:
-                listed = self._run(self._open(session), self.timeout + 5)
+                if isinstance(outcome, Exception):
+                    raise outcome
+                if isinstance(outcome, BaseException):  # cancelled: nothing was listed
+                    raise MCPError(_describe(outcome))
+                listed = outcome
             except Exception as error:
                 # hold() says what went wrong inside the session as an MCPError's text.
                 reason = str(error) if isinstance(error, MCPError) else _describe(error)
