@@ -180,6 +180,8 @@ class MCPClient:
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise MCPTimeoutError(f"no answer within {timeout} seconds", timeout=timeout) from None
+        except concurrent.futures.CancelledError:
+            raise MCPError("the MCP sessions were closed during the call") from None
 
     async def _open(self, session: _Session) -> list[mcp.types.Tool]:
         loop = asyncio.get_running_loop()
@@ -293,6 +295,11 @@ class MCPClient:
         async def shut_all() -> None:
             for session in self._sessions.values():
                 await self._shut(session)
+            # A call still waiting on a closed session ends now, not when its timeout runs out.
+            pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
         try:
             asyncio.run_coroutine_threadsafe(shut_all(), loop).result(30)
