@@ -2,7 +2,8 @@
 
 Written with the official ``mcp`` package's server class (``FastMCP`` before
 version 2, ``MCPServer`` since). Run: ``python tests/mcp_server.py`` (stdio),
-or ``python tests/mcp_server.py http PORT`` (Streamable HTTP on 127.0.0.1).
+``python tests/mcp_server.py http PORT`` (Streamable HTTP on 127.0.0.1, path ``/mcp``), or
+``python tests/mcp_server.py sse PORT`` (SSE, path ``/sse``).
 """
 
 from __future__ import annotations
@@ -57,5 +58,7 @@ def session_calls() -> str:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    elif sys.argv[1:2] == ["sse"]:
+        server.run("sse", host="127.0.0.1", port=int(sys.argv[2]))
     else:
         server.run()

@@ -516,12 +516,12 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
-    """The test MCP server over Streamable HTTP on 127.0.0.1 (its own process): its URL."""
+@pytest.fixture(params=["http", "sse"])
+def http_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """The test MCP server over Streamable HTTP or SSE on 127.0.0.1 (its own process)."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, SERVER_SCRIPT, "http", str(port)],
+        [sys.executable, SERVER_SCRIPT, request.param, str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -535,20 +535,20 @@ def http_server() -> Iterator[str]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+        path = "mcp" if request.param == "http" else "sse"
+        yield request.param, f"http://127.0.0.1:{port}/{path}"
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
 class TestRemoteServer:
-    def test_a_remote_server_by_url(self, http_server: str, tmp_path: Path):
-        """A server given by URL (Streamable HTTP): its tools run in the conversation."""
+    def test_a_remote_server_by_url(self, http_server: tuple[str, str], tmp_path: Path):
+        """A server given by URL (Streamable HTTP, SSE): its tools run in the conversation."""
+        transport, url = http_server
         llm = TestLLM.from_messages([call("c1", "add", a=4, b=5), answer("9")])
-        agent = Agent(
-            llm=llm,
-            mcp_config={"mcpServers": {"remote": {"url": http_server, "headers": {"X-K": "v"}}}},
-        )
+        remote = {"url": url, "transport": transport, "headers": {"X-K": "v"}}
+        agent = Agent(llm=llm, mcp_config={"mcpServers": {"remote": remote}})
         with Conversation(agent=agent, workspace=str(tmp_path)) as conversation:
             conversation.send_message("4 + 5?")
             conversation.run()
