@@ -41,6 +41,8 @@ from cowconv._exceptions import (
     InvalidValueError,
     LLMError,
     LLMNotFoundError,
+    MCPError,
+    MCPTimeoutError,
     MessageRoleError,
     RemoteError,
     SchemaVersionError,
@@ -67,6 +69,11 @@ __version__ = "0.2.0"
 # server and tools load when they are used.
 _LAZY = {
     "Agent": "cowconv.core.agent",
+    "MCPClient": "cowconv.mcp.client",
+    "MCPServer": "cowconv.core.mcp",
+    "MCPToolDefinition": "cowconv.mcp.tool",
+    "MCPToolObservation": "cowconv.core.mcp",
+    "create_mcp_tools": "cowconv.mcp.client",
     "Tool": "cowconv.core.agent",
     "Backend": "cowconv.ports",
     "EventCallback": "cowconv.ports",
@@ -248,6 +255,7 @@ if TYPE_CHECKING:
     from cowconv.core.llm_profiles import LLMProfileStore
     from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
     from cowconv.core.llm_router import MultimodalRouter, RandomRouter, RouterLLM
+    from cowconv.core.mcp import MCPServer, MCPToolObservation
     from cowconv.core.oversight import (
         HookExecutionEvent,
         RejectionSource,
@@ -277,6 +285,8 @@ if TYPE_CHECKING:
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
     from cowconv.logger import get_logger
+    from cowconv.mcp.client import MCPClient, create_mcp_tools
+    from cowconv.mcp.tool import MCPToolDefinition
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
@@ -367,6 +377,12 @@ __all__ = [
     "LocalWorkspace",
     "LookupSecret",
     "MAX_DEPTH",
+    "MCPClient",
+    "MCPError",
+    "MCPServer",
+    "MCPTimeoutError",
+    "MCPToolDefinition",
+    "MCPToolObservation",
     "MemoryStore",
     "Message",
     "MessageEvent",
@@ -425,6 +441,7 @@ __all__ = [
     "WorkspaceMissingError",
     "__version__",
     "compare",
+    "create_mcp_tools",
     "freeze",
     "get_logger",
     "iter_branches",

@@ -24,7 +24,9 @@ which is why a fork's ``run()`` continues exactly where its source was:
 
 from __future__ import annotations
 
+import importlib
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -476,6 +478,15 @@ class Runner:
                     tool.restore(state.branch)
                     if agent.agent_context is not None and agent.agent_context.secrets:
                         tool.use_secrets(agent.agent_context.secret_getters())
+            for tool in _mcp_tools(agent):
+                if tool.name in tools:
+                    tool.close()
+                    raise InvalidValueError(f"the agent has two tools named {tool.name!r}")
+                tools[tool.name] = tool
+            if agent.filter_tools_regex is not None:
+                pattern = re.compile(agent.filter_tools_regex)
+                for name in [name for name in tools if not pattern.match(name)]:
+                    tools.pop(name).close()
         except BaseException:
             for made in tools.values():
                 made.close()
@@ -485,6 +496,29 @@ class Runner:
         for tool in old.values():
             tool.close()
         return tools
+
+
+# The MCP client lives above this layer and needs the optional `mcp` package: it is loaded
+# by name, as the built-in tools are, and only for an agent that has MCP servers.
+_MCP_MODULE = "cowconv.mcp.client"
+
+
+def _mcp_tools(agent: Agent) -> list[ToolDefinition[Any]]:
+    """The tools of the agent's MCP servers for one conversation (its own sessions)."""
+    if not agent.mcp_config:
+        return []
+    try:
+        module = importlib.import_module(_MCP_MODULE)
+    except ImportError as error:
+        logger.warning(
+            "MCP server startup failed for %s; continuing without its tools: %s "
+            "(install cowconv's mcp extra: pip install 'cowconv[mcp]')",
+            ", ".join(sorted(agent.mcp_config)),
+            error,
+        )
+        return []
+    made: list[ToolDefinition[Any]] = module.runtime_mcp_tools(agent.mcp_config)
+    return made
 
 
 def _execute(
