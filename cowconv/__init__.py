@@ -64,6 +64,12 @@ __version__ = "0.2.0"
 # the core (events, history, state, agent and LLM settings), and the LLM library, stores,
 # server and tools load when they are used.
 _LAZY = {
+    "agent_definition_to_factory": "cowconv.subagent",
+    "discover_agents": "cowconv.subagent",
+    "load_agents_from_dir": "cowconv.subagent",
+    "load_project_agents": "cowconv.subagent",
+    "load_user_agents": "cowconv.subagent",
+    "register_agent": "cowconv.subagent",
     "Agent": "cowconv.core.agent",
     "Tool": "cowconv.core.agent",
     "Backend": "cowconv.ports",
@@ -233,6 +239,14 @@ if TYPE_CHECKING:
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
+    from cowconv.subagent import (
+        agent_definition_to_factory,
+        discover_agents,
+        load_agents_from_dir,
+        load_project_agents,
+        load_user_agents,
+        register_agent,
+    )
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
 
 
@@ -358,9 +372,15 @@ __all__ = [
     "Workspace",
     "WorkspaceMissingError",
     "__version__",
+    "agent_definition_to_factory",
     "compare",
+    "discover_agents",
     "freeze",
     "iter_branches",
+    "load_agents_from_dir",
+    "load_project_agents",
+    "load_user_agents",
+    "register_agent",
     "register_tool",
     "registered_tools",
     "resolve_tool",

@@ -434,6 +434,17 @@ class Conversation:
         return self.state.workspace
 
     @property
+    def conversation_stats(self) -> Any:
+        """The current ``state.stats``, under OpenHands' SDK's name (accounts settable by id).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.conversation_stats.get_combined_metrics().accumulated_cost
+        0.0
+        """
+        return _LiveStats(self)
+
+    @property
     def persistence_dir(self) -> str | None:
         """The directory for this conversation's own files, as OpenHands' SDK names it.
 

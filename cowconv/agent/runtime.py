@@ -270,7 +270,8 @@ class Runner:
             except LLMError as llm_error:
                 self._finish(ExecutionStatus.ERROR, AgentErrorEvent(error=str(llm_error)))
                 return
-            produced, crashed = self._act(response, tools)
+            spent: dict[str, Usage] = {}  # the tool calls' own LLM usage (sub-agents)
+            produced, crashed = self._act(response, tools, spent)
             status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
 
             def record(
@@ -279,10 +280,14 @@ class Runner:
                 status: ExecutionStatus = status,
                 usage_id: str = agent.llm.usage_id,
                 usage: Usage = response.usage,
+                spent: Mapping[str, Usage] = spent,
             ) -> ConversationState:
+                stats = state.stats.record(usage_id, usage)
+                for tool_usage_id, tool_usage in spent.items():
+                    stats = stats.record(tool_usage_id, tool_usage)
                 return state._replace(
                     branch=extend_active(state, produced),
-                    stats=state.stats.record(usage_id, usage),
+                    stats=stats,
                     execution_status=status,
                 )
 
@@ -326,7 +331,10 @@ class Runner:
         return view.messages(system_prompt=agent.system_prompt)
 
     def _act(
-        self, response: LLMResponse, tools: Mapping[str, ToolDefinition[Any]]
+        self,
+        response: LLMResponse,
+        tools: Mapping[str, ToolDefinition[Any]],
+        spent: dict[str, Usage] | None = None,
     ) -> tuple[list[Event], bool]:
         """The events of one answer: a message, or tool calls and their results."""
         if not response.tool_calls:
@@ -361,7 +369,7 @@ class Runner:
                     )
                 )
                 continue
-            result = _execute(tools, action, problem)
+            result = _execute(tools, action, problem, spent)
             crashed = isinstance(result, AgentErrorEvent)
             results.append(result)
         return [*(action for action, _ in calls), *results], crashed
@@ -395,10 +403,12 @@ def _execute(
     tools: Mapping[str, ToolDefinition[Any]],
     action: ActionEvent,
     problem: ToolArgumentError | None = None,
+    spent: dict[str, Usage] | None = None,
 ) -> Event:
     """The result of one tool call: an observation, or an error if the tool crashed.
 
-    ``problem`` is why the call's arguments did not decode (see :func:`_action`).
+    ``problem`` is why the call's arguments did not decode (see :func:`_action`);
+    what the tool spent on LLMs of its own (:attr:`ToolResult.usage`) is added to ``spent``.
     """
 
     def observation(output: str, error: str) -> ObservationEvent:
@@ -429,6 +439,9 @@ def _execute(
             tool_call_id=action.tool_call_id,
             tool_name=name,
         )
+    if spent is not None and result.usage:
+        for usage_id, usage in result.usage.items():
+            spent[usage_id] = spent.get(usage_id, Usage()) + usage
     return ObservationEvent(
         tool_name=name,
         tool_call_id=action.tool_call_id,

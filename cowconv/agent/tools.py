@@ -49,6 +49,7 @@ from cowconv.core.events import Event
 from cowconv.core.frozen import decode_json, freeze, thaw
 from cowconv.core.message import TextContent
 from cowconv.core.schema import Action, Observation
+from cowconv.core.usage import Usage
 from cowconv.core.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ __all__ = [
 
 # Built-in tools: name -> module that registers it when imported.
 _BUILTINS = {"terminal": "cowconv.tools.terminal"}
+_BUILTINS["task_tool_set"] = "cowconv.tools.task"
 _REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()
 
@@ -124,6 +126,9 @@ class ToolResult:
     extra: Mapping[str, Any] | None = None
     #: An OpenHands-style tool's answer, recorded whole on the observation event.
     observation: Observation | None = None
+    #: What the call spent on LLMs of its own (a sub-agent's), by usage id: the run adds it
+    #: to the conversation's stats with the step.
+    usage: Mapping[str, Usage] | None = None
 
 
 P = TypeVar("P", bound=BaseModel)

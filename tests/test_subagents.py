@@ -1,0 +1,558 @@
+"""Sub-agents: the registry, agent definitions, and the task tool driving child conversations."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import PrivateAttr
+
+from cowconv import (
+    Agent,
+    Conversation,
+    InvalidTypeError,
+    InvalidValueError,
+    LLMError,
+    LLMToolCall,
+    Message,
+    MessageToolCall,
+    ObservationEvent,
+    Tool,
+)
+from cowconv.subagent import (
+    AgentDefinition,
+    agent_definition_to_factory,
+    get_agent_factory,
+    get_factory_info,
+    load_agents_from_dir,
+    register_agent,
+    register_agent_if_absent,
+    register_builtins_agents,
+    register_file_agents,
+)
+from cowconv.subagent import registry as registry_module
+from cowconv.testing import ScriptedResponse, TestLLM
+from cowconv.tools import DelegationVisualizer, TaskToolSet
+from cowconv.tools.task import TaskObservation, task_records
+
+PARENT_COST = 0.01
+CHILD_COST = 0.25
+
+
+@pytest.fixture(autouse=True)
+def clean_registry() -> Iterator[None]:
+    """Each test sees the registry as it was, and leaves it so."""
+    saved = dict(registry_module._FACTORIES)
+    yield
+    registry_module._FACTORIES.clear()
+    registry_module._FACTORIES.update(saved)
+
+
+class BrainLLM(TestLLM):
+    """An offline LLM whose answer is a function of the messages it is sent, at a fixed cost."""
+
+    _brain: Callable[[list[dict[str, Any]]], Message] = PrivateAttr()
+    _cost: float = PrivateAttr(default=0.0)
+    _seen: list[list[dict[str, Any]]] = PrivateAttr(default_factory=list)
+
+    @classmethod
+    def thinking(
+        cls, brain: Callable[[list[dict[str, Any]]], Message], cost: float, usage_id: str
+    ) -> BrainLLM:
+        llm = cls(usage_id=usage_id)
+        llm._brain = brain
+        llm._cost = cost
+        return llm
+
+    def completion(
+        self, messages: Sequence[Any], tools: Sequence[Any] | None = (), *args: Any, **kwargs: Any
+    ) -> ScriptedResponse:
+        sent = [dict(message) for message in messages]
+        self._seen.append(sent)
+        answer = self._brain(sent)
+        return ScriptedResponse(
+            id=f"brain-{len(self._seen)}",
+            content=answer.text,
+            tool_calls=tuple(
+                LLMToolCall(id=call.id, name=call.name, arguments=call.arguments)
+                for call in answer.tool_calls or ()
+            ),
+            cost=self._cost,
+            prompt_tokens=10,
+            completion_tokens=2,
+            latency=0.0,
+            message=answer,
+        )
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or () if isinstance(part, dict))
+
+
+def echo_child(messages: list[dict[str, Any]]) -> Message:
+    """A child that answers every prompt it was given so far, joined by ``|``."""
+    prompts = [_text(message) for message in messages if message["role"] == "user"]
+    return Message(role="assistant", content="|".join(prompts))
+
+
+def delegating_parent(messages: list[dict[str, Any]]) -> Message:
+    """A parent that turns ``new <agent> <prompt>`` / ``resume <task> <agent> <prompt>`` into a
+    task call, and answers ``done: <result>`` once the call's result is back."""
+    last = messages[-1]
+    if last["role"] == "tool":
+        return Message(role="assistant", content=f"done: {_text(last)}")
+    words = _text(last).split(" ", 3)
+    arguments: dict[str, Any]
+    if words[0] == "resume":
+        arguments = {"prompt": words[3], "subagent_type": words[2], "resume": words[1]}
+    else:
+        arguments = {"prompt": " ".join(words[2:]), "subagent_type": words[1]}
+    arguments["description"] = "echo task"
+    call_id = f"call-{len(messages)}"
+    return Message(
+        role="assistant",
+        content="Delegating.",
+        tool_calls=[
+            MessageToolCall(
+                id=call_id, name="task", arguments=json.dumps(arguments), origin="completion"
+            )
+        ],
+    )
+
+
+@pytest.fixture
+def child_llm() -> BrainLLM:
+    return BrainLLM.thinking(echo_child, CHILD_COST, usage_id="child")
+
+
+@pytest.fixture
+def echo_agent(child_llm: BrainLLM) -> str:
+    register_agent("echo", lambda llm: Agent(llm=child_llm), "Repeats every prompt it got.")
+    return "echo"
+
+
+def parent_agent(model: str = "test-model") -> Agent:
+    llm = BrainLLM.thinking(delegating_parent, PARENT_COST, usage_id="agent")
+    llm = llm.model_copy(update={"model": model})
+    return Agent(llm=llm, tools=[Tool(name=TaskToolSet.name)])
+
+
+def task_observations(conversation: Conversation) -> list[ObservationEvent]:
+    return [
+        event
+        for event in conversation.state.events
+        if isinstance(event, ObservationEvent) and event.tool_name == "task"
+    ]
+
+
+class TestRegistry:
+    def test_register_agent_refuses_a_taken_name(self):
+        """A second register_agent under one name is an InvalidValueError (a ValueError)."""
+        register_agent("taken", lambda llm: Agent(llm=llm), "First.")
+        with pytest.raises(InvalidValueError, match="Agent 'taken' already registered"):
+            register_agent("taken", lambda llm: Agent(llm=llm), "Second.")
+        assert get_agent_factory("taken").definition.description == "First."
+
+    def test_register_agent_if_absent_keeps_the_first(self):
+        """register_agent_if_absent says whether it registered and never replaces."""
+        assert register_agent_if_absent("once", lambda llm: Agent(llm=llm), "First.")
+        assert not register_agent_if_absent("once", lambda llm: Agent(llm=llm), "Second.")
+        assert get_agent_factory("once").definition.description == "First."
+
+    def test_bad_arguments_are_clear_errors(self):
+        """A factory that is not callable, or a description of another type, is refused."""
+        with pytest.raises(InvalidTypeError, match="factory_func"):
+            register_agent("bad", "not a function", "x")  # type: ignore[arg-type]
+        with pytest.raises(InvalidTypeError, match="description"):
+            register_agent("bad", lambda llm: Agent(llm=llm), 3)  # type: ignore[arg-type]
+        with pytest.raises(InvalidValueError, match="non-empty name"):
+            register_agent("", lambda llm: Agent(llm=llm), "x")
+
+    def test_unknown_agent_lists_the_registered_ones(self):
+        """get_agent_factory of an unknown name names the agents there are."""
+        register_agent("known", lambda llm: Agent(llm=llm), "Known.")
+        with pytest.raises(InvalidValueError, match="Unknown agent 'nope'.*known"):
+            get_agent_factory("nope")
+
+    def test_old_names_find_the_renamed_agent_with_a_warning(self):
+        """'default' finds 'general-purpose', as in OpenHands' SDK, with a DeprecationWarning."""
+        register_builtins_agents()
+        with pytest.warns(DeprecationWarning, match="general-purpose"):
+            factory = get_agent_factory("default")
+        assert factory.definition.name == "general-purpose"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert get_agent_factory(None).definition.name == "general-purpose"
+
+    def test_factory_info_lists_descriptions_and_tools(self):
+        """get_factory_info shows each agent's description and tools, sorted by name."""
+        register_agent("b-agent", lambda llm: Agent(llm=llm), "Second.")
+        register_agent(
+            "a-agent",
+            lambda llm: Agent(llm=llm),
+            AgentDefinition(name="a-agent", description="First.", tools=["terminal"]),
+        )
+        info = get_factory_info(lambda definition: definition.name.endswith("-agent"))
+        assert info == "- **a-agent**: First. (tools: terminal)\n- **b-agent**: Second."
+
+
+class TestAgentDefinition:
+    def test_load_reads_front_matter_and_body(self, tmp_path: Path):
+        """A Markdown agent file gives its settings, system prompt, examples and extras."""
+        path = tmp_path / "reviewer.md"
+        path.write_text(
+            "---\nname: code-reviewer\ndescription: Reviews. <example>a PR</example>\n"
+            "tools: [terminal, file_editor]\nskills: a, b\nmax_iteration_per_run: 7\n"
+            "permission_mode: Never_Confirm\nowner: qa\n---\n\nReview carefully.\n"
+        )
+        loaded = AgentDefinition.load(path)
+        assert (loaded.name, loaded.tools, loaded.skills) == (
+            "code-reviewer",
+            ["terminal", "file_editor"],
+            ["a", "b"],
+        )
+        assert loaded.system_prompt == "Review carefully."
+        assert loaded.when_to_use_examples == ["a PR"]
+        assert (loaded.max_iteration_per_run, loaded.permission_mode) == (7, "never_confirm")
+        assert loaded.metadata == {"owner": "qa"}
+        assert loaded.source == path.as_posix()
+
+    def test_bad_files_are_clear_errors(self, tmp_path: Path):
+        """Front matter that is not a mapping, or a bad permission mode, is an error naming it."""
+        listed = tmp_path / "listed.md"
+        listed.write_text("---\n- a\n- b\n---\nBody.\n")
+        with pytest.raises(InvalidValueError, match="must be a mapping"):
+            AgentDefinition.load(listed)
+        mode = tmp_path / "mode.md"
+        mode.write_text("---\npermission_mode: sometimes\n---\nBody.\n")
+        with pytest.raises(InvalidValueError, match="invalid permission_mode 'sometimes'"):
+            AgentDefinition.load(mode)
+
+    def test_load_agents_from_dir_skips_what_does_not_load(self, tmp_path: Path):
+        """A directory's good files load; a broken one and README.md are skipped."""
+        (tmp_path / "good.md").write_text("---\ndescription: Good.\n---\nBody.\n")
+        (tmp_path / "bad.md").write_text("---\npermission_mode: x\n---\nBody.\n")
+        (tmp_path / "README.md").write_text("# Agents\n")
+        assert [d.name for d in load_agents_from_dir(tmp_path)] == ["good"]
+        assert load_agents_from_dir(tmp_path / "missing") == []
+
+    def test_factory_builds_the_described_agent(self):
+        """The factory's agent has the tools, the prompt after the default, and a condenser."""
+        definition = AgentDefinition(name="runner", tools=["terminal"], system_prompt="Run it.")
+        llm = TestLLM(usage_id="parent")
+        agent = agent_definition_to_factory(definition)(llm)
+        assert [tool.name for tool in agent.tools] == ["terminal"]
+        assert agent.system_prompt.endswith("\n\nRun it.")
+        assert agent.llm is llm
+        assert agent.condenser is not None and agent.condenser.llm.usage_id == "condenser"
+
+    def test_factory_refuses_what_cowconv_cannot_do(self):
+        """An unregistered tool, skills and an LLM profile are refused, saying why."""
+        factory = agent_definition_to_factory(AgentDefinition(name="x", tools=["no-such-tool"]))
+        with pytest.raises(InvalidValueError, match="Tool 'no-such-tool' not registered"):
+            factory(TestLLM())
+        with pytest.raises(InvalidValueError, match="skills"):
+            agent_definition_to_factory(AgentDefinition(name="x", skills=["s"]))
+        profiled = agent_definition_to_factory(AgentDefinition(name="x", model="fast"))
+        with pytest.raises(InvalidValueError, match="'inherit'"):
+            profiled(TestLLM())
+
+    def test_register_file_agents_prefers_the_project_and_code(self, tmp_path: Path, monkeypatch):
+        """Project agents win over user agents, and nothing replaces an agent registered by code."""
+        home = tmp_path / "home"
+        monkeypatch.setenv("HOME", str(home))
+        project = tmp_path / "project"
+        for folder, text in (
+            (project / ".agents" / "agents", "project"),
+            (home / ".agents" / "agents", "user"),
+        ):
+            folder.mkdir(parents=True)
+            (folder / "helper.md").write_text(f"---\ndescription: {text}\n---\nHelp.\n")
+            (folder / "coded.md").write_text(f"---\ndescription: {text}\n---\nHelp.\n")
+        (home / ".agents" / "agents" / "mine.md").write_text("---\ndescription: user\n---\nX\n")
+        register_agent("coded", lambda llm: Agent(llm=llm), "code")
+        assert sorted(register_file_agents(project)) == ["helper", "mine"]
+        assert get_agent_factory("helper").definition.description == "project"
+        assert get_agent_factory("mine").definition.level == "user"
+        assert get_agent_factory("coded").definition.description == "code"
+
+
+class TestDelegation:
+    def test_child_answer_reaches_the_parent(self, tmp_path: Path, echo_agent: str):
+        """The parent's task call runs the child; its answer is the observation the model sees."""
+        parent = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        parent.send_message("new echo count the files")
+        parent.run()
+        [observation] = task_observations(parent)
+        assert isinstance(observation.observation, TaskObservation)
+        assert observation.observation.status == "completed"
+        assert observation.observation.text == "count the files"
+        assert observation.output == (
+            "Task ID: task_00000001\nSubagent: echo\nStatus: completed" + "count the files"
+        )
+        assert parent.state.events[-1].text.startswith("done: Task ID: task_00000001")
+
+    def test_child_events_are_recorded_in_the_parent(self, tmp_path: Path, echo_agent: str):
+        """The observation records the child's events: its system prompt, the task, the answer."""
+        parent = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        parent.send_message("new echo hello")
+        parent.run()
+        [(task_id, (child_id, events))] = task_records(parent.state.events).items()
+        assert task_id == "task_00000001" and len(child_id) == 32
+        assert [event.kind for event in events] == [
+            "SystemPromptEvent",
+            "MessageEvent",
+            "MessageEvent",
+        ]
+        assert [event.text for event in events[1:]] == ["hello", "hello"]
+
+    def test_child_usage_is_accounted_under_the_task(self, tmp_path: Path, echo_agent: str):
+        """The child's cost is in the parent's stats under task:<id>, and in the total."""
+        parent = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        parent.send_message("new echo one")
+        parent.run()
+        parent.send_message("new echo two")
+        parent.run()
+        stats = parent.conversation_stats
+        assert stats.usage_to_metrics["task:task_00000001"].accumulated_cost == CHILD_COST
+        assert stats.usage_to_metrics["task:task_00000002"].accumulated_cost == CHILD_COST
+        assert stats.usage_to_metrics["agent"].accumulated_cost == pytest.approx(4 * PARENT_COST)
+        total = stats.get_combined_metrics().accumulated_cost
+        assert total == pytest.approx(4 * PARENT_COST + 2 * CHILD_COST)
+
+    def test_resume_continues_the_child_history(
+        self, tmp_path: Path, echo_agent: str, child_llm: BrainLLM
+    ):
+        """A resumed task's child sees its earlier prompts; its cost adds up under one task."""
+        parent = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        parent.send_message("new echo first")
+        parent.run()
+        parent.send_message("resume task_00000001 echo second")
+        parent.run()
+        last = task_observations(parent)[-1].observation
+        assert isinstance(last, TaskObservation)
+        assert (last.task_id, last.text) == ("task_00000001", "first|second")
+        usage = parent.conversation_stats.usage_to_metrics["task:task_00000001"]
+        assert usage.accumulated_cost == pytest.approx(2 * CHILD_COST)
+        [(_, (_, events))] = task_records(parent.state.events).items()
+        assert [event.text for event in events if event.kind == "MessageEvent"] == [
+            "first",
+            "first",
+            "second",
+            "first|second",
+        ]
+
+    def test_unknown_agent_or_task_is_an_error_observation(self, tmp_path: Path, echo_agent: str):
+        """A task for an unknown agent or task id fails as an observation; the run goes on."""
+        parent = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        parent.send_message("new nobody anything")
+        parent.run()
+        parent.send_message("resume task_00000009 echo again")
+        parent.run()
+        unknown_agent, unknown_task = (event.observation for event in task_observations(parent))
+        assert isinstance(unknown_agent, TaskObservation) and unknown_agent.is_error
+        assert "Unknown agent 'nobody'" in unknown_agent.text
+        assert isinstance(unknown_task, TaskObservation) and unknown_task.is_error
+        assert "Task 'task_00000009' not found" in unknown_task.text
+        assert parent.state.execution_status.value == "finished"
+
+    def test_failing_child_is_an_error_with_its_reason(self, tmp_path: Path):
+        """A child whose LLM fails ends the task in error; the observation says why."""
+        broken = TestLLM.from_messages([LLMError("provider down")])
+        register_agent("broken", lambda llm: Agent(llm=broken), "Fails.")
+        parent = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        parent.send_message("new broken do it")
+        parent.run()
+        [event] = task_observations(parent)
+        failed = event.observation
+        assert isinstance(failed, TaskObservation)
+        assert (failed.status, failed.is_error) == ("error", True)
+        assert "provider down" in failed.text
+        assert parent.state.execution_status.value == "finished"
+
+    def test_child_works_in_the_parent_workspace(self, tmp_path: Path):
+        """The child's terminal runs in the parent's working directory."""
+        (tmp_path / "marker.txt").write_text("here")
+        script = [
+            Message(
+                role="assistant",
+                content="",
+                tool_calls=[
+                    MessageToolCall(
+                        id="t1",
+                        name="terminal",
+                        arguments='{"command": "cat marker.txt"}',
+                        origin="completion",
+                    )
+                ],
+            ),
+            Message(role="assistant", content="found it"),
+        ]
+        child = TestLLM.from_messages(script)
+        register_agent(
+            "shell", lambda llm: Agent(llm=child, tools=[Tool(name="terminal")]), "Runs."
+        )
+        parent = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        parent.send_message("new shell look")
+        parent.run()
+        [(_, (_, events))] = task_records(parent.state.events).items()
+        outputs = [event.output for event in events if isinstance(event, ObservationEvent)]
+        assert outputs == ["here"]
+
+
+class TestForkAndPersistence:
+    def test_fork_resumes_its_own_copy_of_the_child(self, tmp_path: Path, echo_agent: str):
+        """A fork's resumed task continues the child as it was at the fork, not the source's."""
+        source = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        source.send_message("new echo a")
+        source.run()
+        fork = source.fork()
+        fork.send_message("resume task_00000001 echo fork")
+        fork.run()
+        source.send_message("resume task_00000001 echo source")
+        source.run()
+        fork_last = task_observations(fork)[-1].observation
+        source_last = task_observations(source)[-1].observation
+        assert isinstance(fork_last, TaskObservation) and isinstance(source_last, TaskObservation)
+        assert fork_last.text == "a|fork"
+        assert source_last.text == "a|source"
+
+    def test_new_tasks_of_a_fork_number_on_from_the_fork_point(
+        self, tmp_path: Path, echo_agent: str
+    ):
+        """Task ids continue from the history: a fork's next task after one is task_00000002."""
+        source = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        source.send_message("new echo a")
+        source.run()
+        fork = source.fork()
+        fork.send_message("new echo b")
+        fork.run()
+        assert list(task_records(fork.state.events)) == ["task_00000001", "task_00000002"]
+        assert list(task_records(source.state.events)) == ["task_00000001"]
+
+    @settings(
+        max_examples=12,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+    @given(
+        before=st.lists(st.text("abc", min_size=1, max_size=3), min_size=1, max_size=3),
+        on_fork=st.lists(
+            st.tuples(st.booleans(), st.text("xyz", min_size=1, max_size=3)), max_size=3
+        ),
+        on_source=st.lists(
+            st.tuples(st.booleans(), st.text("xyz", min_size=1, max_size=3)), max_size=3
+        ),
+    )
+    def test_fork_is_a_deep_copy_of_the_delegations(
+        self,
+        tmp_path: Path,
+        echo_agent: str,
+        before: list[str],
+        on_fork: list[tuple[bool, str]],
+        on_source: list[tuple[bool, str]],
+    ):
+        """Tasks of a fork and its source evolve as two deep copies of one task table would."""
+        source = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        model: dict[str, list[str]] = {}
+
+        def delegate(
+            conversation: Conversation, table: dict[str, list[str]], resume: bool, prompt: str
+        ) -> None:
+            if resume and table:
+                task_id = sorted(table)[-1]
+                conversation.send_message(f"resume {task_id} echo {prompt}")
+            else:
+                task_id = f"task_{len(table) + 1:08x}"
+                conversation.send_message(f"new echo {prompt}")
+            conversation.run()
+            table.setdefault(task_id, []).append(prompt)
+            last = task_observations(conversation)[-1].observation
+            assert isinstance(last, TaskObservation)
+            assert (last.task_id, last.text) == (task_id, "|".join(table[task_id]))
+
+        for prompt in before:
+            delegate(source, model, False, prompt)
+        fork = source.fork()
+        fork_model = copy.deepcopy(model)
+        for resume, prompt in on_fork:
+            delegate(fork, fork_model, resume, prompt)
+        for resume, prompt in on_source:
+            delegate(source, model, resume, prompt)
+        for conversation, table in ((source, model), (fork, fork_model)):
+            records = task_records(conversation.state.events)
+            assert {
+                task_id: [e.text for e in events if e.kind == "MessageEvent" and e.source == "user"]
+                for task_id, (_, events) in records.items()
+            } == table
+
+    def test_reopened_parent_resumes_the_child(self, tmp_path: Path, echo_agent: str):
+        """A parent stored and reopened from SQLite resumes its task with the child history."""
+        store = tmp_path / "store"
+        agent = parent_agent()
+        first = Conversation(
+            agent=agent, workspace=tmp_path, persistence_dir=store, visualizer=None
+        )
+        first.send_message("new echo stored")
+        first.run()
+        conversation_id = first.id
+        first.close()
+        # A store keeps a TestLLM as the plain LLM of its settings: reopen with the same brain
+        # under another model name, so the agent given here is the one that runs.
+        reopened = Conversation(
+            agent=parent_agent(model="test-model-reopened"),
+            workspace=tmp_path,
+            persistence_dir=store,
+            conversation_id=conversation_id,
+            visualizer=None,
+        )
+        assert list(task_records(reopened.state.events)) == ["task_00000001"]
+        reopened.send_message("resume task_00000001 echo again")
+        reopened.run()
+        last = task_observations(reopened)[-1].observation
+        assert isinstance(last, TaskObservation) and last.text == "stored|again"
+        usage = reopened.conversation_stats.usage_to_metrics["task:task_00000001"]
+        assert usage.accumulated_cost == pytest.approx(2 * CHILD_COST)
+
+
+class TestDelegationVisualizer:
+    def test_titles_name_the_agents(self, tmp_path: Path, echo_agent: str):
+        """The parent's events carry its name; the child's follow under the task's description
+        (a name with spaces is shown as it is, as OpenHands' SDK does)."""
+        out = io.StringIO()
+        visualizer = DelegationVisualizer(name="main_delegator", file=out, width=100)
+        parent = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=visualizer)
+        parent.send_message("new echo ping")
+        parent.run()
+        titles = [line.split(" ─")[0] for line in out.getvalue().splitlines() if " ──" in line]
+        assert titles == [
+            "Main Delegator Agent System Prompt",
+            "User Message to Main Delegator Agent",
+            "Main Delegator Agent Action",
+            "Main Delegator Agent Observation",
+            "echo task Agent System Prompt",
+            "User Message to echo task Agent",
+            "Message from echo task Agent to User",
+            "Message from Main Delegator Agent to User",
+        ]
+
+    def test_highlight_and_sub_visualizer(self):
+        """highlight_regex styles matches; a sub-visualizer keeps the settings and the console."""
+        visualizer = DelegationVisualizer(name="Main", highlight_regex={"fork": "bold red"})
+        text = visualizer._body("cheap fork here")
+        assert [(span.start, span.end, span.style) for span in text.spans] == [(6, 10, "bold red")]
+        sub = visualizer.create_sub_visualizer("helper")
+        assert (
+            sub._highlight_patterns == {"fork": "bold red"} and sub._console is visualizer._console
+        )
