@@ -150,6 +150,7 @@ _LAZY = {
     "ToolDefinition": "cowconv.agent.tools",
     "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
+    "DeclaredResources": "cowconv.agent.tools",
     "Action": "cowconv.core.schema",
     "Observation": "cowconv.core.schema",
     "register_tool": "cowconv.agent.tools",
@@ -164,6 +165,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from cowconv.agent.tools import (
+        DeclaredResources,
         ToolDefinition,
         ToolExecutor,
         ToolResult,
@@ -299,6 +301,7 @@ __all__ = [
     "ConversationVisualizerBase",
     "CorruptStoreError",
     "CowconvError",
+    "DeclaredResources",
     "DefaultConversationVisualizer",
     "Event",
     "EventCallback",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import PrivateAttr
+from pydantic import BaseModel, PrivateAttr
 
 from cowconv import (
     Agent,
@@ -26,6 +27,9 @@ from cowconv import (
     MessageToolCall,
     ObservationEvent,
     Tool,
+    ToolDefinition,
+    ToolResult,
+    register_tool,
 )
 from cowconv.subagent import (
     AgentDefinition,
@@ -556,3 +560,98 @@ class TestDelegationVisualizer:
         assert (
             sub._highlight_patterns == {"fork": "bold red"} and sub._console is visualizer._console
         )
+
+
+def _calls(*calls: tuple[str, dict[str, Any]]) -> Message:
+    return Message(
+        role="assistant",
+        content="In parallel.",
+        tool_calls=[
+            MessageToolCall(
+                id=f"p{index}", name=name, arguments=json.dumps(arguments), origin="completion"
+            )
+            for index, (name, arguments) in enumerate(calls)
+        ],
+    )
+
+
+class _MeetingBrain:
+    """Children that answer only once ``parties`` of them are thinking at the same time."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=60)
+
+    def __call__(self, messages: list[dict[str, Any]]) -> Message:
+        self.barrier.wait()  # broken (an error) if the calls ran one after another
+        return Message(role="assistant", content=f"met: {_text(messages[-1])}")
+
+
+class _Overlap(BaseModel):
+    text: str = ""
+
+
+class TestParallelToolCalls:
+    def test_task_calls_of_one_step_run_at_once(self, tmp_path: Path):
+        """With tool_concurrency_limit=2, two task calls of one step run their children together."""
+        meeting = BrainLLM.thinking(_MeetingBrain(2), CHILD_COST, usage_id="child")
+        register_agent("meeter", lambda llm: Agent(llm=meeting), "Meets.")
+        parent_llm = TestLLM.from_messages(
+            [
+                _calls(
+                    ("task", {"prompt": "left", "subagent_type": "meeter"}),
+                    ("task", {"prompt": "right", "subagent_type": "meeter"}),
+                ),
+                Message(role="assistant", content="Both met."),
+            ]
+        )
+        agent = Agent(llm=parent_llm, tools=[Tool(name=TaskToolSet.name)], tool_concurrency_limit=2)
+        parent = Conversation(agent=agent, workspace=tmp_path, visualizer=None)
+        parent.send_message("Meet.")
+        parent.run()
+        observations = [event.observation for event in task_observations(parent)]
+        assert all(isinstance(o, TaskObservation) for o in observations)
+        # Results in the order of the calls; ids in the order the children started.
+        assert [o.text for o in observations] == ["met: left", "met: right"]
+        assert {o.task_id for o in observations} == {"task_00000001", "task_00000002"}
+        stats = parent.conversation_stats.usage_to_metrics
+        assert stats["task:task_00000001"].accumulated_cost == CHILD_COST
+        assert stats["task:task_00000002"].accumulated_cost == CHILD_COST
+        assert parent.state.events[-1].text == "Both met."
+
+    def test_calls_of_an_undeclared_tool_never_overlap(self, tmp_path: Path):
+        """Calls of a tool that declares no resources run one at a time, whatever the limit."""
+        active = {"now": 0, "most": 0}
+        guard = threading.Lock()
+
+        class OverlapTool(ToolDefinition[_Overlap]):
+            name = "overlap_probe"
+            description = "Probe."
+            Params = _Overlap
+
+            def execute(self, params: _Overlap) -> ToolResult:
+                with guard:
+                    active["now"] += 1
+                    active["most"] = max(active["most"], active["now"])
+                threading.Event().wait(0.05)
+                with guard:
+                    active["now"] -= 1
+                return ToolResult(output=params.text, exit_code=0)
+
+        register_tool(OverlapTool)
+        llm = TestLLM.from_messages(
+            [
+                _calls(*(("overlap_probe", {"text": str(n)}) for n in range(4))),
+                Message(role="assistant", content="Done."),
+            ]
+        )
+        agent = Agent(llm=llm, tools=[Tool(name="overlap_probe")], tool_concurrency_limit=4)
+        conversation = Conversation(agent=agent, workspace=tmp_path, visualizer=None)
+        conversation.send_message("Probe.")
+        conversation.run()
+        outputs = [
+            event.output
+            for event in conversation.state.events
+            if isinstance(event, ObservationEvent)
+        ]
+        assert outputs == ["0", "1", "2", "3"]
+        assert active["most"] == 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyrsistent import pmap
@@ -271,7 +272,7 @@ class Runner:
                 self._finish(ExecutionStatus.ERROR, AgentErrorEvent(error=str(llm_error)))
                 return
             spent: dict[str, Usage] = {}  # the tool calls' own LLM usage (sub-agents)
-            produced, crashed = self._act(response, tools, spent)
+            produced, crashed = self._act(response, tools, spent, agent.tool_concurrency_limit)
             status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
 
             def record(
@@ -335,8 +336,15 @@ class Runner:
         response: LLMResponse,
         tools: Mapping[str, ToolDefinition[Any]],
         spent: dict[str, Usage] | None = None,
+        concurrency: int = 1,
     ) -> tuple[list[Event], bool]:
-        """The events of one answer: a message, or tool calls and their results."""
+        """The events of one answer: a message, or tool calls and their results.
+
+        With ``concurrency`` above 1 (``Agent.tool_concurrency_limit``) the
+        calls run on that many threads, as in OpenHands' SDK: calls whose
+        tools declare a shared resource (by default: calls of one tool) wait
+        for each other; results are recorded in the order of the calls.
+        """
         if not response.tool_calls:
             message = MessageEvent(
                 source="agent",
@@ -348,6 +356,10 @@ class Runner:
             _action(response, call, response.content if index == 0 else "")
             for index, call in enumerate(response.tool_calls)
         ]
+        if concurrency > 1 and len(calls) > 1:
+            concurrent = self._act_concurrently(calls, tools, spent, concurrency)
+            crashed = any(isinstance(result, AgentErrorEvent) for result in concurrent)
+            return [*(action for action, _ in calls), *concurrent], crashed
         results: list[Event] = []
         crashed = False
         for action, problem in calls:
@@ -374,6 +386,45 @@ class Runner:
             results.append(result)
         return [*(action for action, _ in calls), *results], crashed
 
+    def _act_concurrently(
+        self,
+        calls: Sequence[tuple[ActionEvent, ToolArgumentError | None]],
+        tools: Mapping[str, ToolDefinition[Any]],
+        spent: dict[str, Usage] | None,
+        concurrency: int,
+    ) -> list[Event]:
+        locks: dict[str, threading.Lock] = {}
+        keys = [sorted(_resource_keys(tools, action, problem)) for action, problem in calls]
+        for key in (key for held in keys for key in held):
+            locks.setdefault(key, threading.Lock())
+        spent_by_call: list[dict[str, Usage]] = [{} for _ in calls]
+
+        def run(index: int) -> Event:
+            action, problem = calls[index]
+            held = [locks[key] for key in keys[index]]
+            for lock in held:  # sorted keys: no two calls wait for each other in a cycle
+                lock.acquire()
+            try:
+                if self._interrupted:
+                    return AgentErrorEvent(
+                        error="not run: the run was interrupted",
+                        tool_call_id=action.tool_call_id,
+                        tool_name=action.tool_name,
+                    )
+                return _execute(tools, action, problem, spent_by_call[index])
+            finally:
+                for lock in reversed(held):
+                    lock.release()
+
+        workers = min(concurrency, len(calls))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cowconv-tool") as pool:
+            results = list(pool.map(run, range(len(calls))))
+        if spent is not None:
+            for call_spent in spent_by_call:
+                for usage_id, usage in call_spent.items():
+                    spent[usage_id] = spent.get(usage_id, Usage()) + usage
+        return results
+
     def _tools_for(self, agent: Agent) -> dict[str, ToolDefinition[Any]]:
         with self._lock:
             if self._tools_agent is agent:
@@ -397,6 +448,27 @@ class Runner:
         for tool in old.values():
             tool.close()
         return tools
+
+
+def _resource_keys(
+    tools: Mapping[str, ToolDefinition[Any]],
+    action: ActionEvent,
+    problem: ToolArgumentError | None,
+) -> set[str]:
+    """The locks a call holds while it runs beside others: its declared resources, or its tool."""
+    tool = tools.get(action.tool_name)
+    if tool is None or problem is not None:
+        return set()  # answered at once, with an error observation
+    try:
+        declared = tool.declared_resources(tool.validate_arguments(action.arguments))
+    except ToolArgumentError:
+        return set()
+    except Exception:  # a tool's own declaration failing: run its calls one at a time
+        logger.exception("tool %r could not declare its resources", action.tool_name)
+        return {f"tool:{action.tool_name}"}
+    if not declared.declared:
+        return {f"tool:{action.tool_name}"}
+    return set(declared.keys)
 
 
 def _execute(

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Action",
+    "DeclaredResources",
     "Observation",
     "ToolDefinition",
     "ToolExecutor",
@@ -129,6 +130,22 @@ class ToolResult:
     #: What the call spent on LLMs of its own (a sub-agent's), by usage id: the run adds it
     #: to the conversation's stats with the step.
     usage: Mapping[str, Usage] | None = None
+
+
+@dataclass(frozen=True)
+class DeclaredResources:
+    """What a tool call touches, for running a step's calls in parallel (OpenHands' SDK's).
+
+    Calls that share a key never run at once. ``declared=False`` (the
+    default) means "unknown": such a tool's calls run one at a time.
+    ``declared=True`` with no keys: the call may run beside any other.
+
+    >>> DeclaredResources(keys=("file:/tmp/a",), declared=True).keys
+    ('file:/tmp/a',)
+    """
+
+    keys: tuple[str, ...] = ()
+    declared: bool = False
 
 
 P = TypeVar("P", bound=BaseModel)
@@ -426,6 +443,13 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
             f"the executor of tool {self.name!r} answered {type(answer).__name__}: "
             "an Observation, a pydantic model or a dict is needed without an observation_type"
         )
+
+    def declared_resources(self, action: Any) -> DeclaredResources:
+        """What a call with ``action`` touches (default: undeclared, one call at a time).
+
+        Only ``Agent(tool_concurrency_limit=N)`` with ``N > 1`` consults it.
+        """
+        return DeclaredResources()
 
     def restore(self, events: Sequence[Event]) -> None:
         """Take up what this tool left in a conversation's history (the default: nothing).

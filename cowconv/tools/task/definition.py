@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError
-from cowconv.agent.tools import ToolDefinition, ToolResult, register_tool
+from cowconv.agent.tools import DeclaredResources, ToolDefinition, ToolResult, register_tool
 from cowconv.core.events import Event
 from cowconv.core.message import TextContent
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN
@@ -90,6 +90,10 @@ class TaskTool(ToolDefinition[TaskAction, TaskObservation]):
         if not isinstance(executor, TaskExecutor):
             raise InvalidTypeError(f"the task tool needs a TaskExecutor, got {executor!r}")
         return executor
+
+    def declared_resources(self, action: Any) -> DeclaredResources:
+        """None: tasks run beside each other and beside any tool (each child has its own state)."""
+        return DeclaredResources(keys=(), declared=True)
 
     def execute(self, params: TaskAction) -> ToolResult:
         """Run the task; the result records the child's new events and what it cost."""
