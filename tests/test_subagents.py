@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import io
 import json
+import subprocess
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -528,6 +530,27 @@ class TestForkAndPersistence:
         assert isinstance(last, TaskObservation) and last.text == "stored|again"
         usage = reopened.conversation_stats.usage_to_metrics["task:task_00000001"]
         assert usage.accumulated_cost == pytest.approx(2 * CHILD_COST)
+
+    def test_a_new_process_reads_the_stored_delegation(self, tmp_path: Path, echo_agent: str):
+        """A process that never imported the task tool loads a stored parent's task observation."""
+        store = tmp_path / "store"
+        parent = Conversation(
+            agent=parent_agent(), workspace=tmp_path, persistence_dir=store, visualizer=None
+        )
+        parent.send_message("new echo kept")
+        parent.run()
+        parent.close()
+        code = (
+            "import sys; from cowconv import Conversation\n"
+            "assert 'cowconv.tools.task' not in sys.modules\n"
+            f"c = Conversation.resume({str(store)!r}, {str(parent.id)!r})\n"
+            "o = [e for e in c.state.events if e.kind == 'ObservationEvent'][0].observation\n"
+            "print(type(o).__name__, o.task_id, o.text)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        )
+        assert out.stdout.strip() == "TaskObservation task_00000001 kept"
 
 
 class TestDelegationVisualizer:

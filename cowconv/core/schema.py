@@ -21,6 +21,7 @@ subclass the JSON's ``kind`` names.
 ['[An error occurred during execution.]\\n', 'boom']
 """
 
+import importlib
 from typing import Any, ClassVar, Self
 
 from pydantic import Field
@@ -30,6 +31,14 @@ from cowconv.core.message import ImageContent, TextContent
 
 __all__ = ["Action", "Observation", "Schema"]
 
+# Kinds defined by cowconv's own tool modules -> the module defining them. A stored history
+# holding one loads in a process that never imported the tool: the module is imported then
+# (as the tool registry imports a built-in tool on first use).
+_BUILTIN_KINDS = {
+    "TaskAction": "cowconv.tools.task",
+    "TaskObservation": "cowconv.tools.task",
+}
+
 
 class Schema(Kinded):
     """Base of :class:`Action` and :class:`Observation`: a frozen model with a ``kind``.
@@ -37,6 +46,16 @@ class Schema(Kinded):
     >>> issubclass(Action, Schema) and issubclass(Observation, Schema)
     True
     """
+
+    @classmethod
+    def _unknown_kind(cls, kind: str, data: dict[str, Any]) -> tuple[type[Kinded], dict[str, Any]]:
+        module = _BUILTIN_KINDS.get(kind)
+        if module is not None:
+            importlib.import_module(module)
+            target = cls._resolve_kind(kind)
+            if target is not None:
+                return target, data
+        return super()._unknown_kind(kind, data)
 
 
 class Action(Schema):
