@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from cowconv.subagent import registry as registry_module
 from cowconv.testing import ScriptedResponse, TestLLM
 from cowconv.tools import DelegationVisualizer, TaskToolSet
 from cowconv.tools.task import TaskObservation, task_records
+from cowconv.tools.workflow import WorkflowObservation, WorkflowToolSet
 
 PARENT_COST = 0.01
 CHILD_COST = 0.25
@@ -678,3 +679,125 @@ class TestParallelToolCalls:
         ]
         assert outputs == ["0", "1", "2", "3"]
         assert active["most"] == 1
+
+
+def workflow_parent(script: str, name: str = "fan-out") -> Agent:
+    call = MessageToolCall(
+        id="w1",
+        name="workflow",
+        arguments=json.dumps({"name": name, "script": script, "max_concurrency": 2}),
+        origin="completion",
+    )
+    llm = TestLLM.from_messages(
+        [
+            Message(role="assistant", content="Running a workflow.", tool_calls=[call]),
+            Message(role="assistant", content="Workflow done."),
+        ]
+    )
+    return Agent(llm=llm, tools=[Tool(name=WorkflowToolSet.name)])
+
+
+def workflow_observation(conversation: Conversation) -> ObservationEvent:
+    [event] = [
+        event
+        for event in conversation.state.events
+        if isinstance(event, ObservationEvent) and event.tool_name == "workflow"
+    ]
+    return event
+
+
+MAP_REDUCE = """
+async def main(wf):
+    found = await wf.map_agents(["a", "b", "c"], "look at {item}", subagent_type="echo")
+    return await wf.reduce_agent(found, prompt="merge", subagent_type="echo")
+"""
+
+
+class TestWorkflow:
+    def test_map_then_reduce_runs_children_and_accounts_them(self, tmp_path: Path, echo_agent: str):
+        """A map over three items and a reduce run four children; the reducer's answer returns."""
+        parent = Conversation(
+            agent=workflow_parent(MAP_REDUCE), workspace=tmp_path, visualizer=None
+        )
+        parent.send_message("Audit.")
+        parent.run()
+        event = workflow_observation(parent)
+        observation = event.observation
+        assert isinstance(observation, WorkflowObservation)
+        assert observation.status == "completed"
+        expected_input = json.dumps(["look at a", "look at b", "look at c"], indent=2)
+        assert observation.text == f"merge\n\nInput:\n{expected_input}"
+        assert isinstance(event.extra, Mapping)
+        tasks = event.extra["workflow"]["tasks"]
+        assert sorted(task["task_id"] for task in tasks) == [
+            f"task_0000000{n}" for n in (1, 2, 3, 4)
+        ]
+        usage = parent.conversation_stats.usage_to_metrics
+        assert sum(usage[f"task:task_0000000{n}"].accumulated_cost for n in (1, 2, 3, 4)) == (
+            pytest.approx(4 * CHILD_COST)
+        )
+        assert parent.state.events[-1].text == "Workflow done."
+
+    def test_a_failing_item_fails_the_workflow_with_its_reason(self, tmp_path: Path):
+        """A sub-agent that fails makes map_agents raise; the observation names the item."""
+
+        def picky(messages: list[dict[str, Any]]) -> Message:
+            if "good" not in _text(messages[-1]):
+                raise LLMError("refused")
+            return Message(role="assistant", content="fine")
+
+        picky_llm = BrainLLM.thinking(picky, 0.0, usage_id="picky")
+        register_agent("picky", lambda llm: Agent(llm=picky_llm), "Refuses bad items.")
+        script = (
+            "async def main(wf):\n"
+            "    return await wf.map_agents(['good', 'bad'], '{item}', subagent_type='picky')\n"
+        )
+        parent = Conversation(agent=workflow_parent(script), workspace=tmp_path, visualizer=None)
+        parent.send_message("Try.")
+        parent.run()
+        observation = workflow_observation(parent).observation
+        assert isinstance(observation, WorkflowObservation)
+        assert (observation.status, observation.is_error) == ("error", True)
+        assert observation.text.startswith("map_agents: one or more sub-agents failed:\n  [1]")
+        assert "[item 2]" in observation.text and "refused" in observation.text
+
+    @pytest.mark.parametrize(
+        ("script", "reason"),
+        [
+            ("import os\nasync def main(wf):\n    pass\n", "may not import"),
+            ("async def main(wf):\n    return wf._manager\n", "private wf attributes"),
+            ("async def main(wf):\n    return eval('1')\n", "may not call `eval`"),
+            ("async def main(wf):\n    return ().__class__\n", "dunder attributes"),
+            ("def main(wf):\n    pass\n", "exactly one async main(wf)"),
+            ("async def main(wf, x):\n    pass\n", "must be `async def main(wf):`"),
+            ("async def main(wf):\n    return open('x')\n", "may not call `open`"),
+        ],
+    )
+    def test_unsafe_scripts_are_refused(self, tmp_path: Path, script: str, reason: str):
+        """A script that reaches outside wf is refused before it runs, saying why."""
+        parent = Conversation(agent=workflow_parent(script), workspace=tmp_path, visualizer=None)
+        parent.send_message("Try.")
+        parent.run()
+        observation = workflow_observation(parent).observation
+        assert isinstance(observation, WorkflowObservation) and observation.is_error
+        assert reason in observation.text
+
+    def test_pipeline_and_flatten(self, tmp_path: Path, echo_agent: str):
+        """pipeline runs each item through the stages; a failing stage drops only its item."""
+        script = (
+            "async def main(wf):\n"
+            "    async def ask(item):\n"
+            "        return await wf.run_agent(f'say {item}', subagent_type='echo')\n"
+            "    def check(text):\n"
+            "        if text.endswith('2'):\n"
+            "            raise ValueError(text)\n"
+            "        return text.upper()\n"
+            "    done = await wf.pipeline([1, 2, 3], ask, check)\n"
+            "    return wf.flatten([done, ['end']])\n"
+        )
+        parent = Conversation(agent=workflow_parent(script), workspace=tmp_path, visualizer=None)
+        parent.send_message("Go.")
+        parent.run()
+        observation = workflow_observation(parent).observation
+        assert isinstance(observation, WorkflowObservation)
+        assert observation.text == "['SAY 1', None, 'SAY 3', 'end']"

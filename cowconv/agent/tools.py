@@ -74,6 +74,7 @@ __all__ = [
 # Built-in tools: name -> module that registers it when imported.
 _BUILTINS = {"terminal": "cowconv.tools.terminal"}
 _BUILTINS["task_tool_set"] = "cowconv.tools.task"
+_BUILTINS["workflow_tool_set"] = "cowconv.tools.workflow"
 _REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()
 

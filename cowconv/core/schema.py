@@ -37,6 +37,8 @@ __all__ = ["Action", "Observation", "Schema"]
 _BUILTIN_KINDS = {
     "TaskAction": "cowconv.tools.task",
     "TaskObservation": "cowconv.tools.task",
+    "WorkflowAction": "cowconv.tools.workflow",
+    "WorkflowObservation": "cowconv.tools.workflow",
 }
 
 

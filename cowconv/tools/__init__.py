@@ -16,9 +16,10 @@ from cowconv._lazy import lazy_attributes
 _LAZY = {
     "DelegationVisualizer": "cowconv.tools.delegate",
     "TaskToolSet": "cowconv.tools.task",
+    "WorkflowToolSet": "cowconv.tools.workflow",
     "register_builtins_agents": "cowconv.subagent.builtins",
 }
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
-__all__ = ["DelegationVisualizer", "TaskToolSet", "register_builtins_agents"]
+__all__ = ["DelegationVisualizer", "TaskToolSet", "WorkflowToolSet", "register_builtins_agents"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from cowconv.core.events import (
     ActionEvent,
@@ -25,6 +25,7 @@ from cowconv.core.events import (
 )
 from cowconv.core.frozen import thaw
 from cowconv.tools.task.manager import TASK_RECORD_KEY
+from cowconv.tools.workflow.definition import WORKFLOW_RECORD_KEY
 from cowconv.visualizer import DefaultConversationVisualizer
 
 if TYPE_CHECKING:
@@ -42,7 +43,9 @@ class DelegationVisualizer(DefaultConversationVisualizer):
     tool's observation (:mod:`cowconv.tools.task`) carries what its
     sub-agent recorded: those events are shown after it, titled with the
     task's description (or id), as a sub-visualizer
-    (:meth:`create_sub_visualizer`) would show them.
+    (:meth:`create_sub_visualizer`) would show them; so are a workflow's
+    sub-agents (:mod:`cowconv.tools.workflow`), titled with the workflow's
+    name and the task's id.
 
     >>> DelegationVisualizer._format_agent_name("lodging_expert")
     'Lodging Expert'
@@ -105,10 +108,17 @@ class DelegationVisualizer(DefaultConversationVisualizer):
             self._show_sub_agent(event)
 
     def _show_sub_agent(self, event: ObservationEvent) -> None:
-        record = event.extra.get(TASK_RECORD_KEY) if isinstance(event.extra, Mapping) else None
-        if not isinstance(record, Mapping):
-            return
-        label = self._task_labels.pop(event.tool_call_id, None) or str(record.get("task_id"))
+        extra = event.extra if isinstance(event.extra, Mapping) else {}
+        label = self._task_labels.pop(event.tool_call_id, None)
+        record = extra.get(TASK_RECORD_KEY)
+        if isinstance(record, Mapping):
+            self._show_child(label or str(record.get("task_id")), record)
+        workflow = extra.get(WORKFLOW_RECORD_KEY)
+        if isinstance(workflow, Mapping):
+            for task in workflow.get("tasks", ()):
+                self._show_child(f"{workflow.get('name')} {task.get('task_id')}", task)
+
+    def _show_child(self, label: str, record: Mapping[str, Any]) -> None:
         sub = self.create_sub_visualizer(label)
         for item in record.get("events", ()):
             sub.on_event(Event.model_validate(thaw(item)))
