@@ -15,6 +15,7 @@ from cowconv.tools.workflow.definition import (
     WorkflowToolSet,
 )
 from cowconv.tools.workflow.script import (
+    SubAgentError,
     WorkflowContext,
     WorkflowScriptError,
     execute_workflow_script,
@@ -23,6 +24,7 @@ from cowconv.tools.workflow.script import (
 
 __all__ = [
     "WORKFLOW_RECORD_KEY",
+    "SubAgentError",
     "WorkflowAction",
     "WorkflowContext",
     "WorkflowExecutor",

@@ -23,10 +23,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from cowconv._exceptions import InvalidValueError
+from cowconv._exceptions import CowconvError, InvalidValueError
 from cowconv.tools.task.manager import TaskManager, TaskRun, TaskStatus
 
 __all__ = [
+    "SubAgentError",
     "WorkflowContext",
     "WorkflowScriptError",
     "execute_workflow_script",
@@ -101,6 +102,14 @@ class WorkflowScriptError(InvalidValueError):
     """
 
 
+class SubAgentError(CowconvError, RuntimeError):
+    """A workflow's sub-agent did not finish its task (the text says why; a ``RuntimeError``).
+
+    >>> issubclass(SubAgentError, RuntimeError)
+    True
+    """
+
+
 class WorkflowContext:
     """The ``wf`` object of a workflow script: sub-agent runs, ``max_concurrency`` at once at most.
 
@@ -159,7 +168,7 @@ class WorkflowContext:
         with self._runs_lock:
             self._runs.append(run)
         if run.task.status is not TaskStatus.COMPLETED:
-            raise RuntimeError(run.task.error or "the sub-agent failed")
+            raise SubAgentError(run.task.error or "the sub-agent failed")
         return run.task.result or ""
 
     async def map_agents(
@@ -191,13 +200,13 @@ class WorkflowContext:
                 try:
                     return await self._run(text, subagent_type, label)
                 except Exception as error:
-                    raise RuntimeError(f"[item {index + 1}] {error}") from error
+                    raise SubAgentError(f"[item {index + 1}] {error}") from error
 
         results = await asyncio.gather(
             *(one(index, item) for index, item in enumerate(items)), return_exceptions=True
         )
         failures = [
-            result if isinstance(result, Exception) else RuntimeError(str(result))
+            result if isinstance(result, Exception) else SubAgentError(str(result))
             for result in results
             if isinstance(result, BaseException)
         ]
