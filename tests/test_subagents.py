@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, PrivateAttr
 
 from cowconv import (
+    LLM,
     Agent,
     Conversation,
     InvalidTypeError,
@@ -31,8 +32,10 @@ from cowconv import (
     Tool,
     ToolDefinition,
     ToolResult,
+    Workspace,
     register_tool,
 )
+from cowconv.agent_server import InProcessTransport, create_app
 from cowconv.subagent import (
     AgentDefinition,
     agent_definition_to_factory,
@@ -45,10 +48,11 @@ from cowconv.subagent import (
     register_file_agents,
 )
 from cowconv.subagent import registry as registry_module
-from cowconv.testing import ScriptedResponse, TestLLM
+from cowconv.testing import ScriptedResponse, StubLLMServer, StubReply, TestLLM
 from cowconv.tools import DelegationVisualizer, TaskToolSet
 from cowconv.tools.task import TaskObservation, task_records
 from cowconv.tools.workflow import WorkflowObservation, WorkflowToolSet
+from tests.conftest import IN_PROCESS_HOST
 
 PARENT_COST = 0.01
 CHILD_COST = 0.25
@@ -801,3 +805,33 @@ class TestWorkflow:
         observation = workflow_observation(parent).observation
         assert isinstance(observation, WorkflowObservation)
         assert observation.text == "['SAY 1', None, 'SAY 3', 'end']"
+
+
+class TestOnTheAgentServer:
+    def test_server_in_this_process_runs_the_task_tool(
+        self, tmp_path: Path, echo_agent: str, stub: StubLLMServer
+    ):
+        """An agent server in the process where the sub-agent is registered runs the task tool:
+        the parent thinks through litellm's HTTP path to the stub, the child answers, and the
+        client reads the task observation and its cost."""
+        stub.script(
+            StubReply.tool_call(
+                "task", prompt="from the server", subagent_type="echo", description="remote"
+            ),
+            StubReply.text("Relayed."),
+        )
+        agent = Agent(
+            llm=LLM(**stub.llm_settings(), retry_min_wait=0, retry_max_wait=0),
+            tools=[Tool(name=TaskToolSet.name)],
+        )
+        with InProcessTransport(create_app(data_dir=tmp_path / "data")) as transport:
+            workspace = Workspace(host=IN_PROCESS_HOST, working_dir=str(tmp_path))
+            remote = Conversation(agent=agent, workspace=workspace, transport=transport)
+            remote.send_message("Delegate.")
+            remote.run()
+            observation = task_observations(remote)[0].observation
+            assert isinstance(observation, TaskObservation)
+            assert (observation.status, observation.text) == ("completed", "from the server")
+            usage = remote.conversation_stats.by_usage_id["task:task_00000001"]
+            assert usage.accumulated_cost == CHILD_COST
+            remote.close()

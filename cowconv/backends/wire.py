@@ -91,7 +91,12 @@ MASK = "**********"
 
 #: cowconv tool name -> OpenHands' tool name, for the tools both have (OpenHands' SDK 1.58
 #: registers its ``TerminalTool`` as ``"terminal"``, cowconv's name).
-TOOL_NAMES: Mapping[str, str] = {"terminal": "terminal"}
+TOOL_NAMES: Mapping[str, str] = {
+    "terminal": "terminal",
+    # The sub-agent tools: they run the sub-agents registered in the server's process.
+    "task_tool_set": "task_tool_set",
+    "workflow_tool_set": "workflow_tool_set",
+}
 #: Other names OpenHands' agents have used for those tools (its class names, older releases).
 _TOOL_ALIASES = {"TerminalTool": "terminal", "BashTool": "terminal"}
 _TOOLS_BACK = {**_TOOL_ALIASES, **{theirs: ours for ours, theirs in TOOL_NAMES.items()}}
