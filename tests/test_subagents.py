@@ -835,3 +835,20 @@ class TestOnTheAgentServer:
             usage = remote.conversation_stats.by_usage_id["task:task_00000001"]
             assert usage.accumulated_cost == CHILD_COST
             remote.close()
+
+
+class TestChildCrash:
+    def test_a_crashing_child_keeps_its_events(self, tmp_path: Path):
+        """A child whose LLM raises a non-LLM error ends the task in error; its events are kept."""
+        crashing = TestLLM.from_messages([KeyError("bug in a provider adapter")])
+        register_agent("crashing", lambda llm: Agent(llm=crashing), "Crashes.")
+        parent = Conversation(agent=parent_agent(), workspace=tmp_path, visualizer=None)
+        parent.send_message("new crashing go")
+        parent.run()
+        [event] = task_observations(parent)
+        failed = event.observation
+        assert isinstance(failed, TaskObservation)
+        assert (failed.status, failed.task_id) == ("error", "task_00000001")
+        assert "bug in a provider adapter" in failed.text
+        [(_, (_, events))] = task_records(parent.state.events).items()
+        assert [e.kind for e in events] == ["SystemPromptEvent", "MessageEvent", "AgentErrorEvent"]

@@ -28,6 +28,7 @@ True
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -55,6 +56,8 @@ from cowconv.core.workspace import Workspace
 from cowconv.subagent.registry import AgentFactory, get_agent_factory
 
 __all__ = ["TASK_RECORD_KEY", "Task", "TaskManager", "TaskRun", "TaskStatus", "task_records"]
+
+logger = logging.getLogger("cowconv.tools.task")
 
 #: The key of ``ObservationEvent.extra`` under which the task tool records a call's child events.
 TASK_RECORD_KEY = "task"
@@ -290,6 +293,8 @@ class TaskManager:
                 child.run()
             except ConversationRunError:
                 pass  # recorded in the child's history: the status and the error say why
+            except Exception:  # a crash the child's run recorded too: its events are kept
+                logger.warning("task %s: the sub-agent's run crashed", task_id, exc_info=True)
             state = child.state
         finally:
             child.close()
