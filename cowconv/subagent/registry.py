@@ -68,6 +68,12 @@ _RENAMED = {
 }
 
 
+def _reset_registry_for_tests() -> None:
+    # OpenHands' SDK's test helper (its tests call it between tests): forget every agent.
+    with _LOCK:
+        _FACTORIES.clear()
+
+
 def _definition(name: str, description: str | AgentDefinition) -> AgentDefinition:
     if not isinstance(name, str) or not name:
         raise InvalidValueError(f"an agent needs a non-empty name, got {name!r}")

@@ -10,13 +10,19 @@ is a child conversation whose history the parent records (see
 :mod:`cowconv.tools.task.manager`).
 """
 
-from cowconv.tools.task.definition import TASK_TOOL_DESCRIPTION, TaskTool, TaskToolSet
+from cowconv.tools.task.definition import (
+    TASK_TOOL_DESCRIPTION,
+    TASK_TOOL_EXAMPLES,
+    TaskTool,
+    TaskToolSet,
+)
 from cowconv.tools.task.executor import TaskExecutor, TaskOutcome
 from cowconv.tools.task.manager import Task, TaskManager, TaskRun, TaskStatus, task_records
 from cowconv.tools.task.schema import TaskAction, TaskObservation
 
 __all__ = [
     "TASK_TOOL_DESCRIPTION",
+    "TASK_TOOL_EXAMPLES",
     "Task",
     "TaskAction",
     "TaskExecutor",

@@ -32,7 +32,7 @@ from cowconv.tools.task.executor import TaskExecutor
 from cowconv.tools.task.manager import TASK_RECORD_KEY, ConfirmationHandler, TaskManager
 from cowconv.tools.task.schema import TaskAction, TaskObservation
 
-__all__ = ["TASK_TOOL_DESCRIPTION", "TaskTool", "TaskToolSet"]
+__all__ = ["TASK_TOOL_DESCRIPTION", "TASK_TOOL_EXAMPLES", "TaskTool", "TaskToolSet"]
 
 TASK_TOOL_DESCRIPTION: Final = """Start a sub-agent on a self-contained, multi-step task.
 
@@ -48,7 +48,8 @@ Write a detailed prompt: what to do, the files, names or errors involved, and wh
 back. To continue an earlier task with its history, pass its task ID as `resume`.
 {task_tool_examples}"""
 
-_EXAMPLES: Final = {
+#: An example of a good prompt for a built-in agent, shown when that agent is registered.
+TASK_TOOL_EXAMPLES: Final = {
     "code-explorer": (
         'Example: subagent_type="code-explorer", prompt="Find where the cache is invalidated '
         'and list the callers with file paths and line numbers."'
@@ -142,13 +143,15 @@ class TaskToolSet(ToolDefinition[TaskAction, TaskObservation]):
     ) -> list[ToolDefinition[Any, Any]]:
         """The ``task`` tool for a conversation in ``conv_state`` (its workspace and LLM).
 
+        Without a state (``None``) the tool describes itself but starts no task.
+
         ``confirmation_handler`` is accepted for OpenHands' SDK (cowconv
         asks no confirmation); a ``sub_agent_scope`` that restricts the
         sub-agents is refused (not in cowconv yet).
         """
         workspace = getattr(conv_state, "workspace", None)
         agent = getattr(conv_state, "agent", None)
-        if not isinstance(workspace, Workspace) or agent is None:
+        if conv_state is not None and (not isinstance(workspace, Workspace) or agent is None):
             raise InvalidTypeError(
                 f"TaskToolSet.create() takes a conversation state, got {type(conv_state).__name__}"
             )
@@ -167,12 +170,12 @@ class TaskToolSet(ToolDefinition[TaskAction, TaskObservation]):
         description = TASK_TOOL_DESCRIPTION.format(
             agent_types_info=get_factory_info(),
             task_tool_examples="".join(
-                f"\n{example}" for name, example in _EXAMPLES.items() if name in offered
+                f"\n{example}" for name, example in TASK_TOOL_EXAMPLES.items() if name in offered
             ),
         )
         manager = TaskManager(
             workspace,
-            agent.llm,
+            None if agent is None else agent.llm,
             max_iteration_per_run=DEFAULT_MAX_ITERATION_PER_RUN,
             confirmation_handler=confirmation_handler,
         )

@@ -163,21 +163,23 @@ class TaskManager:
 
     ``workspace`` is where children work (the parent's), ``llm`` the
     parent's LLM: each child's agent is made from a copy of it by the
-    registered factory. ``max_iteration_per_run`` caps a child's run when
+    registered factory. Without them (a tool made with no conversation
+    state, as OpenHands' tests make one to read its description) a task
+    cannot start. ``max_iteration_per_run`` caps a child's run when
     its definition sets none.
     """
 
     def __init__(
         self,
-        workspace: Workspace,
-        llm: LLM,
+        workspace: Workspace | None,
+        llm: LLM | None,
         *,
         max_iteration_per_run: int = DEFAULT_MAX_ITERATION_PER_RUN,
         confirmation_handler: ConfirmationHandler | None = None,
     ) -> None:
-        if not isinstance(workspace, Workspace):
+        if workspace is not None and not isinstance(workspace, Workspace):
             raise InvalidTypeError(f"workspace must be a Workspace, got {type(workspace).__name__}")
-        if not isinstance(llm, LLM):
+        if llm is not None and not isinstance(llm, LLM):
             raise InvalidTypeError(f"llm must be a cowconv.LLM, got {type(llm).__name__}")
         self._workspace = workspace
         self._llm = llm
@@ -256,6 +258,10 @@ class TaskManager:
         return run
 
     def _child_agent(self, factory: AgentFactory) -> Agent:
+        if self._llm is None:
+            raise InvalidValueError(
+                "the task tool was made without a conversation state: it has no parent LLM"
+            )
         agent = factory.factory_func(self._llm.model_copy())
         if not isinstance(agent, Agent):
             raise InvalidTypeError(
@@ -266,8 +272,13 @@ class TaskManager:
 
     def _child(self, factory: AgentFactory, conversation_id: str) -> Conversation:
         limit = factory.definition.max_iteration_per_run or self._max_iteration_per_run
+        agent = self._child_agent(factory)
+        if self._workspace is None:
+            raise InvalidValueError(
+                "the task tool was made without a conversation state: it has no workspace"
+            )
         return Conversation(
-            agent=self._child_agent(factory),
+            agent=agent,
             workspace=self._workspace,
             conversation_id=conversation_id,
             max_iteration_per_run=limit,

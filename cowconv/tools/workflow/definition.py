@@ -36,7 +36,12 @@ from cowconv.core.schema import Action, Observation
 from cowconv.core.usage import Usage
 from cowconv.core.workspace import Workspace
 from cowconv.tools.task.manager import TaskManager, TaskRun
-from cowconv.tools.workflow.script import WorkflowContext, execute_workflow_script
+from cowconv.tools.workflow.script import (
+    WorkflowContext,
+    _format_exception,
+    _parent_of,
+    execute_workflow_script,
+)
 
 __all__ = [
     "WORKFLOW_RECORD_KEY",
@@ -135,15 +140,6 @@ class WorkflowOutcome:
     runs: tuple[TaskRun, ...]
 
 
-def _exception_text(error: Exception) -> str:
-    if isinstance(error, ExceptionGroup):
-        details = "\n".join(
-            f"  [{index}] {inner}" for index, inner in enumerate(error.exceptions, start=1)
-        )
-        return f"{error.args[0]}:\n{details}"
-    return str(error)
-
-
 class WorkflowExecutor(ToolExecutor[WorkflowAction, WorkflowObservation]):
     """Runs workflow scripts; each call's sub-agents work in ``workspace`` on copies of ``llm``.
 
@@ -153,23 +149,50 @@ class WorkflowExecutor(ToolExecutor[WorkflowAction, WorkflowObservation]):
     '42'
     """
 
-    def __init__(self, workspace: Workspace, llm: LLM) -> None:
-        if not isinstance(workspace, Workspace) or not isinstance(llm, LLM):
-            raise InvalidTypeError("WorkflowExecutor takes a Workspace and an LLM")
+    def __init__(
+        self,
+        workspace: Workspace | None = None,
+        llm: LLM | None = None,
+        sub_agent_scope: Any = None,
+    ) -> None:
+        if workspace is not None and not isinstance(workspace, Workspace):
+            raise InvalidTypeError(f"workspace must be a Workspace, got {type(workspace).__name__}")
+        if llm is not None and not isinstance(llm, LLM):
+            raise InvalidTypeError(f"llm must be a cowconv.LLM, got {type(llm).__name__}")
+        if sub_agent_scope:
+            raise InvalidValueError(
+                "sub_agent_scope restricting a workflow's sub-agents is not in cowconv yet"
+            )
         self._workspace = workspace
         self._llm = llm
         self._running: list[TaskManager] = []
 
-    def run(self, action: WorkflowAction) -> WorkflowOutcome:
-        """Run ``action``'s script; a failing script is an error observation saying why."""
-        manager = TaskManager(self._workspace, self._llm)
-        context = WorkflowContext(manager, action.max_concurrency)
+    def run(self, action: WorkflowAction, conversation: Any = None) -> WorkflowOutcome:
+        """Run ``action``'s script; a failing script is an error observation saying why.
+
+        The sub-agents work where the executor was made for, or in
+        ``conversation``'s workspace (OpenHands' way); with neither, the
+        answer is an error observation.
+        """
+        workspace, llm = self._workspace, self._llm
+        if workspace is None and conversation is None:
+            missing = WorkflowObservation.from_text(
+                "Workflow tool requires a local conversation context.",
+                name=action.name,
+                status="error",
+                is_error=True,
+            )
+            return WorkflowOutcome(missing, ())
+        if workspace is None:
+            workspace, llm = _parent_of(conversation)
+        manager = TaskManager(workspace, llm)
+        context = WorkflowContext(manager=manager, max_concurrency=action.max_concurrency)
         self._running.append(manager)
         try:
             result = execute_workflow_script(action.script, context)
         except Exception as error:  # the script's own failure: the model reads why
             observation = WorkflowObservation.from_text(
-                _exception_text(error), name=action.name, status="error", is_error=True
+                _format_exception(error), name=action.name, status="error", is_error=True
             )
         else:
             observation = WorkflowObservation.from_text(
@@ -182,7 +205,7 @@ class WorkflowExecutor(ToolExecutor[WorkflowAction, WorkflowObservation]):
 
     def __call__(self, action: WorkflowAction, conversation: Any = None) -> WorkflowObservation:
         """Run ``action``'s script and answer its observation (OpenHands' executor call)."""
-        return self.run(action).observation
+        return self.run(action, conversation).observation
 
     def interrupt(self) -> None:
         """End the runs of the sub-agents running now."""

@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from cowconv._exceptions import CowconvError, InvalidValueError
+from cowconv.core.llm import LLM
+from cowconv.core.workspace import Workspace
 from cowconv.tools.task.manager import TaskManager, TaskRun, TaskStatus
 
 __all__ = [
@@ -113,24 +115,42 @@ class SubAgentError(CowconvError, RuntimeError):
 class WorkflowContext:
     """The ``wf`` object of a workflow script: sub-agent runs, ``max_concurrency`` at once at most.
 
-    Each run is a task of ``manager`` (a child conversation); the runs made
-    are kept in :attr:`runs`, in the order they ended.
+    Each run is a task of ``manager`` (a child conversation; by default a
+    :class:`~cowconv.tools.task.TaskManager` for ``parent_conversation``'s
+    workspace and LLM); the runs made are kept in :attr:`runs`, in the
+    order they ended. OpenHands' SDK's signature.
 
     >>> from cowconv import Agent, Message, Workspace
     >>> from cowconv.subagent import register_agent_if_absent
     >>> from cowconv.testing import TestLLM
     >>> llm = TestLLM.from_messages([Message(role="assistant", content="ok")])
     >>> _ = register_agent_if_absent("doc-worker", lambda parent: Agent(llm=llm), "Works.")
-    >>> wf = WorkflowContext(TaskManager(Workspace(working_dir="."), llm), max_concurrency=2)
+    >>> manager = TaskManager(Workspace(working_dir="."), llm)
+    >>> wf = WorkflowContext(manager=manager, max_concurrency=2)
     >>> asyncio.run(wf.run_agent("Work.", subagent_type="doc-worker")), len(wf.runs)
     ('ok', 1)
     >>> wf.flatten([[1, 2], 3])
     [1, 2, 3]
     """
 
-    def __init__(self, manager: TaskManager, max_concurrency: int) -> None:
+    def __init__(
+        self,
+        parent_conversation: Any = None,
+        max_concurrency: int = 8,
+        manager: Any = None,
+        sub_agent_scope: Any = None,
+    ) -> None:
         if max_concurrency < 1:
             raise InvalidValueError("max_concurrency must be at least 1")
+        if sub_agent_scope:
+            raise InvalidValueError(
+                "sub_agent_scope restricting a workflow's sub-agents is not in cowconv yet"
+            )
+        if isinstance(parent_conversation, TaskManager) and manager is None:
+            parent_conversation, manager = None, parent_conversation  # cowconv's short form
+        if manager is None:
+            manager = TaskManager(*_parent_of(parent_conversation))
+        # A cowconv TaskManager, or an object with OpenHands' start_task(...) and close().
         self._manager = manager
         self._max_concurrency = max_concurrency
         self._semaphore: asyncio.Semaphore | None = None
@@ -159,6 +179,16 @@ class WorkflowContext:
     async def _run(self, prompt: str, subagent_type: str, description: str | None) -> str:
         if self._closed:
             raise WorkflowScriptError("WorkflowContext is already closed")
+        if not isinstance(self._manager, TaskManager):  # OpenHands' protocol (its tests' fakes)
+            task = await asyncio.to_thread(
+                self._manager.start_task,
+                prompt=prompt,
+                subagent_type=subagent_type,
+                description=description,
+            )
+            if task.error:
+                raise SubAgentError(task.error)
+            return str(task.result or "")
         run = await asyncio.to_thread(
             self._manager.run_task,
             prompt=str(prompt),
@@ -255,8 +285,33 @@ class WorkflowContext:
         return flat
 
     def close(self) -> None:
-        """Refuse further runs (not for scripts: the tool closes the context)."""
+        """Refuse further runs and close the manager, once (the tool's, not the script's)."""
+        if self._closed:
+            return
         self._closed = True
+        self._manager.close()
+
+
+def _parent_of(conversation: Any) -> tuple[Workspace | None, LLM | None]:
+    """The workspace and LLM of a parent conversation, as far as it has them."""
+    state = getattr(conversation, "state", None)
+    workspace = getattr(state, "workspace", None)
+    agent = getattr(state, "agent", None)
+    llm = getattr(agent, "llm", None)
+    return (
+        workspace if isinstance(workspace, Workspace) else None,
+        llm if isinstance(llm, LLM) else None,
+    )
+
+
+def _format_exception(error: Exception) -> str:
+    """An error's text for the model; an ExceptionGroup's with each of its errors numbered."""
+    if isinstance(error, ExceptionGroup):
+        details = "\n".join(
+            f"  [{index}] {inner}" for index, inner in enumerate(error.exceptions, start=1)
+        )
+        return f"{error.args[0]}:\n{details}"
+    return str(error)
 
 
 def _render(template: Callable[[Any], str] | str, item: Any) -> str:
