@@ -100,7 +100,7 @@ class BrainLLM(TestLLM):
             prompt_tokens=10,
             completion_tokens=2,
             latency=0.0,
-            message=answer,
+            scripted=answer,
         )
 
 

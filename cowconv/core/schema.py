@@ -31,12 +31,19 @@ from cowconv.core.message import ImageContent, TextContent
 
 __all__ = ["Action", "Observation", "Schema"]
 
-# Kinds defined by cowconv's own tool modules -> the module defining them. A stored history
-# holding one loads in a process that never imported the tool: the module is imported then
-# (as the tool registry imports a built-in tool on first use).
-_BUILTIN_KINDS = {
+# The actions and observations of cowconv's built-in tools -> the module defining them, so a
+# history read before the tool was used in this process (a reopened store, an agent server's
+# client, a worker process) still finds their classes. The name is only imported, never
+# called: the core does not depend on the tools.
+_BUILTIN_KINDS: dict[str, str] = {
+    "FileEditorAction": "cowconv.tools.file_editor",
+    "FileEditorObservation": "cowconv.tools.file_editor",
+    "TaskTrackerAction": "cowconv.tools.task_tracker",
+    "TaskTrackerObservation": "cowconv.tools.task_tracker",
     "TaskAction": "cowconv.tools.task",
     "TaskObservation": "cowconv.tools.task",
+    "TerminalAction": "cowconv.tools.terminal",
+    "TerminalObservation": "cowconv.tools.terminal",
     "WorkflowAction": "cowconv.tools.workflow",
     "WorkflowObservation": "cowconv.tools.workflow",
 }
@@ -47,6 +54,11 @@ class Schema(Kinded):
 
     >>> issubclass(Action, Schema) and issubclass(Observation, Schema)
     True
+
+    A built-in tool's kind is found before its module was imported:
+
+    >>> type(Observation.model_validate({"kind": "TerminalObservation"})).__name__
+    'TerminalObservation'
     """
 
     @classmethod
