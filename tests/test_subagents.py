@@ -25,6 +25,7 @@ from cowconv import (
     InvalidTypeError,
     InvalidValueError,
     LLMError,
+    LLMProfileStore,
     LLMToolCall,
     Message,
     MessageToolCall,
@@ -259,25 +260,48 @@ class TestAgentDefinition:
         assert load_agents_from_dir(tmp_path / "missing") == []
 
     def test_factory_builds_the_described_agent(self):
-        """The factory's agent has the tools, the prompt after the default, and a condenser."""
+        """The factory's agent has the tools, the prompt as its context's suffix, a condenser."""
         definition = AgentDefinition(name="runner", tools=["terminal"], system_prompt="Run it.")
         llm = TestLLM(usage_id="parent")
         agent = agent_definition_to_factory(definition)(llm)
         assert [tool.name for tool in agent.tools] == ["terminal"]
-        assert agent.system_prompt.endswith("\n\nRun it.")
+        assert agent.agent_context is not None
+        assert agent.agent_context.system_message_suffix == "Run it."
         assert agent.llm is llm
         assert agent.condenser is not None and agent.condenser.llm.usage_id == "condenser"
+        bare = agent_definition_to_factory(AgentDefinition(name="bare"))(llm)
+        assert bare.agent_context is None
 
-    def test_factory_refuses_what_cowconv_cannot_do(self):
-        """An unregistered tool, skills and an LLM profile are refused, saying why."""
+    def test_skills_are_found_by_name_in_the_project(self, tmp_path: Path, monkeypatch):
+        """A skill named by the definition comes from the project's files; a missing one fails."""
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        (tmp_path / "AGENTS.md").write_text("Run the tests with make test.")
+        definition = AgentDefinition(name="tester", skills=["agents"])
+        agent = agent_definition_to_factory(definition, work_dir=tmp_path)(TestLLM())
+        assert agent.agent_context is not None
+        assert [skill.content for skill in agent.agent_context.skills] == [
+            "Run the tests with make test."
+        ]
+        missing = AgentDefinition(name="tester", skills=["nope"])
+        with pytest.raises(InvalidValueError, match="Skill 'nope' not found .* 'tester'"):
+            agent_definition_to_factory(missing, work_dir=tmp_path)
+
+    def test_model_names_an_llm_profile(self, tmp_path: Path):
+        """model= other than 'inherit' runs the sub-agent on that stored LLM profile."""
+        store = LLMProfileStore(tmp_path)
+        store.save("fast", LLM(model="openai/gpt-4o-mini"))
+        definition = AgentDefinition(name="quick", model="fast", profile_store_dir=str(tmp_path))
+        agent = agent_definition_to_factory(definition)(TestLLM())
+        assert agent.llm.model == "openai/gpt-4o-mini"
+        unknown = AgentDefinition(name="quick", model="slow", profile_store_dir=str(tmp_path))
+        with pytest.raises(InvalidValueError, match="Profile slow not found"):
+            agent_definition_to_factory(unknown)(TestLLM())
+
+    def test_factory_refuses_an_unregistered_tool(self):
+        """A tool that is not registered is refused when the factory runs, naming it."""
         factory = agent_definition_to_factory(AgentDefinition(name="x", tools=["no-such-tool"]))
         with pytest.raises(InvalidValueError, match="Tool 'no-such-tool' not registered"):
             factory(TestLLM())
-        with pytest.raises(InvalidValueError, match="skills"):
-            agent_definition_to_factory(AgentDefinition(name="x", skills=["s"]))
-        profiled = agent_definition_to_factory(AgentDefinition(name="x", model="fast"))
-        with pytest.raises(InvalidValueError, match="'inherit'"):
-            profiled(TestLLM())
 
     def test_register_file_agents_prefers_the_project_and_code(self, tmp_path: Path, monkeypatch):
         """Project agents win over user agents, and nothing replaces an agent registered by code."""

@@ -24,8 +24,11 @@ from typing import NamedTuple
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.agent.tools import registered_tools
-from cowconv.core.agent import DEFAULT_SYSTEM_PROMPT, Agent, LLMSummarizingCondenser, Tool
+from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
+from cowconv.core.context import AgentContext
 from cowconv.core.llm import LLM
+from cowconv.core.llm_profiles import LLMProfileStore
+from cowconv.core.skills import Skill, load_project_skills, load_user_skills
 from cowconv.subagent.definition import AgentDefinition, load_agents_from_dir
 
 __all__ = [
@@ -213,32 +216,42 @@ def agent_definition_to_factory(
 ) -> Callable[[LLM], Agent]:
     """A factory making the agent ``agent_def`` describes, on the LLM it is given.
 
-    The agent gets the definition's tools (each must be registered when
-    the factory runs), its ``system_prompt`` after the default one, and a
-    summarizing condenser on the same LLM under ``usage_id="condenser"``
-    (OpenHands' SDK gives sub-agents one), unless the definition names its own.
+    As OpenHands' SDK: the agent gets the definition's tools (each must be
+    registered when the factory runs); its ``system_prompt`` and ``skills``
+    go into an :class:`~cowconv.AgentContext` (the prompt as the system
+    message suffix; skills found by name among the project's skills under
+    ``work_dir`` and the user's, the project's first, when the factory is
+    made); ``model="inherit"`` keeps the LLM given, another name loads that
+    profile from an :class:`~cowconv.LLMProfileStore` (``profile_store_dir``);
+    the agent summarises its history with the LLM under
+    ``usage_id="condenser"`` unless the definition names a condenser.
 
     >>> from cowconv import LLM
     >>> factory = agent_definition_to_factory(
     ...     AgentDefinition(name="runner", tools=["terminal"], system_prompt="Run commands."))
     >>> agent = factory(LLM(model="openai/gpt-4o"))
-    >>> [tool.name for tool in agent.tools], agent.system_prompt.endswith("Run commands.")
-    (['terminal'], True)
-
-    Not in cowconv yet, and refused with an ``InvalidValueError`` saying so:
-    ``skills`` (when the factory is made) and a ``model`` other than
-    ``"inherit"`` (LLM profiles; when the factory runs).
+    >>> [tool.name for tool in agent.tools], agent.agent_context.system_message_suffix
+    (['terminal'], 'Run commands.')
     """
     if not isinstance(agent_def, AgentDefinition):
         raise InvalidTypeError(
             "agent_definition_to_factory() takes an AgentDefinition, "
             f"got {type(agent_def).__name__}"
         )
+    skills: list[Skill] = []
     if agent_def.skills:
-        raise InvalidValueError(
-            f"agent {agent_def.name!r} names skills {agent_def.skills}: cowconv's sub-agents "
-            "do not load skills by name yet"
-        )
+        available: dict[str, Skill] = {}
+        for skill in [
+            *(load_project_skills(work_dir) if work_dir is not None else []),
+            *load_user_skills(),
+        ]:
+            available.setdefault(skill.name, skill)
+        for name in agent_def.skills:
+            if name not in available:
+                raise InvalidValueError(
+                    f"Skill '{name}' not found but was given to agent '{agent_def.name}'."
+                )
+            skills.append(available[name])
     condenser = agent_def.condenser
     if condenser is not None and not isinstance(condenser, LLMSummarizingCondenser):
         raise InvalidTypeError(
@@ -248,26 +261,33 @@ def agent_definition_to_factory(
 
     def factory(llm: LLM) -> Agent:
         if agent_def.model and agent_def.model != "inherit":
-            raise InvalidValueError(
-                f"agent {agent_def.name!r} asks for model {agent_def.model!r}: cowconv's "
-                "sub-agents run on their parent's LLM ('inherit') only"
-            )
+            store = LLMProfileStore(agent_def.profile_store_dir)
+            profiles = [name.removesuffix(".json") for name in store.list()]
+            wanted = agent_def.model.removesuffix(".json")
+            if wanted not in profiles:
+                raise InvalidValueError(
+                    f"Profile {agent_def.model} not found in profile store.\n"
+                    f"Available profiles: {profiles}"
+                )
+            llm = store.load(wanted)
         known = set(registered_tools())
         for name in agent_def.tools:
             if name not in known:
                 raise InvalidValueError(
                     f"Tool '{name}' not registered but was given to agent {agent_def.name}."
                 )
-        prompt = DEFAULT_SYSTEM_PROMPT
-        if agent_def.system_prompt:
-            prompt = f"{prompt}\n\n{agent_def.system_prompt}"
+        context = (
+            AgentContext(system_message_suffix=agent_def.system_prompt or None, skills=skills)
+            if agent_def.system_prompt or skills
+            else None
+        )
         own = condenser or LLMSummarizingCondenser(
             llm=llm.model_copy(update={"usage_id": "condenser"})
         )
         return Agent(
             llm=llm,
             tools=tuple(Tool(name=name) for name in agent_def.tools),
-            system_prompt=prompt,
+            agent_context=context,
             condenser=own,
         )
 
