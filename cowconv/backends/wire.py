@@ -97,6 +97,9 @@ TOOL_NAMES: Mapping[str, str] = {
     "terminal": "terminal",
     "file_editor": "file_editor",
     "task_tracker": "task_tracker",
+    # The sub-agent tools: they run the sub-agents registered in the server's process.
+    "task_tool_set": "task_tool_set",
+    "workflow_tool_set": "workflow_tool_set",
 }
 #: Other names OpenHands' agents have used for those tools (its class names, older releases).
 _TOOL_ALIASES = {

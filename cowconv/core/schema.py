@@ -31,7 +31,6 @@ from cowconv.core.message import ImageContent, TextContent
 
 __all__ = ["Action", "Observation", "Schema"]
 
-
 # The actions and observations of cowconv's built-in tools -> the module defining them, so a
 # history read before the tool was used in this process (a reopened store, an agent server's
 # client, a worker process) still finds their classes. The name is only imported, never
@@ -41,8 +40,12 @@ _BUILTIN_KINDS: dict[str, str] = {
     "FileEditorObservation": "cowconv.tools.file_editor",
     "TaskTrackerAction": "cowconv.tools.task_tracker",
     "TaskTrackerObservation": "cowconv.tools.task_tracker",
+    "TaskAction": "cowconv.tools.task",
+    "TaskObservation": "cowconv.tools.task",
     "TerminalAction": "cowconv.tools.terminal",
     "TerminalObservation": "cowconv.tools.terminal",
+    "WorkflowAction": "cowconv.tools.workflow",
+    "WorkflowObservation": "cowconv.tools.workflow",
 }
 
 
