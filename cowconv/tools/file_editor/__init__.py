@@ -20,6 +20,7 @@ from cowconv.tools.file_editor.definition import (
 )
 from cowconv.tools.file_editor.editor import (
     DIRECTORY_CONTENT_TRUNCATED_NOTICE,
+    MAX_RESPONSE_LEN_CHAR,
     TEXT_FILE_CONTENT_TRUNCATED_NOTICE,
     FileEditor,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "FileEditorObservation",
     "FileEditorTool",
     "FileValidationError",
+    "MAX_RESPONSE_LEN_CHAR",
     "TEXT_FILE_CONTENT_TRUNCATED_NOTICE",
     "TOOL_DESCRIPTION",
     "ToolError",
