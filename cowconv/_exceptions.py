@@ -16,8 +16,10 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── FrozenInstanceError (also AttributeError)
     ├── InvalidTypeError (also TypeError)
     ├── InvalidValueError (also ValueError)
-    │   └── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   ├── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   └── SkillValidationError: a skill file or definition that cannot be loaded
     ├── LLMError
+    ├── LLMNotFoundError (also KeyError): no LLM under a usage id in an LLMRegistry
     ├── StoreError
     │   ├── CorruptStoreError
     │   ├── FileMissingError (also FileNotFoundError): no file at a file store's path
@@ -90,10 +92,12 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "LLMError",
+    "LLMNotFoundError",
     "MessageRoleError",
     "RemoteError",
     "SchemaVersionError",
     "ServiceError",
+    "SkillValidationError",
     "StoreError",
     "StartError",
     "StoreLockedError",
@@ -298,6 +302,14 @@ class MessageRoleError(InvalidValueError, AssertionError):
         self.role = role
 
 
+class SkillValidationError(InvalidValueError):
+    """A skill file or definition cowconv cannot load (OpenHands' ``SkillValidationError``).
+
+    >>> issubclass(SkillValidationError, ValueError)
+    True
+    """
+
+
 class LLMError(CowconvError):
     """An LLM call failed (after retries, where retrying made sense).
 
@@ -307,6 +319,17 @@ class LLMError(CowconvError):
     >>> issubclass(LLMError, CowconvError)
     True
     """
+
+
+class LLMNotFoundError(CowconvError, KeyError):
+    """No LLM is registered under the usage id asked for (``LLMRegistry.get``).
+
+    >>> issubclass(LLMNotFoundError, KeyError)
+    True
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class StoreError(CowconvError):

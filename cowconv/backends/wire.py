@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cowconv._exceptions import InvalidValueError
+from cowconv.agent.tools import registered_tools
 from cowconv.core.changes import ActivateSkill, AppendEvent, NavigateTo, SetTag, UpdateAgentState
 from cowconv.core.error_classification import FailureKind
 from cowconv.core.frozen import decode_json, thaw
@@ -94,6 +95,7 @@ MASK = "**********"
 TOOL_NAMES: Mapping[str, str] = {
     "terminal": "terminal",
     "file_editor": "file_editor",
+    "task_tracker": "task_tracker",
 }
 #: Other names OpenHands' agents have used for those tools (its class names, older releases).
 _TOOL_ALIASES = {
@@ -101,6 +103,7 @@ _TOOL_ALIASES = {
     "BashTool": "terminal",
     "FileEditorTool": "file_editor",
     "str_replace_editor": "file_editor",
+    "TaskTrackerTool": "task_tracker",
 }
 _TOOLS_BACK = {**_TOOL_ALIASES, **{theirs: ours for ours, theirs in TOOL_NAMES.items()}}
 
@@ -150,12 +153,14 @@ def tool_to_openhands(name: str) -> str:
 
 
 def tool_from_openhands(name: str) -> str | None:
-    """cowconv's name of an OpenHands tool, ``None`` when cowconv has none.
+    """cowconv's name of an OpenHands tool, ``None`` when cowconv has none (or has not
+    registered it: a tool of this table whose module is not part of this cowconv).
 
-    >>> [tool_from_openhands(name) for name in ("TerminalTool", "terminal", "X")]
-    ['terminal', 'terminal', None]
+    >>> [tool_from_openhands(name) for name in ("TerminalTool", "task_tracker", "X")]
+    ['terminal', 'task_tracker', None]
     """
-    return _TOOLS_BACK.get(name)
+    ours = _TOOLS_BACK.get(name)
+    return ours if ours is not None and ours in registered_tools() else None
 
 
 def _llm_to_openhands(llm: dict[str, Any]) -> dict[str, Any]:
@@ -183,6 +188,8 @@ def agent_to_openhands(agent_json: Mapping[str, Any]) -> dict[str, Any]:
     }
     if agent_json.get("system_prompt") is not None:
         data["system_prompt"] = agent_json["system_prompt"]
+    if agent_json.get("agent_context") is not None:
+        data["agent_context"] = agent_json["agent_context"]  # the same JSON in both
     condenser = agent_json.get("condenser")
     if condenser is not None:
         data["condenser"] = {
@@ -212,7 +219,7 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
 
     Honoured: ``llm`` (the :data:`LLM_FIELDS`), ``tools`` that cowconv has
     (others are left out: the agent gets fewer tools, never more),
-    ``filter_tools_regex``, ``system_prompt``, an ``LLMSummarizingCondenser``.
+    ``filter_tools_regex``, ``system_prompt``, ``agent_context``, an ``LLMSummarizingCondenser``.
     Everything else is the caller's to keep. Raises :class:`Unsupported`
     (an :class:`~cowconv.InvalidValueError`) for another kind of agent.
 
@@ -255,6 +262,8 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     agent["tools"] = tools
     if data.get("system_prompt") is not None:
         agent["system_prompt"] = data["system_prompt"]
+    if data.get("agent_context") is not None:
+        agent["agent_context"] = data["agent_context"]
     condenser = data.get("condenser")
     if isinstance(condenser, Mapping) and condenser.get("kind", "LLMSummarizingCondenser") == (
         "LLMSummarizingCondenser"
@@ -300,8 +309,9 @@ def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     Message, pause and condensation events have the same shape; a system
     prompt's text becomes a text part (its tool specs are left out: OpenHands
     types them by its own tool classes); a tool call carries ``tool_call``
-    and an ``MCPToolAction`` with the arguments; a tool result keeps the
-    observation its tool answered (an OpenHands-style tool's), or else becomes an
+    and an ``MCPToolAction`` with the arguments; a tool result is the
+    observation the tool recorded (an OpenHands-style tool's, such as
+    ``FileEditorObservation`` or ``TaskTrackerObservation``), or else an
     ``MCPToolObservation`` holding the output as text.
 
     >>> event_to_openhands({"kind": "SystemPromptEvent", "id": "e1", "timestamp": "t",
@@ -337,7 +347,8 @@ def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
                 "is_error": exit_code not in (None, 0),
                 "tool_name": event["tool_name"],
             }
-        # else: an OpenHands-style tool's own observation (FileEditorObservation...), as is.
+        # An OpenHands-style tool's own observation (FileEditorObservation...) goes as it
+        # was recorded, with the id of its action: OpenHands' client types it by its kind.
         event.setdefault("action_id", event["tool_call_id"])
     elif kind == "AgentErrorEvent":
         event.setdefault("tool_name", "")
@@ -379,6 +390,9 @@ def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
         return {**common, **{key: data[key] for key in keep if data.get(key) is not None}}
     if kind == "SystemPromptEvent":
         system_prompt = _texts(data.get("system_prompt"), f"{kind}.system_prompt")
+        if data.get("dynamic_context") is not None:
+            # The agent context's part of the system message (OpenHands' second block).
+            common["dynamic_context"] = data["dynamic_context"]
         return {**common, "system_prompt": system_prompt}
     if kind == "ActionEvent":
         call = _object(data, "tool_call")

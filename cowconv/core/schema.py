@@ -39,6 +39,8 @@ __all__ = ["Action", "Observation", "Schema"]
 _BUILTIN_KINDS: dict[str, str] = {
     "FileEditorAction": "cowconv.tools.file_editor",
     "FileEditorObservation": "cowconv.tools.file_editor",
+    "TaskTrackerAction": "cowconv.tools.task_tracker",
+    "TaskTrackerObservation": "cowconv.tools.task_tracker",
     "TerminalAction": "cowconv.tools.terminal",
     "TerminalObservation": "cowconv.tools.terminal",
 }
