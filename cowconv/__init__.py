@@ -40,6 +40,7 @@ from cowconv._exceptions import (
     InvalidTypeError,
     InvalidValueError,
     LLMError,
+    LLMNotFoundError,
     MessageRoleError,
     RemoteError,
     SchemaVersionError,
@@ -130,6 +131,15 @@ _LAZY = {
     "LLMMetrics": "cowconv.core.llm",
     "LLMResponse": "cowconv.core.llm",
     "LLMToolCall": "cowconv.core.llm",
+    "FallbackStrategy": "cowconv.core.llm",
+    "LLMProfileStore": "cowconv.core.llm_profiles",
+    "LLMRegistry": "cowconv.core.llm_registry",
+    "RegistryEvent": "cowconv.core.llm_registry",
+    "MultimodalRouter": "cowconv.core.llm_router",
+    "RandomRouter": "cowconv.core.llm_router",
+    "RouterLLM": "cowconv.core.llm_router",
+    # litellm's class (OpenHands' openhands.sdk.llm.streaming name): loads litellm when used.
+    "ModelResponseStream": "cowconv.streaming",
     "StateSink": "cowconv.ports",
     "ConversationExecutionStatus": "cowconv.core.state",
     "ConversationInfo": "cowconv.core.state",
@@ -230,7 +240,10 @@ if TYPE_CHECKING:
     )
     from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
     from cowconv.core.history import EventLog
-    from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.llm import LLM, FallbackStrategy, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.llm_profiles import LLMProfileStore
+    from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
+    from cowconv.core.llm_router import MultimodalRouter, RandomRouter, RouterLLM
     from cowconv.core.schema import Action, Observation
     from cowconv.core.secrets import LookupSecret, SecretSource, StaticSecret
     from cowconv.core.security import (
@@ -321,6 +334,7 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "FULL_STATE_KEY",
+    "FallbackStrategy",
     "FileMissingError",
     "FrozenInstanceError",
     "GroupTotals",
@@ -332,6 +346,9 @@ __all__ = [
     "LLMConvertibleEvent",
     "LLMError",
     "LLMMetrics",
+    "LLMNotFoundError",
+    "LLMProfileStore",
+    "LLMRegistry",
     "LLMResponse",
     "LLMSummarizingCondenser",
     "LLMToolCall",
@@ -345,16 +362,20 @@ __all__ = [
     "MessageRoleError",
     "MessageToolCall",
     "Metrics",
+    "MultimodalRouter",
     "NeverConfirm",
     "Observation",
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",
+    "RandomRouter",
+    "RegistryEvent",
     "RemoteConversation",
     "RemoteError",
     "RemoteEventsList",
     "RemoteWorkspace",
     "Role",
+    "RouterLLM",
     "SQLiteStore",
     "SchemaVersionError",
     "SecretSource",

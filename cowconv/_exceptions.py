@@ -19,6 +19,7 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     │   ├── MessageRoleError (also AssertionError): send_message() of a non-user message
     │   └── SkillValidationError: a skill file or definition that cannot be loaded
     ├── LLMError
+    ├── LLMNotFoundError (also KeyError): no LLM under a usage id in an LLMRegistry
     ├── StoreError
     │   ├── CorruptStoreError
     │   ├── FileMissingError (also FileNotFoundError): no file at a file store's path
@@ -84,6 +85,7 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "LLMError",
+    "LLMNotFoundError",
     "MessageRoleError",
     "RemoteError",
     "SchemaVersionError",
@@ -309,6 +311,17 @@ class LLMError(CowconvError):
     >>> issubclass(LLMError, CowconvError)
     True
     """
+
+
+class LLMNotFoundError(CowconvError, KeyError):
+    """No LLM is registered under the usage id asked for (``LLMRegistry.get``).
+
+    >>> issubclass(LLMNotFoundError, KeyError)
+    True
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class StoreError(CowconvError):

@@ -18,6 +18,7 @@ differences an agent server brings are listed in ``docs/remote.md``.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -60,7 +61,7 @@ from cowconv.core.events import (
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationID, id_dir_name, id_text, public_id
-from cowconv.core.llm import LLM, LLMMetrics
+from cowconv.core.llm import LLM, LLMMetrics, TokenCallbackType, streaming_to
 from cowconv.core.secrets import SecretSource
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import history_to, recorded
@@ -178,6 +179,11 @@ class Conversation:
     this process, closing deletes nothing. On an agent server, as there,
     ``True`` deletes the conversation on the server when it is closed.
 
+    ``token_callbacks`` (as in OpenHands' SDK) receive each chunk of the
+    answer while an LLM with ``stream=True`` answers during ``run()``
+    (litellm's ``ModelResponseStream``); they are this conversation's own
+    (a fork has none), and only for a conversation in this process.
+
     This constructor is the one way to make a conversation:
     :meth:`resume` reopens a stored one through the same path
     (:meth:`LocalBackend.open <cowconv.backends.local.LocalBackend.open>`),
@@ -186,6 +192,7 @@ class Conversation:
 
     _delete_on_close: bool = True  # OpenHands' default in this process
     _background: _BackgroundRun | None = None  # a run(blocking=False) in progress or ended
+    _token_callbacks: tuple[TokenCallbackType, ...] = ()  # a streaming LLM's chunks go there
     # What fork() passes on besides the backend: (the visualiser, delete_on_close if it was
     # set). None, the class default, when there is neither: then fork() reads one attribute.
     _fork_extras: tuple[ConversationVisualizerBase | None, bool | None] | None = None
@@ -249,6 +256,7 @@ class Conversation:
         visualizer: VisualizerSetting = ...,
         stuck_detection: bool = ...,
         delete_on_close: bool | None = ...,
+        token_callbacks: Iterable[TokenCallbackType] = ...,
     ) -> Conversation: ...
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
@@ -275,7 +283,11 @@ class Conversation:
         delete_on_close: bool | None = None,
         transport: httpx.BaseTransport | None = None,
         request_extras: Mapping[str, Any] | None = None,
+        token_callbacks: Iterable[TokenCallbackType] = (),
     ) -> None:
+        token_callbacks = tuple(token_callbacks)
+        if any(not callable(callback) for callback in token_callbacks):
+            raise InvalidTypeError("token_callbacks must be callables (each takes a chunk)")
         if not isinstance(stuck_detection, bool):
             raise InvalidTypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
         if delete_on_close is not None and not isinstance(delete_on_close, bool):
@@ -293,6 +305,11 @@ class Conversation:
             callbacks = (shown, *callbacks)
         backend: Backend
         if workspace.is_remote:
+            if token_callbacks:
+                raise InvalidValueError(
+                    "token_callbacks stream the LLM's answer in this process: a conversation"
+                    " on an agent server calls its LLM on the server"
+                )
             if persistence_dir is not None or store is not None:
                 raise InvalidValueError(
                     "a conversation on an agent server is stored by the server: leave out "
@@ -324,6 +341,7 @@ class Conversation:
                 max_iteration_per_run=max_iteration_per_run,
             )
         self._hold(backend, shown)
+        self._token_callbacks = token_callbacks
         if delete_on_close is not None:
             self.delete_on_close = delete_on_close
 
@@ -812,11 +830,24 @@ class Conversation:
         if background is not None:
             self._background = None
             background.wait()  # already ended: raises what stopped it, once
-        if blocking:
-            self._backend.run()
-            self._raise_if_run_failed()
-            return
-        self._background = _BackgroundRun(self._backend, str(self.id))
+        with streaming_to(self._token_callbacks):  # the background run's thread inherits it
+            if blocking:
+                self._backend.run()
+            else:
+                self._background = _BackgroundRun(self._backend, str(self.id))
+                return
+        self._raise_if_run_failed()
+
+    @property
+    def conversation_stats(self) -> Any:
+        """``state.stats`` (OpenHands' SDK's name), on every backend.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.conversation_stats.get_combined_metrics().accumulated_cost
+        0.0
+        """
+        return self.state.stats
 
     def _raise_if_run_failed(self) -> None:
         # One rule for every backend (core.events.run_failure): a run that ended in error or
@@ -1087,8 +1118,9 @@ class _BackgroundRun:
 
     def __init__(self, backend: Backend, name: str) -> None:
         self._error: BaseException | None = None
+        context = contextvars.copy_context()  # what run() set up (token callbacks) goes along
         self._thread = threading.Thread(
-            target=self._run, args=(backend,), name=f"cowconv-run-{name}", daemon=True
+            target=context.run, args=(self._run, backend), name=f"cowconv-run-{name}", daemon=True
         )
         self._thread.start()
 
@@ -1239,11 +1271,6 @@ class RemoteConversation(Conversation):
         Nothing is recorded: ``set_title`` it to keep it (OpenHands' SDK's method).
         """
         return self._remote().generate_title(llm, max_length)
-
-    @property
-    def conversation_stats(self) -> Any:
-        """``state.stats`` (OpenHands' SDK's name)."""
-        return self.state.stats
 
     @property
     def stuck_detector(self) -> Any:

@@ -367,10 +367,14 @@ class Runner:
         return [*(action for action, _ in calls), *results], crashed
 
     def _tools_for(self, agent: Agent) -> dict[str, ToolDefinition[Any]]:
+        state = self._snapshot()
         with self._lock:
             if self._tools_agent is agent:
+                # navigate_to may have moved the branch since the tools were made: a tool that
+                # takes state up from the history (restore) takes it from this run's branch.
+                for tool in self._tools.values():
+                    tool.restore(state.branch)
                 return self._tools
-        state = self._snapshot()
         tools: dict[str, ToolDefinition[Any]] = {}
         try:
             for reference in agent.tools:
