@@ -32,18 +32,25 @@ from cowconv._exceptions import (
     ConversationRunningError,
     CorruptStoreError,
     CowconvError,
+    EditorToolParameterInvalidError,
+    EditorToolParameterMissingError,
     EventIndexError,
     EventNotFoundError,
     FileMissingError,
+    FileValidationError,
     FrozenInstanceError,
     InactiveServiceError,
     InvalidTypeError,
     InvalidValueError,
     LLMError,
+    LLMNotFoundError,
+    MCPError,
+    MCPTimeoutError,
     MessageRoleError,
     RemoteError,
     SchemaVersionError,
     ServiceError,
+    SkillValidationError,
     StartError,
     StoreError,
     StoreLockedError,
@@ -51,6 +58,7 @@ from cowconv._exceptions import (
     SuiteExistsError,
     SuiteNotFoundError,
     ToolArgumentError,
+    ToolError,
     UnsafeExposureError,
     WebSocketConnectionError,
     WorkspaceMissingError,
@@ -64,7 +72,18 @@ __version__ = "0.2.0"
 # the core (events, history, state, agent and LLM settings), and the LLM library, stores,
 # server and tools load when they are used.
 _LAZY = {
+    "agent_definition_to_factory": "cowconv.subagent",
+    "discover_agents": "cowconv.subagent",
+    "load_agents_from_dir": "cowconv.subagent",
+    "load_project_agents": "cowconv.subagent",
+    "load_user_agents": "cowconv.subagent",
+    "register_agent": "cowconv.subagent",
     "Agent": "cowconv.core.agent",
+    "MCPClient": "cowconv.mcp.client",
+    "MCPServer": "cowconv.core.mcp",
+    "MCPToolDefinition": "cowconv.mcp.tool",
+    "MCPToolObservation": "cowconv.core.mcp",
+    "create_mcp_tools": "cowconv.mcp.client",
     "Tool": "cowconv.core.agent",
     "Backend": "cowconv.ports",
     "EventCallback": "cowconv.ports",
@@ -87,7 +106,6 @@ _LAZY = {
     "compare": "cowconv.core.compare",
     "Conversation": "cowconv.conversation",
     "LocalConversation": "cowconv.conversation",
-    "BaseConversation": "cowconv.conversation",
     "RemoteConversation": "cowconv.conversation",
     "ConversationErrorEvent": "cowconv.core.events",
     "ConversationStateUpdateEvent": "cowconv.core.events",
@@ -134,6 +152,15 @@ _LAZY = {
     "LLMMetrics": "cowconv.core.llm",
     "LLMResponse": "cowconv.core.llm",
     "LLMToolCall": "cowconv.core.llm",
+    "FallbackStrategy": "cowconv.core.llm",
+    "LLMProfileStore": "cowconv.core.llm_profiles",
+    "LLMRegistry": "cowconv.core.llm_registry",
+    "RegistryEvent": "cowconv.core.llm_registry",
+    "MultimodalRouter": "cowconv.core.llm_router",
+    "RandomRouter": "cowconv.core.llm_router",
+    "RouterLLM": "cowconv.core.llm_router",
+    # litellm's class (OpenHands' openhands.sdk.llm.streaming name): loads litellm when used.
+    "ModelResponseStream": "cowconv.streaming",
     "StateSink": "cowconv.ports",
     "ConversationExecutionStatus": "cowconv.core.state",
     "ConversationInfo": "cowconv.core.state",
@@ -149,6 +176,7 @@ _LAZY = {
     "ToolDefinition": "cowconv.agent.tools",
     "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
+    "DeclaredResources": "cowconv.agent.tools",
     "Action": "cowconv.core.schema",
     "Observation": "cowconv.core.schema",
     "register_tool": "cowconv.agent.tools",
@@ -159,10 +187,23 @@ _LAZY = {
     "LocalWorkspace": "cowconv.core.workspace",
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
+    "get_logger": "cowconv.logger",
+    "AgentContext": "cowconv.core.context",
+    "load_memory": "cowconv.core.context",
+    "load_project_skills": "cowconv.core.skills",
+    "load_skills_from_dir": "cowconv.core.skills",
+    "load_user_skills": "cowconv.core.skills",
+    "LookupSecret": "cowconv.core.secrets",
+    "SecretSource": "cowconv.core.secrets",
+    "StaticSecret": "cowconv.core.secrets",
+    "AsyncCallbackWrapper": "cowconv.callbacks",
+    "ConversationCallbackType": "cowconv.callbacks",
+    "BaseConversation": "cowconv.conversation",
 }
 
 if TYPE_CHECKING:
     from cowconv.agent.tools import (
+        DeclaredResources,
         ToolDefinition,
         ToolExecutor,
         ToolResult,
@@ -185,6 +226,7 @@ if TYPE_CHECKING:
         run_branches,
     )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
+    from cowconv.callbacks import AsyncCallbackWrapper, ConversationCallbackType
     from cowconv.conversation import (
         BaseConversation,
         Conversation,
@@ -193,6 +235,7 @@ if TYPE_CHECKING:
     )
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.compare import Comparison, ComparisonSide, compare
+    from cowconv.core.context import AgentContext, load_memory
     from cowconv.core.events import (
         ROOT_PARENT_ID,
         ActionEvent,
@@ -220,7 +263,11 @@ if TYPE_CHECKING:
     )
     from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
     from cowconv.core.history import EventLog
-    from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.llm import LLM, FallbackStrategy, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.llm_profiles import LLMProfileStore
+    from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
+    from cowconv.core.llm_router import MultimodalRouter, RandomRouter, RouterLLM
+    from cowconv.core.mcp import MCPServer, MCPToolObservation
     from cowconv.core.oversight import (
         HookExecutionEvent,
         RejectionSource,
@@ -228,6 +275,7 @@ if TYPE_CHECKING:
         UserRejectObservation,
     )
     from cowconv.core.schema import Action, Observation
+    from cowconv.core.secrets import LookupSecret, SecretSource, StaticSecret
     from cowconv.core.security import (
         AlwaysConfirm,
         ConfirmationPolicyBase,
@@ -235,6 +283,7 @@ if TYPE_CHECKING:
         NeverConfirm,
         SecurityRisk,
     )
+    from cowconv.core.skills import load_project_skills, load_skills_from_dir, load_user_skills
     from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
@@ -247,8 +296,19 @@ if TYPE_CHECKING:
     from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
+    from cowconv.logger import get_logger
+    from cowconv.mcp.client import MCPClient, create_mcp_tools
+    from cowconv.mcp.tool import MCPToolDefinition
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
+    from cowconv.subagent import (
+        agent_definition_to_factory,
+        discover_agents,
+        load_agents_from_dir,
+        load_project_agents,
+        load_user_agents,
+        register_agent,
+    )
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
 
 
@@ -259,9 +319,11 @@ __all__ = [
     "Action",
     "ActionEvent",
     "Agent",
+    "AgentContext",
     "AgentErrorEvent",
     "AlwaysConfirm",
     "AnyEvent",
+    "AsyncCallbackWrapper",
     "Backend",
     "BaseConversation",
     "Branch",
@@ -288,6 +350,7 @@ __all__ = [
     "ConfirmationPolicyBase",
     "Content",
     "Conversation",
+    "ConversationCallbackType",
     "ConversationConflictError",
     "ConversationErrorEvent",
     "ConversationExecutionStatus",
@@ -302,7 +365,10 @@ __all__ = [
     "ConversationVisualizerBase",
     "CorruptStoreError",
     "CowconvError",
+    "DeclaredResources",
     "DefaultConversationVisualizer",
+    "EditorToolParameterInvalidError",
+    "EditorToolParameterMissingError",
     "Event",
     "EventCallback",
     "EventIndexError",
@@ -311,7 +377,9 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "FULL_STATE_KEY",
+    "FallbackStrategy",
     "FileMissingError",
+    "FileValidationError",
     "FrozenInstanceError",
     "GroupTotals",
     "HookExecutionEvent",
@@ -323,38 +391,55 @@ __all__ = [
     "LLMConvertibleEvent",
     "LLMError",
     "LLMMetrics",
+    "LLMNotFoundError",
+    "LLMProfileStore",
+    "LLMRegistry",
     "LLMResponse",
     "LLMSummarizingCondenser",
     "LLMToolCall",
     "LocalConversation",
     "LocalWorkspace",
+    "LookupSecret",
     "MAX_DEPTH",
+    "MCPClient",
+    "MCPError",
+    "MCPServer",
+    "MCPTimeoutError",
+    "MCPToolDefinition",
+    "MCPToolObservation",
     "MemoryStore",
     "Message",
     "MessageEvent",
     "MessageRoleError",
     "MessageToolCall",
     "Metrics",
+    "MultimodalRouter",
     "NeverConfirm",
     "Observation",
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",
+    "RandomRouter",
+    "RegistryEvent",
     "RejectionSource",
     "RemoteConversation",
     "RemoteError",
     "RemoteEventsList",
     "RemoteWorkspace",
     "Role",
+    "RouterLLM",
     "SQLiteStore",
     "SchemaVersionError",
+    "SecretSource",
     "SecurityAnalysisEvent",
     "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
+    "SkillValidationError",
     "SourceType",
     "StartError",
     "StateSink",
+    "StaticSecret",
     "Store",
     "StoreError",
     "StoreLockedError",
@@ -368,6 +453,7 @@ __all__ = [
     "Tool",
     "ToolArgumentError",
     "ToolDefinition",
+    "ToolError",
     "ToolExecutor",
     "ToolResult",
     "UnsafeExposureError",
@@ -379,9 +465,21 @@ __all__ = [
     "Workspace",
     "WorkspaceMissingError",
     "__version__",
+    "agent_definition_to_factory",
     "compare",
+    "create_mcp_tools",
+    "discover_agents",
     "freeze",
+    "get_logger",
     "iter_branches",
+    "load_agents_from_dir",
+    "load_memory",
+    "load_project_agents",
+    "load_project_skills",
+    "load_skills_from_dir",
+    "load_user_agents",
+    "load_user_skills",
+    "register_agent",
     "register_tool",
     "registered_tools",
     "resolve_tool",

@@ -18,6 +18,7 @@ differences an agent server brings are listed in ``docs/remote.md``.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -53,6 +54,7 @@ from cowconv.core.confirmation import (
     SetConfirmationPolicy,
     SetSecurityAnalyzer,
 )
+from cowconv.core.context import AgentContext
 from cowconv.core.events import (
     ROOT_PARENT_ID,
     ConversationErrorEvent,
@@ -66,14 +68,10 @@ from cowconv.core.frozen import check_text, freeze
 from cowconv.core.history import EventLog
 from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationID, id_dir_name, id_text, public_id
-from cowconv.core.llm import LLM, LLMMetrics
+from cowconv.core.llm import LLM, LLMMetrics, TokenCallbackType, streaming_to
+from cowconv.core.secrets import SecretSource
 from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
-from cowconv.core.state import (
-    DEFAULT_MAX_ITERATION_PER_RUN,
-    ConversationState,
-    ConversationStats,
-    check_tags,
-)
+from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import history_to, recorded
 from cowconv.core.usage import Metrics, Usage
 from cowconv.core.workspace import RemoteWorkspace, Workspace
@@ -96,6 +94,9 @@ __all__ = [
     "RemoteConversation",
     "check_conversation_id",
 ]
+
+DEFAULT_WORKSPACE = "workspace/project"
+"""The working directory of a conversation given none (OpenHands' SDK's default)."""
 
 
 def check_conversation_id(conversation_id: ConversationID | None) -> ConversationID:
@@ -186,6 +187,11 @@ class Conversation:
     this process, closing deletes nothing. On an agent server, as there,
     ``True`` deletes the conversation on the server when it is closed.
 
+    ``token_callbacks`` (as in OpenHands' SDK) receive each chunk of the
+    answer while an LLM with ``stream=True`` answers during ``run()``
+    (litellm's ``ModelResponseStream``); they are this conversation's own
+    (a fork has none), and only for a conversation in this process.
+
     This constructor is the one way to make a conversation:
     :meth:`resume` reopens a stored one through the same path
     (:meth:`LocalBackend.open <cowconv.backends.local.LocalBackend.open>`),
@@ -194,6 +200,7 @@ class Conversation:
 
     _delete_on_close: bool = True  # OpenHands' default in this process
     _background: _BackgroundRun | None = None  # a run(blocking=False) in progress or ended
+    _token_callbacks: tuple[TokenCallbackType, ...] = ()  # a streaming LLM's chunks go there
     # What fork() passes on besides the backend: (the visualiser, delete_on_close if it was
     # set). None, the class default, when there is neither: then fork() reads one attribute.
     _fork_extras: tuple[ConversationVisualizerBase | None, bool | None] | None = None
@@ -246,7 +253,7 @@ class Conversation:
     def __new__(
         cls,
         agent: Agent,
-        workspace: Workspace | str | os.PathLike[str],
+        workspace: Workspace | str | os.PathLike[str] = ...,
         *,
         conversation_id: ConversationID | None = ...,
         tags: Mapping[str, str] | None = ...,
@@ -257,6 +264,7 @@ class Conversation:
         visualizer: VisualizerSetting = ...,
         stuck_detection: bool = ...,
         delete_on_close: bool | None = ...,
+        token_callbacks: Iterable[TokenCallbackType] = ...,
         hook_config: HookConfig | None = ...,
     ) -> Conversation: ...
 
@@ -271,7 +279,7 @@ class Conversation:
     def _initialise(
         self,
         agent: Agent,
-        workspace: Workspace | str | os.PathLike[str],
+        workspace: Workspace | str | os.PathLike[str] = DEFAULT_WORKSPACE,
         *,
         conversation_id: ConversationID | None = None,
         tags: Mapping[str, str] | None = None,
@@ -284,8 +292,12 @@ class Conversation:
         delete_on_close: bool | None = None,
         transport: httpx.BaseTransport | None = None,
         request_extras: Mapping[str, Any] | None = None,
+        token_callbacks: Iterable[TokenCallbackType] = (),
         hook_config: HookConfig | None = None,
     ) -> None:
+        token_callbacks = tuple(token_callbacks)
+        if any(not callable(callback) for callback in token_callbacks):
+            raise InvalidTypeError("token_callbacks must be callables (each takes a chunk)")
         if not isinstance(stuck_detection, bool):
             raise InvalidTypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
         if delete_on_close is not None and not isinstance(delete_on_close, bool):
@@ -296,6 +308,10 @@ class Conversation:
             raise InvalidTypeError(
                 f"hook_config must be a cowconv.HookConfig, got {type(hook_config).__name__}"
             )
+        if workspace is DEFAULT_WORKSPACE:
+            # No workspace given: OpenHands' SDK's default, made if missing (a workspace that
+            # is given must exist).
+            os.makedirs(DEFAULT_WORKSPACE, exist_ok=True)
         workspace = Workspace.coerce(workspace)
         tags = check_tags(tags)
         shown = make_visualizer(visualizer)
@@ -303,6 +319,11 @@ class Conversation:
             callbacks = (shown, *callbacks)
         backend: Backend
         if workspace.is_remote:
+            if token_callbacks:
+                raise InvalidValueError(
+                    "token_callbacks stream the LLM's answer in this process: a conversation"
+                    " on an agent server calls its LLM on the server"
+                )
             if persistence_dir is not None or store is not None:
                 raise InvalidValueError(
                     "a conversation on an agent server is stored by the server: leave out "
@@ -335,6 +356,7 @@ class Conversation:
                 max_iteration_per_run=max_iteration_per_run,
             )
         self._hold(backend, shown)
+        self._token_callbacks = token_callbacks
         if delete_on_close is not None:
             self.delete_on_close = delete_on_close
 
@@ -603,6 +625,43 @@ class Conversation:
             raise InvalidValueError(f"skill name must be a non-empty string, got {name!r}")
         self._backend.commit(ActivateSkill(name))
 
+    def update_secrets(self, secrets: Mapping[str, Any]) -> None:
+        """Give the agent's tools secrets by name (OpenHands' SDK's ``update_secrets``).
+
+        A value is a string, a ``SecretStr``, a :class:`~cowconv.SecretSource`
+        (asked for its value when a command needs it), or a callable (called
+        now). They join the agent context's ``secrets`` (an agent without a
+        context gets one holding only them): the prompt lists their names,
+        the terminal exports one a command names and hides its value in the
+        output. Stored as any change of the agent. On an agent server it is
+        the server's ``POST /secrets``.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.update_secrets({"API_TOKEN": "t0k"})
+        >>> list(conversation.agent.agent_context.secrets)
+        ['API_TOKEN']
+        """
+        if not isinstance(secrets, Mapping):
+            raise InvalidTypeError(f"secrets must be a mapping, got {type(secrets).__name__}")
+        values: dict[str, SecretStr | SecretSource] = {}
+        for name, value in secrets.items():
+            if not isinstance(name, str):
+                raise InvalidTypeError(f"a secret's name is a str, not {type(name).__name__}")
+            if callable(value) and not isinstance(value, SecretSource):
+                value = value()
+            if isinstance(value, str):
+                value = SecretStr(value)
+            if not isinstance(value, SecretStr | SecretSource):
+                raise InvalidTypeError(
+                    f"secret {name!r}: a str, SecretStr, SecretSource or a callable returning "
+                    f"a str, not {type(value).__name__}"
+                )
+            values[name] = value
+        if not isinstance(self._backend, LocalBackend):
+            raise NotImplementedError("update_secrets on this backend")
+        self._backend.commit(_UpdateSecrets(values))
+
     def switch_llm(self, llm: LLM) -> None:
         """Run the agent with ``llm`` from now on (OpenHands' SDK's ``switch_llm``).
 
@@ -786,11 +845,24 @@ class Conversation:
         if background is not None:
             self._background = None
             background.wait()  # already ended: raises what stopped it, once
-        if blocking:
-            self._backend.run()
-            self._raise_if_run_failed()
-            return
-        self._background = _BackgroundRun(self._backend, str(self.id))
+        with streaming_to(self._token_callbacks):  # the background run's thread inherits it
+            if blocking:
+                self._backend.run()
+            else:
+                self._background = _BackgroundRun(self._backend, str(self.id))
+                return
+        self._raise_if_run_failed()
+
+    @property
+    def conversation_stats(self) -> Any:
+        """``state.stats`` (OpenHands' SDK's name), on every backend.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.conversation_stats.get_combined_metrics().accumulated_cost
+        0.0
+        """
+        return self.state.stats
 
     def _raise_if_run_failed(self) -> None:
         # One rule for every backend (core.events.run_failure): a run that ended in error or
@@ -850,17 +922,6 @@ class Conversation:
         0
         """
         self._backend.commit(RejectPendingActions(reason))
-
-    @property
-    def conversation_stats(self) -> ConversationStats:
-        """``state.stats`` (OpenHands' SDK's name): what this conversation spent, per LLM.
-
-        >>> from cowconv import LLM, Agent, Conversation
-        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
-        >>> conversation.conversation_stats.get_combined_metrics().accumulated_cost
-        0.0
-        """
-        return self.state.stats
 
     @property
     def confirmation_policy_active(self) -> bool:
@@ -952,6 +1013,19 @@ class _SwitchLLM:
         if state.agent.llm is self.llm:
             return state
         return state._replace(agent=state.agent.model_copy(update={"llm": self.llm}))
+
+
+@dataclass(frozen=True)
+class _UpdateSecrets:
+    """The change of :meth:`Conversation.update_secrets`: the agent's context with them."""
+
+    secrets: Mapping[str, SecretStr | SecretSource]
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        context = state.agent.agent_context or AgentContext(current_datetime=None)
+        merged = {**(context.secrets or {}), **self.secrets}
+        context = context.model_copy(update={"secrets": merged})
+        return state._replace(agent=state.agent.model_copy(update={"agent_context": context}))
 
 
 # What OpenHands' SDK writes to a conversation's log that is no node of its tree: an
@@ -1120,8 +1194,9 @@ class _BackgroundRun:
 
     def __init__(self, backend: Backend, name: str) -> None:
         self._error: BaseException | None = None
+        context = contextvars.copy_context()  # what run() set up (token callbacks) goes along
         self._thread = threading.Thread(
-            target=self._run, args=(backend,), name=f"cowconv-run-{name}", daemon=True
+            target=context.run, args=(self._run, backend), name=f"cowconv-run-{name}", daemon=True
         )
         self._thread.start()
 
@@ -1151,8 +1226,9 @@ LocalConversation = Conversation
 :class:`Conversation`)."""
 
 BaseConversation = Conversation
-"""OpenHands' SDK's base of its local and remote conversations (an alias of
-:class:`Conversation`, which both kinds are here): for type hints and ``isinstance``."""
+"""OpenHands' SDK's base class of its local and remote conversations: cowconv has one
+class for both, so this is an alias of :class:`Conversation` (annotations and
+``isinstance`` checks written for OpenHands' SDK hold)."""
 
 
 class RemoteConversation(Conversation):
@@ -1271,11 +1347,6 @@ class RemoteConversation(Conversation):
         Nothing is recorded: ``set_title`` it to keep it (OpenHands' SDK's method).
         """
         return self._remote().generate_title(llm, max_length)
-
-    @property
-    def conversation_stats(self) -> Any:
-        """``state.stats`` (OpenHands' SDK's name)."""
-        return self.state.stats
 
     @property
     def stuck_detector(self) -> Any:

@@ -146,13 +146,13 @@ class TestCreate:
     def test_openhands_fields_kept(self, client: TestClient, tmp_path: Path):
         """Fields cowconv does not implement are kept and shown again; secrets never."""
         body = secret_body(tmp_path, stuck_detection=False, user_id="u1")
-        body["agent"] = {**body["agent"], "kind": "Agent", "mcp_config": {"x": 1}}
+        body["agent"] = {**body["agent"], "kind": "Agent", "critic": {"x": 1}}
         body["agent"]["llm"] = {**body["agent"]["llm"], "aws_secret_access_key": SECRET}
         created = client.post("/api/conversations", json=body)
         assert created.status_code == 201, created.text
         info = client.get(f"/api/conversations/{created.json()['id']}").json()
         assert info["stuck_detection"] is False and info["user_id"] == "u1"
-        assert info["agent"]["mcp_config"] == {"x": 1}
+        assert info["agent"]["critic"] == {"x": 1}
         assert info["agent"]["llm"]["aws_secret_access_key"] == "**********"
         assert SECRET not in created.text + json.dumps(info)
 

@@ -35,9 +35,9 @@ from pyrsistent import PMap, pmap
 
 from cowconv._exceptions import EventNotFoundError, InvalidTypeError
 from cowconv.agent.oversight import submit_prompt
-from cowconv.agent.prompt import system_prompt_event
+from cowconv.agent.prompt import local_dir, system_prompt_event, user_message_event
 from cowconv.agent.runtime import Runner, run_hook_agent
-from cowconv.core.changes import Change, SendMessage
+from cowconv.core.changes import ActivateSkill, Change, SendMessage
 from cowconv.core.events import Event, Message, MessageEvent, utc_now
 from cowconv.core.ids import ConversationID, id_text, new_uuid_int
 from cowconv.core.state import (
@@ -300,17 +300,27 @@ class LocalBackend:
             message = Message(role="user", content=message)
         # The prompt first, so that its timestamp is not later than the message it precedes
         # (OpenHands' client orders the events a WebSocket delivers by timestamp).
-        state = self.snapshot()
-        prompt = system_prompt_event(state.agent)
-        event = MessageEvent(source="user", llm_message=message, sender=sender)
+        snapshot = self.snapshot()
+        prompt = system_prompt_event(snapshot.agent, local_dir(snapshot))
+        event = user_message_event(snapshot, message, sender)
         # UserPromptSubmit hooks run before the message is recorded: the context they add
         # goes with it, and their runs (a block included) right after it, in the same commit.
-        event, hook_runs, spent = submit_prompt(state, event, run_hook_agent)
+        event, hook_runs, spent = submit_prompt(snapshot, event, run_hook_agent)
         send = SendMessage(event, prompt)
-        if not hook_runs:
+        activations = [ActivateSkill(name) for name in event.activated_skills]
+        if not activations and not hook_runs:
             self.commit(send)
         else:
-            self.commit(lambda state: _appended(send(state), hook_runs, spent))
+
+            def send_and_record(state: ConversationState) -> ConversationState:
+                # One commit: the message, the skills it activated (OpenHands' state list)
+                # and the hooks' runs (with what prompt or agent hooks spent).
+                state = send(state)
+                for activate in activations:
+                    state = activate(state)
+                return _appended(state, hook_runs, spent) if hook_runs else state
+
+            self.commit(send_and_record)
         return recorded(self.snapshot(), event)
 
     def _settle(self, status: ExecutionStatus) -> None:
