@@ -75,6 +75,9 @@ _BUILTINS = {
     "file_editor": "cowconv.tools.file_editor",
     "task_tracker": "cowconv.tools.task_tracker",
     "browser_tool_set": "cowconv.tools.browser_use",
+    "glob": "cowconv.tools.search",
+    "grep": "cowconv.tools.search",
+    "planning_file_editor": "cowconv.tools.planning_file_editor",
 }
 _REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()
