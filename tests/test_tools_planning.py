@@ -23,6 +23,7 @@ from cowconv import (
     Workspace,
     resolve_tool,
 )
+from cowconv.backends.wire import agent_from_openhands
 from cowconv.testing import TestLLM
 from cowconv.tools.file_editor import FileEditorAction
 from cowconv.tools.planning_file_editor import PlanningFileEditorTool, plan_headers
@@ -236,3 +237,23 @@ class TestPlanningAgent:
             assert resolve_tool(tool.name).name == tool.name
         assert Tool(name="glob") in get_planning_agent(LLM(model="m")).tools
         assert isinstance(get_planning_agent(LLM(model="m")), Agent)
+
+
+class TestAgentServerNames:
+    def test_an_openhands_planning_agent_keeps_its_tools(self):
+        """OpenHands' planning agent JSON (its names or class names) keeps all three tools."""
+        sent = {
+            "kind": "Agent",
+            "llm": {"model": "m"},
+            "tools": [
+                {"name": "GlobTool"},
+                {"name": "grep"},
+                {"name": "planning_file_editor", "params": {"plan_path": "/w/PLAN.md"}},
+            ],
+        }
+        tools = agent_from_openhands(sent)["tools"]
+        assert tools == [
+            {"name": "glob", "params": {}},
+            {"name": "grep", "params": {}},
+            {"name": "planning_file_editor", "params": {"plan_path": "/w/PLAN.md"}},
+        ]
