@@ -41,6 +41,8 @@ from cowconv._exceptions import (
     InvalidValueError,
     LLMError,
     LLMNotFoundError,
+    MCPError,
+    MCPTimeoutError,
     MessageRoleError,
     RemoteError,
     SchemaVersionError,
@@ -73,6 +75,11 @@ _LAZY = {
     "load_user_agents": "cowconv.subagent",
     "register_agent": "cowconv.subagent",
     "Agent": "cowconv.core.agent",
+    "MCPClient": "cowconv.mcp.client",
+    "MCPServer": "cowconv.core.mcp",
+    "MCPToolDefinition": "cowconv.mcp.tool",
+    "MCPToolObservation": "cowconv.core.mcp",
+    "create_mcp_tools": "cowconv.mcp.client",
     "Tool": "cowconv.core.agent",
     "Backend": "cowconv.ports",
     "EventCallback": "cowconv.ports",
@@ -103,6 +110,10 @@ _LAZY = {
     "ConfirmationPolicyBase": "cowconv.core.security",
     "NeverConfirm": "cowconv.core.security",
     "SecurityRisk": "cowconv.core.security",
+    "HookExecutionEvent": "cowconv.core.oversight",
+    "RejectionSource": "cowconv.core.oversight",
+    "SecurityAnalysisEvent": "cowconv.core.oversight",
+    "UserRejectObservation": "cowconv.core.oversight",
     "FULL_STATE_KEY": "cowconv.backends.remote",
     "RemoteEventsList": "cowconv.backends.remote",
     "WebSocketCallbackClient": "cowconv.backends.remote",
@@ -252,6 +263,13 @@ if TYPE_CHECKING:
     from cowconv.core.llm_profiles import LLMProfileStore
     from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
     from cowconv.core.llm_router import MultimodalRouter, RandomRouter, RouterLLM
+    from cowconv.core.mcp import MCPServer, MCPToolObservation
+    from cowconv.core.oversight import (
+        HookExecutionEvent,
+        RejectionSource,
+        SecurityAnalysisEvent,
+        UserRejectObservation,
+    )
     from cowconv.core.schema import Action, Observation
     from cowconv.core.secrets import LookupSecret, SecretSource, StaticSecret
     from cowconv.core.security import (
@@ -275,6 +293,8 @@ if TYPE_CHECKING:
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
     from cowconv.logger import get_logger
+    from cowconv.mcp.client import MCPClient, create_mcp_tools
+    from cowconv.mcp.tool import MCPToolDefinition
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.subagent import (
@@ -355,6 +375,7 @@ __all__ = [
     "FileMissingError",
     "FrozenInstanceError",
     "GroupTotals",
+    "HookExecutionEvent",
     "ImageContent",
     "InactiveServiceError",
     "InvalidTypeError",
@@ -373,6 +394,12 @@ __all__ = [
     "LocalWorkspace",
     "LookupSecret",
     "MAX_DEPTH",
+    "MCPClient",
+    "MCPError",
+    "MCPServer",
+    "MCPTimeoutError",
+    "MCPToolDefinition",
+    "MCPToolObservation",
     "MemoryStore",
     "Message",
     "MessageEvent",
@@ -387,6 +414,7 @@ __all__ = [
     "ROOT_PARENT_ID",
     "RandomRouter",
     "RegistryEvent",
+    "RejectionSource",
     "RemoteConversation",
     "RemoteError",
     "RemoteEventsList",
@@ -396,6 +424,7 @@ __all__ = [
     "SQLiteStore",
     "SchemaVersionError",
     "SecretSource",
+    "SecurityAnalysisEvent",
     "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
@@ -421,6 +450,7 @@ __all__ = [
     "ToolResult",
     "UnsafeExposureError",
     "Usage",
+    "UserRejectObservation",
     "View",
     "WebSocketCallbackClient",
     "WebSocketConnectionError",
@@ -429,6 +459,7 @@ __all__ = [
     "__version__",
     "agent_definition_to_factory",
     "compare",
+    "create_mcp_tools",
     "discover_agents",
     "freeze",
     "get_logger",

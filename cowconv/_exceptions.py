@@ -20,6 +20,8 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     │   └── SkillValidationError: a skill file or definition that cannot be loaded
     ├── LLMError
     ├── LLMNotFoundError (also KeyError): no LLM under a usage id in an LLMRegistry
+    ├── MCPError: an MCP server cannot be reached or fails a call
+    │   └── MCPTimeoutError (timeout): it did not answer in time
     ├── StoreError
     │   ├── CorruptStoreError
     │   ├── FileMissingError (also FileNotFoundError): no file at a file store's path
@@ -74,9 +76,9 @@ __all__ = [
     "ConversationExistsError",
     "ConversationNotFoundError",
     "ConversationRunError",
+    "ConversationRunningError",
     "CorruptStoreError",
     "CowconvError",
-    "ConversationRunningError",
     "EventIndexError",
     "EventNotFoundError",
     "FileMissingError",
@@ -86,13 +88,15 @@ __all__ = [
     "InvalidValueError",
     "LLMError",
     "LLMNotFoundError",
+    "MCPError",
+    "MCPTimeoutError",
     "MessageRoleError",
     "RemoteError",
     "SchemaVersionError",
     "ServiceError",
     "SkillValidationError",
-    "StoreError",
     "StartError",
+    "StoreError",
     "StoreLockedError",
     "SuiteError",
     "SuiteExistsError",
@@ -322,6 +326,30 @@ class LLMNotFoundError(CowconvError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class MCPError(CowconvError):
+    """An MCP server cannot be reached, or a call to it failed (OpenHands' ``MCPError``).
+
+    A run never raises it: the server's tools are left out, or the call's
+    observation is an error the model sees.
+
+    >>> issubclass(MCPError, CowconvError)
+    True
+    """
+
+
+class MCPTimeoutError(MCPError):
+    """An MCP server did not answer within ``timeout`` seconds.
+
+    >>> MCPTimeoutError("no answer", timeout=30.0).timeout
+    30.0
+    """
+
+    def __init__(self, message: str, timeout: float, config: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+        self.config = config
 
 
 class StoreError(CowconvError):

@@ -4,7 +4,7 @@
 
     _exceptions, _lazy          error classes; lazy package attributes (import nothing)
     core/                       imports nothing of cowconv but _exceptions
-    agent/, ports, tools/       import only core (and _exceptions)
+    agent/, ports, tools/, mcp/ import only core (and _exceptions); tools/ and mcp/ also agent/
     backends/, stores/          import ports, core and agent; not each other
     everything else             the top: branches/, distributed/, agent_server/,
                                 conversation, guards, visualizer, testing, the CLI,
@@ -112,6 +112,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "agent": ("_exceptions", "_lazy", "core", "agent"),
     "ports": ("_exceptions", "_lazy", "core"),
     "tools": ("_exceptions", "_lazy", "core", "agent", "tools"),
+    # MCP servers' tools: a tools layer of its own (the agent loop loads it by name).
+    "mcp": ("_exceptions", "_lazy", "core", "agent", "mcp"),
     "backends": ("_exceptions", "_lazy", "core", "agent", "ports", "backends"),
     "stores": ("_exceptions", "_lazy", "core", "agent", "ports", "stores"),
 }
