@@ -290,14 +290,8 @@ class Runner:
             waiting = pending_actions(state)
             if waiting and not self._pause_requested:
                 # Calls held back for confirmation: this run() confirms them.
-                spent_confirmed: dict[str, Usage] = {}  # the calls' own LLM usage (sub-agents)
-                results, crashed = self._run_calls(
-                    [(action, None) for action in waiting],
-                    tools,
-                    spent_confirmed,
-                    agent.tool_concurrency_limit,
-                )
-                self._record_step(results, crashed, spent_confirmed)
+                results, crashed = self._run_calls([(action, None) for action in waiting], tools)
+                self._record_step(results, crashed)
                 if crashed:
                     return
                 continue
@@ -361,22 +355,12 @@ class Runner:
                 return
             unseen_message = _user_message_since(self._snapshot().branch, len(state.branch))
 
-    def _record_step(
-        self,
-        produced: Sequence[Event],
-        crashed: bool,
-        spent: Mapping[str, Usage] | None = None,
-    ) -> None:
-        """Record events a step produced without an LLM call (only its tools' own cost)."""
+    def _record_step(self, produced: Sequence[Event], crashed: bool) -> None:
+        """Record events a step produced without an LLM call (no cost)."""
         status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
 
         def record(state: ConversationState) -> ConversationState:
-            stats = state.stats
-            for tool_usage_id, tool_usage in (spent or {}).items():
-                stats = stats.record(tool_usage_id, tool_usage)
-            return state._replace(
-                branch=extend_active(state, produced), stats=stats, execution_status=status
-            )
+            return state._replace(branch=extend_active(state, produced), execution_status=status)
 
         self._commit(record)
 
@@ -426,8 +410,10 @@ class Runner:
         """The events of one answer (a message, or tool calls and their results), whether a
         tool crashed, and whether the calls wait for confirmation (then they are not run).
 
-        What the tools spent on LLMs of their own is added to ``spent``; see
-        :meth:`_run_calls` for ``concurrency``.
+        With ``concurrency`` above 1 (``Agent.tool_concurrency_limit``) the
+        calls run on that many threads, as in OpenHands' SDK: calls whose
+        tools declare a shared resource (by default: calls of one tool) wait
+        for each other; results are recorded in the order of the calls.
         """
         if not response.tool_calls:
             message = MessageEvent(
@@ -454,17 +440,16 @@ class Runner:
         spent: dict[str, Usage] | None = None,
         concurrency: int = 1,
     ) -> tuple[list[Event], bool]:
-        """Run tool calls in order (hooks around each): their results, and whether one crashed.
+        """Run tool calls (hooks around each): their results, and whether one crashed.
 
-        With ``concurrency`` above 1 (``Agent.tool_concurrency_limit``) the
-        calls run on that many threads, as in OpenHands' SDK: calls whose
-        tools declare a shared resource (by default: calls of one tool) wait
-        for each other; results are recorded in the order of the calls.
+        They run in order when the conversation has hooks (each call's hooks see the
+        calls before it done), else on up to ``concurrency`` threads.
         """
-        if concurrency > 1 and len(calls) > 1:
-            together = self._run_concurrently(calls, tools, spent, concurrency)
-            return together, any(isinstance(result, AgentErrorEvent) for result in together)
         hooks = self._hooks
+        if hooks is None and concurrency > 1 and len(calls) > 1:
+            concurrent = self._act_concurrently(calls, tools, spent, concurrency)
+            crashed = any(isinstance(result, AgentErrorEvent) for result in concurrent)
+            return concurrent, crashed
         results: list[Event] = []
         crashed = False
         for action, problem in calls:
@@ -499,52 +484,39 @@ class Runner:
                 results.extend(hooks.post_tool_use(action, result))
         return results, crashed
 
-    def _run_concurrently(
+    def _act_concurrently(
         self,
         calls: Sequence[tuple[ActionEvent, ToolArgumentError | None]],
         tools: Mapping[str, ToolDefinition[Any]],
         spent: dict[str, Usage] | None,
         concurrency: int,
     ) -> list[Event]:
-        hooks = self._hooks
         locks: dict[str, threading.Lock] = {}
         keys = [sorted(_resource_keys(tools, action, problem)) for action, problem in calls]
         for key in (key for held in keys for key in held):
             locks.setdefault(key, threading.Lock())
         spent_by_call: list[dict[str, Usage]] = [{} for _ in calls]
 
-        def run(index: int) -> list[Event]:
+        def run(index: int) -> Event:
             action, problem = calls[index]
             held = [locks[key] for key in keys[index]]
             for lock in held:  # sorted keys: no two calls wait for each other in a cycle
                 lock.acquire()
             try:
                 if self._interrupted:
-                    return [
-                        AgentErrorEvent(
-                            error="not run: the run was interrupted",
-                            tool_call_id=action.tool_call_id,
-                            tool_name=action.tool_name,
-                        )
-                    ]
-                events: list[Event] = []
-                if hooks is not None:
-                    ran, blocked = hooks.pre_tool_use(action)
-                    events.extend(ran)
-                    if blocked is not None:
-                        return [*events, *rejections([action], blocked, "hook")]
-                result = _execute(tools, action, problem, spent_by_call[index])
-                events.append(result)
-                if hooks is not None:
-                    events.extend(hooks.post_tool_use(action, result))
-                return events
+                    return AgentErrorEvent(
+                        error="not run: the run was interrupted",
+                        tool_call_id=action.tool_call_id,
+                        tool_name=action.tool_name,
+                    )
+                return _execute(tools, action, problem, spent_by_call[index])
             finally:
                 for lock in reversed(held):
                     lock.release()
 
         workers = min(concurrency, len(calls))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cowconv-tool") as pool:
-            results = [event for events in pool.map(run, range(len(calls))) for event in events]
+            results = list(pool.map(run, range(len(calls))))
         if spent is not None:
             for call_spent in spent_by_call:
                 for usage_id, usage in call_spent.items():

@@ -182,12 +182,7 @@ def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
     match = _FRONT_MATTER.match(text)
     if match is None:
         return {}, text
-    try:
-        import yaml  # PyYAML: only reading agent files needs it
-    except ImportError:
-        raise InvalidValueError(
-            f"agent file {path} has YAML front matter: install cowconv[agent-files] to read it"
-        ) from None
+    import yaml  # only when an agent file is read: ``import cowconv`` stays light
 
     try:
         front = yaml.safe_load(match.group(1))
