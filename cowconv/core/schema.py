@@ -7,17 +7,17 @@ arguments. An :class:`Observation` is what the tool answered: content parts
 when it is defined, and validating through the base class returns the
 subclass the JSON's ``kind`` names.
 
->>> class GrepAction(Action):
+>>> class SearchAction(Action):
 ...     pattern: str
->>> class GrepObservation(Observation):
+>>> class SearchObservation(Observation):
 ...     pass
->>> action = GrepAction(pattern="fork")
+>>> action = SearchAction(pattern="fork")
 >>> type(Action.model_validate(action.model_dump())).__name__
-'GrepAction'
->>> observation = GrepObservation.from_text("a.py:1: fork", is_error=False)
+'SearchAction'
+>>> observation = SearchObservation.from_text("a.py:1: fork", is_error=False)
 >>> observation.text, observation.is_error
 ('a.py:1: fork', False)
->>> [part.text for part in GrepObservation.from_text("boom", is_error=True).to_llm_content]
+>>> [part.text for part in SearchObservation.from_text("boom", is_error=True).to_llm_content]
 ['[An error occurred during execution.]\\n', 'boom']
 """
 
