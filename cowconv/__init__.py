@@ -137,6 +137,13 @@ _LAZY = {
     "MultimodalRouter": "cowconv.core.llm_router",
     "RandomRouter": "cowconv.core.llm_router",
     "RouterLLM": "cowconv.core.llm_router",
+    "GoalContinue": "cowconv.goal",
+    "GoalController": "cowconv.goal",
+    "GoalDone": "cowconv.goal",
+    "GoalOutcome": "cowconv.goal",
+    "GoalVerdict": "cowconv.goal",
+    "judge_goal": "cowconv.goal",
+    "run_goal": "cowconv.goal",
     # litellm's class (OpenHands' openhands.sdk.llm.streaming name): loads litellm when used.
     "ModelResponseStream": "cowconv.streaming",
     "StateSink": "cowconv.ports",
@@ -244,6 +251,15 @@ if TYPE_CHECKING:
     from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
+    from cowconv.goal import (
+        GoalContinue,
+        GoalController,
+        GoalDone,
+        GoalOutcome,
+        GoalVerdict,
+        judge_goal,
+        run_goal,
+    )
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
@@ -310,6 +326,11 @@ __all__ = [
     "FallbackStrategy",
     "FileMissingError",
     "FrozenInstanceError",
+    "GoalContinue",
+    "GoalController",
+    "GoalDone",
+    "GoalOutcome",
+    "GoalVerdict",
     "GroupTotals",
     "ImageContent",
     "InactiveServiceError",
@@ -382,10 +403,12 @@ __all__ = [
     "compare",
     "freeze",
     "iter_branches",
+    "judge_goal",
     "register_tool",
     "registered_tools",
     "resolve_tool",
     "resume_suite",
     "run_branches",
+    "run_goal",
     "thaw",
 ]
