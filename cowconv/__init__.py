@@ -45,6 +45,7 @@ from cowconv._exceptions import (
     RemoteError,
     SchemaVersionError,
     ServiceError,
+    SkillValidationError,
     StartError,
     StoreError,
     StoreLockedError,
@@ -171,6 +172,18 @@ _LAZY = {
     "LocalWorkspace": "cowconv.core.workspace",
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
+    "get_logger": "cowconv.logger",
+    "AgentContext": "cowconv.core.context",
+    "load_memory": "cowconv.core.context",
+    "load_project_skills": "cowconv.core.skills",
+    "load_skills_from_dir": "cowconv.core.skills",
+    "load_user_skills": "cowconv.core.skills",
+    "LookupSecret": "cowconv.core.secrets",
+    "SecretSource": "cowconv.core.secrets",
+    "StaticSecret": "cowconv.core.secrets",
+    "AsyncCallbackWrapper": "cowconv.callbacks",
+    "ConversationCallbackType": "cowconv.callbacks",
+    "BaseConversation": "cowconv.conversation",
 }
 
 if TYPE_CHECKING:
@@ -197,9 +210,16 @@ if TYPE_CHECKING:
         run_branches,
     )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
-    from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
+    from cowconv.callbacks import AsyncCallbackWrapper, ConversationCallbackType
+    from cowconv.conversation import (
+        BaseConversation,
+        Conversation,
+        LocalConversation,
+        RemoteConversation,
+    )
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.compare import Comparison, ComparisonSide, compare
+    from cowconv.core.context import AgentContext, load_memory
     from cowconv.core.events import (
         ROOT_PARENT_ID,
         ActionEvent,
@@ -232,6 +252,7 @@ if TYPE_CHECKING:
     from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
     from cowconv.core.llm_router import MultimodalRouter, RandomRouter, RouterLLM
     from cowconv.core.schema import Action, Observation
+    from cowconv.core.secrets import LookupSecret, SecretSource, StaticSecret
     from cowconv.core.security import (
         AlwaysConfirm,
         ConfirmationPolicyBase,
@@ -239,6 +260,7 @@ if TYPE_CHECKING:
         NeverConfirm,
         SecurityRisk,
     )
+    from cowconv.core.skills import load_project_skills, load_skills_from_dir, load_user_skills
     from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
@@ -260,6 +282,7 @@ if TYPE_CHECKING:
         judge_goal,
         run_goal,
     )
+    from cowconv.logger import get_logger
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
@@ -272,10 +295,13 @@ __all__ = [
     "Action",
     "ActionEvent",
     "Agent",
+    "AgentContext",
     "AgentErrorEvent",
     "AlwaysConfirm",
     "AnyEvent",
+    "AsyncCallbackWrapper",
     "Backend",
+    "BaseConversation",
     "Branch",
     "BranchCancelledError",
     "BranchError",
@@ -300,6 +326,7 @@ __all__ = [
     "ConfirmationPolicyBase",
     "Content",
     "Conversation",
+    "ConversationCallbackType",
     "ConversationConflictError",
     "ConversationErrorEvent",
     "ConversationExecutionStatus",
@@ -348,6 +375,7 @@ __all__ = [
     "LLMToolCall",
     "LocalConversation",
     "LocalWorkspace",
+    "LookupSecret",
     "MAX_DEPTH",
     "MemoryStore",
     "Message",
@@ -371,12 +399,15 @@ __all__ = [
     "RouterLLM",
     "SQLiteStore",
     "SchemaVersionError",
+    "SecretSource",
     "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
+    "SkillValidationError",
     "SourceType",
     "StartError",
     "StateSink",
+    "StaticSecret",
     "Store",
     "StoreError",
     "StoreLockedError",
@@ -402,8 +433,13 @@ __all__ = [
     "__version__",
     "compare",
     "freeze",
+    "get_logger",
     "iter_branches",
     "judge_goal",
+    "load_memory",
+    "load_project_skills",
+    "load_skills_from_dir",
+    "load_user_skills",
     "register_tool",
     "registered_tools",
     "resolve_tool",

@@ -16,7 +16,8 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── FrozenInstanceError (also AttributeError)
     ├── InvalidTypeError (also TypeError)
     ├── InvalidValueError (also ValueError)
-    │   └── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   ├── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   └── SkillValidationError: a skill file or definition that cannot be loaded
     ├── LLMError
     ├── LLMNotFoundError (also KeyError): no LLM under a usage id in an LLMRegistry
     ├── StoreError
@@ -89,6 +90,7 @@ __all__ = [
     "RemoteError",
     "SchemaVersionError",
     "ServiceError",
+    "SkillValidationError",
     "StoreError",
     "StartError",
     "StoreLockedError",
@@ -290,6 +292,14 @@ class MessageRoleError(InvalidValueError, AssertionError):
             f"{role!r}"
         )
         self.role = role
+
+
+class SkillValidationError(InvalidValueError):
+    """A skill file or definition cowconv cannot load (OpenHands' ``SkillValidationError``).
+
+    >>> issubclass(SkillValidationError, ValueError)
+    True
+    """
 
 
 class LLMError(CowconvError):

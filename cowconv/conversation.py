@@ -48,6 +48,7 @@ from cowconv.core.changes import (
     SetTag,
     UpdateAgentState,
 )
+from cowconv.core.context import AgentContext
 from cowconv.core.events import (
     ROOT_PARENT_ID,
     ConversationErrorEvent,
@@ -62,6 +63,7 @@ from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationID, id_dir_name, id_text, public_id
 from cowconv.core.llm import LLM, LLMMetrics, TokenCallbackType, streaming_to
 from cowconv.core.llm_profiles import LLMProfileStore
+from cowconv.core.secrets import SecretSource
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import history_to, recorded
 from cowconv.core.usage import Metrics, Usage
@@ -78,7 +80,16 @@ from cowconv.visualizer import (
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Conversation", "LocalConversation", "RemoteConversation", "check_conversation_id"]
+__all__ = [
+    "BaseConversation",
+    "Conversation",
+    "LocalConversation",
+    "RemoteConversation",
+    "check_conversation_id",
+]
+
+DEFAULT_WORKSPACE = "workspace/project"
+"""The working directory of a conversation given none (OpenHands' SDK's default)."""
 
 
 def check_conversation_id(conversation_id: ConversationID | None) -> ConversationID:
@@ -235,7 +246,7 @@ class Conversation:
     def __new__(
         cls,
         agent: Agent,
-        workspace: Workspace | str | os.PathLike[str],
+        workspace: Workspace | str | os.PathLike[str] = ...,
         *,
         conversation_id: ConversationID | None = ...,
         tags: Mapping[str, str] | None = ...,
@@ -260,7 +271,7 @@ class Conversation:
     def _initialise(
         self,
         agent: Agent,
-        workspace: Workspace | str | os.PathLike[str],
+        workspace: Workspace | str | os.PathLike[str] = DEFAULT_WORKSPACE,
         *,
         conversation_id: ConversationID | None = None,
         tags: Mapping[str, str] | None = None,
@@ -284,6 +295,10 @@ class Conversation:
             raise InvalidTypeError(f"delete_on_close must be a bool, got {delete_on_close!r}")
         if not isinstance(agent, Agent):
             raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
+        if workspace is DEFAULT_WORKSPACE:
+            # No workspace given: OpenHands' SDK's default, made if missing (a workspace that
+            # is given must exist).
+            os.makedirs(DEFAULT_WORKSPACE, exist_ok=True)
         workspace = Workspace.coerce(workspace)
         tags = check_tags(tags)
         shown = make_visualizer(visualizer)
@@ -595,6 +610,43 @@ class Conversation:
         if not isinstance(name, str) or not name:
             raise InvalidValueError(f"skill name must be a non-empty string, got {name!r}")
         self._backend.commit(ActivateSkill(name))
+
+    def update_secrets(self, secrets: Mapping[str, Any]) -> None:
+        """Give the agent's tools secrets by name (OpenHands' SDK's ``update_secrets``).
+
+        A value is a string, a ``SecretStr``, a :class:`~cowconv.SecretSource`
+        (asked for its value when a command needs it), or a callable (called
+        now). They join the agent context's ``secrets`` (an agent without a
+        context gets one holding only them): the prompt lists their names,
+        the terminal exports one a command names and hides its value in the
+        output. Stored as any change of the agent. On an agent server it is
+        the server's ``POST /secrets``.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.update_secrets({"API_TOKEN": "t0k"})
+        >>> list(conversation.agent.agent_context.secrets)
+        ['API_TOKEN']
+        """
+        if not isinstance(secrets, Mapping):
+            raise InvalidTypeError(f"secrets must be a mapping, got {type(secrets).__name__}")
+        values: dict[str, SecretStr | SecretSource] = {}
+        for name, value in secrets.items():
+            if not isinstance(name, str):
+                raise InvalidTypeError(f"a secret's name is a str, not {type(name).__name__}")
+            if callable(value) and not isinstance(value, SecretSource):
+                value = value()
+            if isinstance(value, str):
+                value = SecretStr(value)
+            if not isinstance(value, SecretStr | SecretSource):
+                raise InvalidTypeError(
+                    f"secret {name!r}: a str, SecretStr, SecretSource or a callable returning "
+                    f"a str, not {type(value).__name__}"
+                )
+            values[name] = value
+        if not isinstance(self._backend, LocalBackend):
+            raise NotImplementedError("update_secrets on this backend")
+        self._backend.commit(_UpdateSecrets(values))
 
     def switch_llm(self, llm: LLM) -> None:
         """Run the agent with ``llm`` from now on (OpenHands' SDK's ``switch_llm``).
@@ -913,6 +965,19 @@ class _SwitchLLM:
         return state._replace(agent=state.agent.model_copy(update={"llm": self.llm}))
 
 
+@dataclass(frozen=True)
+class _UpdateSecrets:
+    """The change of :meth:`Conversation.update_secrets`: the agent's context with them."""
+
+    secrets: Mapping[str, SecretStr | SecretSource]
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        context = state.agent.agent_context or AgentContext(current_datetime=None)
+        merged = {**(context.secrets or {}), **self.secrets}
+        context = context.model_copy(update={"secrets": merged})
+        return state._replace(agent=state.agent.model_copy(update={"agent_context": context}))
+
+
 # What OpenHands' SDK writes to a conversation's log that is no node of its tree: an
 # agent server's state update, or the error of an interrupted start. Never the leaf.
 _NOT_TREE_NODES = (ConversationStateUpdateEvent, ConversationErrorEvent)
@@ -1109,6 +1174,11 @@ class _BackgroundRun:
 LocalConversation = Conversation
 """OpenHands' SDK's name for a conversation run in this process (an alias of
 :class:`Conversation`)."""
+
+BaseConversation = Conversation
+"""OpenHands' SDK's base class of its local and remote conversations: cowconv has one
+class for both, so this is an alias of :class:`Conversation` (annotations and
+``isinstance`` checks written for OpenHands' SDK hold)."""
 
 
 class RemoteConversation(Conversation):

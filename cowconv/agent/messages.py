@@ -59,6 +59,17 @@ _NO_RESULTS: PMap[str, PVector[Event]] = pmap()
 _NO_SLOTS: PMap[str, PVector[int]] = pmap()
 
 
+def _message_content(event: MessageEvent) -> str | list[dict[str, Any]]:
+    content = chat_content(event.content)
+    if not event.extended_content:
+        return content
+    # What the agent context added (skills, suffix): after the message, as OpenHands' SDK
+    # sends its text parts (one per line), or as more text parts beside images.
+    if isinstance(content, str):
+        return "\n".join([content, *(part.text for part in event.extended_content)])
+    return [*content, *({"type": "text", "text": part.text} for part in event.extended_content)]
+
+
 def _tool_message(tool_call_id: str, result: Event | None) -> dict[str, Any]:
     if isinstance(result, ObservationEvent):
         text = result.output
@@ -164,9 +175,9 @@ class Rendering(NamedTuple):
             group = ()
             if isinstance(event, MessageEvent):
                 if event.role in ("user", "assistant", "system"):
-                    messages.append({"role": event.role, "content": chat_content(event.content)})
+                    messages.append({"role": event.role, "content": _message_content(event)})
             elif isinstance(event, SystemPromptEvent):
-                system_prompt = event.system_prompt
+                system_prompt = event.full_text
             else:
                 call_id_or_none = _result_id(event)
                 if call_id_or_none is None:

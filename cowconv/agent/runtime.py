@@ -367,10 +367,14 @@ class Runner:
         return [*(action for action, _ in calls), *results], crashed
 
     def _tools_for(self, agent: Agent) -> dict[str, ToolDefinition[Any]]:
+        state = self._snapshot()
         with self._lock:
             if self._tools_agent is agent:
+                # navigate_to may have moved the branch since the tools were made: a tool that
+                # takes state up from the history (restore) takes it from this run's branch.
+                for tool in self._tools.values():
+                    tool.restore(state.branch)
                 return self._tools
-        state = self._snapshot()
         tools: dict[str, ToolDefinition[Any]] = {}
         try:
             for reference in agent.tools:
@@ -380,6 +384,8 @@ class Runner:
                         raise InvalidValueError(f"the agent has two tools named {tool.name!r}")
                     tools[tool.name] = tool
                     tool.restore(state.branch)
+                    if agent.agent_context is not None and agent.agent_context.secrets:
+                        tool.use_secrets(agent.agent_context.secret_getters())
         except BaseException:
             for made in tools.values():
                 made.close()

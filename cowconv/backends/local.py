@@ -34,9 +34,9 @@ from typing import NamedTuple
 from pyrsistent import PMap, pmap
 
 from cowconv._exceptions import EventNotFoundError, InvalidTypeError
-from cowconv.agent.prompt import system_prompt_event
+from cowconv.agent.prompt import local_dir, system_prompt_event, user_message_event
 from cowconv.agent.runtime import Runner
-from cowconv.core.changes import Change, SendMessage
+from cowconv.core.changes import ActivateSkill, Change, SendMessage
 from cowconv.core.events import Event, Message, MessageEvent, utc_now
 from cowconv.core.ids import ConversationID, id_text, new_uuid_int
 from cowconv.core.state import (
@@ -285,9 +285,23 @@ class LocalBackend:
             message = Message(role="user", content=message)
         # The prompt first, so that its timestamp is not later than the message it precedes
         # (OpenHands' client orders the events a WebSocket delivers by timestamp).
-        prompt = system_prompt_event(self.snapshot().agent)
-        event = MessageEvent(source="user", llm_message=message, sender=sender)
-        self.commit(SendMessage(event, prompt))
+        snapshot = self.snapshot()
+        prompt = system_prompt_event(snapshot.agent, local_dir(snapshot))
+        event = user_message_event(snapshot, message, sender)
+        send = SendMessage(event, prompt)
+        if event.activated_skills:
+            activations = [ActivateSkill(name) for name in event.activated_skills]
+
+            def send_and_activate(state: ConversationState) -> ConversationState:
+                # One commit: the message and the skills it activated (OpenHands' state list).
+                state = send(state)
+                for activate in activations:
+                    state = activate(state)
+                return state
+
+            self.commit(send_and_activate)
+        else:
+            self.commit(send)
         return recorded(self.snapshot(), event)
 
     def _settle(self, status: ExecutionStatus) -> None:

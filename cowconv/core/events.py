@@ -339,6 +339,23 @@ class SystemPromptEvent(Event):
     source: SourceType = "agent"
     system_prompt: str
     tools: tuple[FrozenJSONMap, ...] = ()
+    dynamic_context: TextContent | None = None
+    """Per-conversation context after the prompt (OpenHands' second system block): the
+    agent context's repo skills, skills list, suffix, secrets' names and date."""
+
+    __omitted_when_none__: ClassVar[tuple[str, ...]] = ("dynamic_context",)
+
+    @property
+    def full_text(self) -> str:
+        """The system message's text: the prompt, then the dynamic context on its own line.
+
+        >>> SystemPromptEvent(system_prompt="Be brief.", dynamic_context=TextContent(
+        ...     text="Say yay.")).full_text
+        'Be brief.\\nSay yay.'
+        """
+        if self.dynamic_context is None:
+            return self.system_prompt
+        return f"{self.system_prompt}\n{self.dynamic_context.text}"
 
     @field_validator("system_prompt", mode="before")
     @classmethod
