@@ -319,3 +319,19 @@ class TestSwitchProfile:
             with pytest.raises(FileNotFoundError):
                 conversation.switch_profile("missing", profile_store=store)
             assert conversation.agent.llm.model == "openai/gpt"
+
+
+class TestStrategyIsAValue:
+    def test_an_llm_with_a_strategy_pickles_and_copies(self):
+        """Branch workers pickle and deep-copy agents: an LLM with a fallback strategy survives
+        both, equal and with an equal hash."""
+        import copy
+        import pickle
+
+        llm = LLM(
+            model="openai/gpt-4o",
+            fallback_strategy=FallbackStrategy(fallback_llms=["a", "b"], profile_store_dir="/p"),
+        )
+        for copied in (pickle.loads(pickle.dumps(llm)), copy.deepcopy(llm)):
+            assert copied == llm and hash(copied) == hash(llm)
+            assert copied.fallback_strategy.fallback_llms == ("a", "b")
