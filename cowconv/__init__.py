@@ -32,15 +32,20 @@ from cowconv._exceptions import (
     ConversationRunningError,
     CorruptStoreError,
     CowconvError,
+    EditorToolParameterInvalidError,
+    EditorToolParameterMissingError,
     EventIndexError,
     EventNotFoundError,
     FileMissingError,
+    FileValidationError,
     FrozenInstanceError,
     InactiveServiceError,
     InvalidTypeError,
     InvalidValueError,
     LLMError,
     LLMNotFoundError,
+    MCPError,
+    MCPTimeoutError,
     MessageRoleError,
     RemoteError,
     SchemaVersionError,
@@ -53,6 +58,7 @@ from cowconv._exceptions import (
     SuiteExistsError,
     SuiteNotFoundError,
     ToolArgumentError,
+    ToolError,
     UnsafeExposureError,
     WebSocketConnectionError,
     WorkspaceMissingError,
@@ -66,7 +72,18 @@ __version__ = "0.2.0"
 # the core (events, history, state, agent and LLM settings), and the LLM library, stores,
 # server and tools load when they are used.
 _LAZY = {
+    "agent_definition_to_factory": "cowconv.subagent",
+    "discover_agents": "cowconv.subagent",
+    "load_agents_from_dir": "cowconv.subagent",
+    "load_project_agents": "cowconv.subagent",
+    "load_user_agents": "cowconv.subagent",
+    "register_agent": "cowconv.subagent",
     "Agent": "cowconv.core.agent",
+    "MCPClient": "cowconv.mcp.client",
+    "MCPServer": "cowconv.core.mcp",
+    "MCPToolDefinition": "cowconv.mcp.tool",
+    "MCPToolObservation": "cowconv.core.mcp",
+    "create_mcp_tools": "cowconv.mcp.client",
     "Tool": "cowconv.core.agent",
     "Backend": "cowconv.ports",
     "EventCallback": "cowconv.ports",
@@ -97,6 +114,10 @@ _LAZY = {
     "ConfirmationPolicyBase": "cowconv.core.security",
     "NeverConfirm": "cowconv.core.security",
     "SecurityRisk": "cowconv.core.security",
+    "HookExecutionEvent": "cowconv.core.oversight",
+    "RejectionSource": "cowconv.core.oversight",
+    "SecurityAnalysisEvent": "cowconv.core.oversight",
+    "UserRejectObservation": "cowconv.core.oversight",
     "FULL_STATE_KEY": "cowconv.backends.remote",
     "RemoteEventsList": "cowconv.backends.remote",
     "WebSocketCallbackClient": "cowconv.backends.remote",
@@ -162,6 +183,7 @@ _LAZY = {
     "ToolDefinition": "cowconv.agent.tools",
     "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
+    "DeclaredResources": "cowconv.agent.tools",
     "Action": "cowconv.core.schema",
     "Observation": "cowconv.core.schema",
     "register_tool": "cowconv.agent.tools",
@@ -188,6 +210,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from cowconv.agent.tools import (
+        DeclaredResources,
         ToolDefinition,
         ToolExecutor,
         ToolResult,
@@ -251,6 +274,13 @@ if TYPE_CHECKING:
     from cowconv.core.llm_profiles import LLMProfileStore
     from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
     from cowconv.core.llm_router import MultimodalRouter, RandomRouter, RouterLLM
+    from cowconv.core.mcp import MCPServer, MCPToolObservation
+    from cowconv.core.oversight import (
+        HookExecutionEvent,
+        RejectionSource,
+        SecurityAnalysisEvent,
+        UserRejectObservation,
+    )
     from cowconv.core.schema import Action, Observation
     from cowconv.core.secrets import LookupSecret, SecretSource, StaticSecret
     from cowconv.core.security import (
@@ -283,8 +313,18 @@ if TYPE_CHECKING:
         run_goal,
     )
     from cowconv.logger import get_logger
+    from cowconv.mcp.client import MCPClient, create_mcp_tools
+    from cowconv.mcp.tool import MCPToolDefinition
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
+    from cowconv.subagent import (
+        agent_definition_to_factory,
+        discover_agents,
+        load_agents_from_dir,
+        load_project_agents,
+        load_user_agents,
+        register_agent,
+    )
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
 
 
@@ -341,7 +381,10 @@ __all__ = [
     "ConversationVisualizerBase",
     "CorruptStoreError",
     "CowconvError",
+    "DeclaredResources",
     "DefaultConversationVisualizer",
+    "EditorToolParameterInvalidError",
+    "EditorToolParameterMissingError",
     "Event",
     "EventCallback",
     "EventIndexError",
@@ -352,6 +395,7 @@ __all__ = [
     "FULL_STATE_KEY",
     "FallbackStrategy",
     "FileMissingError",
+    "FileValidationError",
     "FrozenInstanceError",
     "GoalContinue",
     "GoalController",
@@ -359,6 +403,7 @@ __all__ = [
     "GoalOutcome",
     "GoalVerdict",
     "GroupTotals",
+    "HookExecutionEvent",
     "ImageContent",
     "InactiveServiceError",
     "InvalidTypeError",
@@ -377,6 +422,12 @@ __all__ = [
     "LocalWorkspace",
     "LookupSecret",
     "MAX_DEPTH",
+    "MCPClient",
+    "MCPError",
+    "MCPServer",
+    "MCPTimeoutError",
+    "MCPToolDefinition",
+    "MCPToolObservation",
     "MemoryStore",
     "Message",
     "MessageEvent",
@@ -391,6 +442,7 @@ __all__ = [
     "ROOT_PARENT_ID",
     "RandomRouter",
     "RegistryEvent",
+    "RejectionSource",
     "RemoteConversation",
     "RemoteError",
     "RemoteEventsList",
@@ -400,6 +452,7 @@ __all__ = [
     "SQLiteStore",
     "SchemaVersionError",
     "SecretSource",
+    "SecurityAnalysisEvent",
     "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
@@ -421,25 +474,34 @@ __all__ = [
     "Tool",
     "ToolArgumentError",
     "ToolDefinition",
+    "ToolError",
     "ToolExecutor",
     "ToolResult",
     "UnsafeExposureError",
     "Usage",
+    "UserRejectObservation",
     "View",
     "WebSocketCallbackClient",
     "WebSocketConnectionError",
     "Workspace",
     "WorkspaceMissingError",
     "__version__",
+    "agent_definition_to_factory",
     "compare",
+    "create_mcp_tools",
+    "discover_agents",
     "freeze",
     "get_logger",
     "iter_branches",
     "judge_goal",
+    "load_agents_from_dir",
     "load_memory",
+    "load_project_agents",
     "load_project_skills",
     "load_skills_from_dir",
+    "load_user_agents",
     "load_user_skills",
+    "register_agent",
     "register_tool",
     "registered_tools",
     "resolve_tool",

@@ -40,6 +40,7 @@ from cowconv._exceptions import (
 )
 from cowconv.backends.local import LocalBackend
 from cowconv.core.agent import Agent
+from cowconv.core.analyzers import SecurityAnalyzerBase
 from cowconv.core.changes import (
     ActivateSkill,
     AppendEvent,
@@ -47,6 +48,11 @@ from cowconv.core.changes import (
     NavigateTo,
     SetTag,
     UpdateAgentState,
+)
+from cowconv.core.confirmation import (
+    RejectPendingActions,
+    SetConfirmationPolicy,
+    SetSecurityAnalyzer,
 )
 from cowconv.core.context import AgentContext
 from cowconv.core.events import (
@@ -60,10 +66,12 @@ from cowconv.core.events import (
 )
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.history import EventLog
+from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationID, id_dir_name, id_text, public_id
 from cowconv.core.llm import LLM, LLMMetrics, TokenCallbackType, streaming_to
 from cowconv.core.llm_profiles import LLMProfileStore
 from cowconv.core.secrets import SecretSource
+from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import history_to, recorded
 from cowconv.core.usage import Metrics, Usage
@@ -258,6 +266,7 @@ class Conversation:
         stuck_detection: bool = ...,
         delete_on_close: bool | None = ...,
         token_callbacks: Iterable[TokenCallbackType] = ...,
+        hook_config: HookConfig | None = ...,
     ) -> Conversation: ...
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
@@ -285,6 +294,7 @@ class Conversation:
         transport: httpx.BaseTransport | None = None,
         request_extras: Mapping[str, Any] | None = None,
         token_callbacks: Iterable[TokenCallbackType] = (),
+        hook_config: HookConfig | None = None,
     ) -> None:
         token_callbacks = tuple(token_callbacks)
         if any(not callable(callback) for callback in token_callbacks):
@@ -295,6 +305,10 @@ class Conversation:
             raise InvalidTypeError(f"delete_on_close must be a bool, got {delete_on_close!r}")
         if not isinstance(agent, Agent):
             raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
+        if hook_config is not None and not isinstance(hook_config, HookConfig):
+            raise InvalidTypeError(
+                f"hook_config must be a cowconv.HookConfig, got {type(hook_config).__name__}"
+            )
         if workspace is DEFAULT_WORKSPACE:
             # No workspace given: OpenHands' SDK's default, made if missing (a workspace that
             # is given must exist).
@@ -334,6 +348,7 @@ class Conversation:
                 agent=agent,
                 workspace=workspace.require_directory(),
                 tags=tags,
+                hook_config=hook_config,
             )
             backend = LocalBackend.open(
                 state,
@@ -882,6 +897,67 @@ class Conversation:
         failure = run_failure(self.id, state.execution_status, state.branch)
         if failure is not None:
             raise failure
+
+    # -- confirmation mode (OpenHands' SDK's methods) --------------------------------------
+
+    def set_confirmation_policy(self, policy: ConfirmationPolicyBase) -> None:
+        """Set the policy deciding which tool calls wait for the user's confirmation.
+
+        ``AlwaysConfirm()``: every step's tool calls wait; ``ConfirmRisky(...)``:
+        those the security analyzer rates risky enough; ``NeverConfirm()``
+        (the default): none. A run whose step must wait records the calls and
+        ends ``waiting_for_confirmation``; ``run()`` again runs them,
+        :meth:`reject_pending_actions` refuses them. The policy is state: forks
+        and a reopened store keep it.
+
+        >>> from cowconv import LLM, Agent, AlwaysConfirm, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.set_confirmation_policy(AlwaysConfirm())
+        >>> conversation.state.confirmation_policy.kind, conversation.confirmation_policy_active
+        ('AlwaysConfirm', True)
+        """
+        self._backend.commit(SetConfirmationPolicy(policy))
+
+    def set_security_analyzer(self, analyzer: SecurityAnalyzerBase | None) -> None:
+        """Set (``None``: remove) the analyzer that rates each tool call's risk.
+
+        While one is set, the model is asked for a ``security_risk`` with each
+        tool call, and each step's ratings are recorded (a
+        :class:`~cowconv.security.SecurityAnalysisEvent`).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> from cowconv.security import LLMSecurityAnalyzer
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.set_security_analyzer(LLMSecurityAnalyzer())
+        >>> conversation.is_confirmation_mode_active  # the policy is still NeverConfirm
+        False
+        """
+        self._backend.commit(SetSecurityAnalyzer(analyzer))
+
+    def reject_pending_actions(self, reason: str = "User rejected the action") -> None:
+        """Refuse the tool calls waiting for confirmation: each is answered by a rejection.
+
+        Each gets a :class:`~cowconv.UserRejectObservation` (the model reads
+        ``Action rejected: <reason>``) and a waiting conversation becomes
+        ``idle``; the next ``run()`` lets the agent go on from there.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.reject_pending_actions("nothing waits")  # no-op
+        >>> len(conversation.state.events)
+        0
+        """
+        self._backend.commit(RejectPendingActions(reason))
+
+    @property
+    def confirmation_policy_active(self) -> bool:
+        """Whether the confirmation policy is not ``NeverConfirm`` (OpenHands' SDK's name)."""
+        return not isinstance(self.state.confirmation_policy, NeverConfirm)
+
+    @property
+    def is_confirmation_mode_active(self) -> bool:
+        """Whether a security analyzer is set and the policy is active (OpenHands' SDK's name)."""
+        return self.state.security_analyzer is not None and self.confirmation_policy_active
 
     def pause(self) -> None:
         """Stop a run after its current step, from any thread; ``run()`` resumes.

@@ -19,11 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cowconv._exceptions import InvalidValueError
+from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.agent.tools import registered_tools
 from cowconv.core.changes import ActivateSkill, AppendEvent, NavigateTo, SetTag, UpdateAgentState
 from cowconv.core.error_classification import FailureKind
 from cowconv.core.frozen import decode_json, thaw
+from cowconv.core.mcp import coerce_mcp_config
 
 __all__ = [
     "CHANGE_ROUTES",
@@ -96,6 +97,9 @@ TOOL_NAMES: Mapping[str, str] = {
     "terminal": "terminal",
     "file_editor": "file_editor",
     "task_tracker": "task_tracker",
+    # The sub-agent tools: they run the sub-agents registered in the server's process.
+    "task_tool_set": "task_tool_set",
+    "workflow_tool_set": "workflow_tool_set",
 }
 #: Other names OpenHands' agents have used for those tools (its class names, older releases).
 _TOOL_ALIASES = {
@@ -190,6 +194,10 @@ def agent_to_openhands(agent_json: Mapping[str, Any]) -> dict[str, Any]:
         data["system_prompt"] = agent_json["system_prompt"]
     if agent_json.get("agent_context") is not None:
         data["agent_context"] = agent_json["agent_context"]  # the same JSON in both
+    # The same JSON in both SDKs (a server's secrets as agent_json has them).
+    for key in ("mcp_config", "filter_tools_regex"):
+        if agent_json.get(key):
+            data[key] = agent_json[key]
     condenser = agent_json.get("condenser")
     if condenser is not None:
         data["condenser"] = {
@@ -219,7 +227,8 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
 
     Honoured: ``llm`` (the :data:`LLM_FIELDS`), ``tools`` that cowconv has
     (others are left out: the agent gets fewer tools, never more),
-    ``filter_tools_regex``, ``system_prompt``, ``agent_context``, an ``LLMSummarizingCondenser``.
+    ``filter_tools_regex``, ``system_prompt``, ``agent_context``, ``mcp_config`` (its servers'
+    tools are run), an ``LLMSummarizingCondenser``.
     Everything else is the caller's to keep. Raises :class:`Unsupported`
     (an :class:`~cowconv.InvalidValueError`) for another kind of agent.
 
@@ -264,6 +273,14 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
         agent["system_prompt"] = data["system_prompt"]
     if data.get("agent_context") is not None:
         agent["agent_context"] = data["agent_context"]
+    if data.get("mcp_config"):
+        try:
+            coerce_mcp_config(data["mcp_config"])
+        except (InvalidTypeError, InvalidValueError) as error:
+            raise unsupported("agent.mcp_config", str(error)) from None
+        agent["mcp_config"] = data["mcp_config"]
+    if pattern is not None:
+        agent["filter_tools_regex"] = pattern
     condenser = data.get("condenser")
     if isinstance(condenser, Mapping) and condenser.get("kind", "LLMSummarizingCondenser") == (
         "LLMSummarizingCondenser"
