@@ -160,6 +160,13 @@ _LAZY = {
     "MultimodalRouter": "cowconv.core.llm_router",
     "RandomRouter": "cowconv.core.llm_router",
     "RouterLLM": "cowconv.core.llm_router",
+    "GoalContinue": "cowconv.goal",
+    "GoalController": "cowconv.goal",
+    "GoalDone": "cowconv.goal",
+    "GoalOutcome": "cowconv.goal",
+    "GoalVerdict": "cowconv.goal",
+    "judge_goal": "cowconv.goal",
+    "run_goal": "cowconv.goal",
     # litellm's class (OpenHands' openhands.sdk.llm.streaming name): loads litellm when used.
     "ModelResponseStream": "cowconv.streaming",
     "StateSink": "cowconv.ports",
@@ -297,6 +304,15 @@ if TYPE_CHECKING:
     from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
+    from cowconv.goal import (
+        GoalContinue,
+        GoalController,
+        GoalDone,
+        GoalOutcome,
+        GoalVerdict,
+        judge_goal,
+        run_goal,
+    )
     from cowconv.logger import get_logger
     from cowconv.mcp.client import MCPClient, create_mcp_tools
     from cowconv.mcp.tool import MCPToolDefinition
@@ -382,6 +398,11 @@ __all__ = [
     "FileMissingError",
     "FileValidationError",
     "FrozenInstanceError",
+    "GoalContinue",
+    "GoalController",
+    "GoalDone",
+    "GoalOutcome",
+    "GoalVerdict",
     "GroupTotals",
     "HookExecutionEvent",
     "ImageContent",
@@ -474,6 +495,7 @@ __all__ = [
     "freeze",
     "get_logger",
     "iter_branches",
+    "judge_goal",
     "load_agents_from_dir",
     "load_memory",
     "load_project_agents",
@@ -487,5 +509,6 @@ __all__ = [
     "resolve_tool",
     "resume_suite",
     "run_branches",
+    "run_goal",
     "thaw",
 ]

@@ -418,7 +418,11 @@ class Runner:
         if not response.tool_calls:
             message = MessageEvent(
                 source="agent",
-                llm_message=Message(role="assistant", content=response.content),
+                llm_message=Message(
+                    role="assistant",
+                    content=response.content,
+                    reasoning_content=response.reasoning_content,
+                ),
                 llm_response_id=response.id,
             )
             return [message], False, False
