@@ -40,12 +40,14 @@ from cowconv._exceptions import (
     InvalidTypeError,
     InvalidValueError,
     LLMError,
+    LLMNotFoundError,
     MCPError,
     MCPTimeoutError,
     MessageRoleError,
     RemoteError,
     SchemaVersionError,
     ServiceError,
+    SkillValidationError,
     StartError,
     StoreError,
     StoreLockedError,
@@ -102,6 +104,10 @@ _LAZY = {
     "ConfirmationPolicyBase": "cowconv.core.security",
     "NeverConfirm": "cowconv.core.security",
     "SecurityRisk": "cowconv.core.security",
+    "HookExecutionEvent": "cowconv.core.oversight",
+    "RejectionSource": "cowconv.core.oversight",
+    "SecurityAnalysisEvent": "cowconv.core.oversight",
+    "UserRejectObservation": "cowconv.core.oversight",
     "FULL_STATE_KEY": "cowconv.backends.remote",
     "RemoteEventsList": "cowconv.backends.remote",
     "WebSocketCallbackClient": "cowconv.backends.remote",
@@ -136,6 +142,15 @@ _LAZY = {
     "LLMMetrics": "cowconv.core.llm",
     "LLMResponse": "cowconv.core.llm",
     "LLMToolCall": "cowconv.core.llm",
+    "FallbackStrategy": "cowconv.core.llm",
+    "LLMProfileStore": "cowconv.core.llm_profiles",
+    "LLMRegistry": "cowconv.core.llm_registry",
+    "RegistryEvent": "cowconv.core.llm_registry",
+    "MultimodalRouter": "cowconv.core.llm_router",
+    "RandomRouter": "cowconv.core.llm_router",
+    "RouterLLM": "cowconv.core.llm_router",
+    # litellm's class (OpenHands' openhands.sdk.llm.streaming name): loads litellm when used.
+    "ModelResponseStream": "cowconv.streaming",
     "StateSink": "cowconv.ports",
     "ConversationExecutionStatus": "cowconv.core.state",
     "ConversationInfo": "cowconv.core.state",
@@ -161,6 +176,18 @@ _LAZY = {
     "LocalWorkspace": "cowconv.core.workspace",
     "RemoteWorkspace": "cowconv.core.workspace",
     "Workspace": "cowconv.core.workspace",
+    "get_logger": "cowconv.logger",
+    "AgentContext": "cowconv.core.context",
+    "load_memory": "cowconv.core.context",
+    "load_project_skills": "cowconv.core.skills",
+    "load_skills_from_dir": "cowconv.core.skills",
+    "load_user_skills": "cowconv.core.skills",
+    "LookupSecret": "cowconv.core.secrets",
+    "SecretSource": "cowconv.core.secrets",
+    "StaticSecret": "cowconv.core.secrets",
+    "AsyncCallbackWrapper": "cowconv.callbacks",
+    "ConversationCallbackType": "cowconv.callbacks",
+    "BaseConversation": "cowconv.conversation",
 }
 
 if TYPE_CHECKING:
@@ -187,9 +214,16 @@ if TYPE_CHECKING:
         run_branches,
     )
     from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
-    from cowconv.conversation import Conversation, LocalConversation, RemoteConversation
+    from cowconv.callbacks import AsyncCallbackWrapper, ConversationCallbackType
+    from cowconv.conversation import (
+        BaseConversation,
+        Conversation,
+        LocalConversation,
+        RemoteConversation,
+    )
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
     from cowconv.core.compare import Comparison, ComparisonSide, compare
+    from cowconv.core.context import AgentContext, load_memory
     from cowconv.core.events import (
         ROOT_PARENT_ID,
         ActionEvent,
@@ -217,9 +251,19 @@ if TYPE_CHECKING:
     )
     from cowconv.core.frozen import MAX_DEPTH, freeze, thaw
     from cowconv.core.history import EventLog
-    from cowconv.core.llm import LLM, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.llm import LLM, FallbackStrategy, LLMMetrics, LLMResponse, LLMToolCall
+    from cowconv.core.llm_profiles import LLMProfileStore
+    from cowconv.core.llm_registry import LLMRegistry, RegistryEvent
+    from cowconv.core.llm_router import MultimodalRouter, RandomRouter, RouterLLM
     from cowconv.core.mcp import MCPServer, MCPToolObservation
+    from cowconv.core.oversight import (
+        HookExecutionEvent,
+        RejectionSource,
+        SecurityAnalysisEvent,
+        UserRejectObservation,
+    )
     from cowconv.core.schema import Action, Observation
+    from cowconv.core.secrets import LookupSecret, SecretSource, StaticSecret
     from cowconv.core.security import (
         AlwaysConfirm,
         ConfirmationPolicyBase,
@@ -227,6 +271,7 @@ if TYPE_CHECKING:
         NeverConfirm,
         SecurityRisk,
     )
+    from cowconv.core.skills import load_project_skills, load_skills_from_dir, load_user_skills
     from cowconv.core.state import (
         ConversationExecutionStatus,
         ConversationInfo,
@@ -239,6 +284,7 @@ if TYPE_CHECKING:
     from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
+    from cowconv.logger import get_logger
     from cowconv.mcp.client import MCPClient, create_mcp_tools
     from cowconv.mcp.tool import MCPToolDefinition
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
@@ -253,10 +299,13 @@ __all__ = [
     "Action",
     "ActionEvent",
     "Agent",
+    "AgentContext",
     "AgentErrorEvent",
     "AlwaysConfirm",
     "AnyEvent",
+    "AsyncCallbackWrapper",
     "Backend",
+    "BaseConversation",
     "Branch",
     "BranchCancelledError",
     "BranchError",
@@ -281,6 +330,7 @@ __all__ = [
     "ConfirmationPolicyBase",
     "Content",
     "Conversation",
+    "ConversationCallbackType",
     "ConversationConflictError",
     "ConversationErrorEvent",
     "ConversationExecutionStatus",
@@ -304,9 +354,11 @@ __all__ = [
     "EventSource",
     "ExecutionStatus",
     "FULL_STATE_KEY",
+    "FallbackStrategy",
     "FileMissingError",
     "FrozenInstanceError",
     "GroupTotals",
+    "HookExecutionEvent",
     "ImageContent",
     "InactiveServiceError",
     "InvalidTypeError",
@@ -315,11 +367,15 @@ __all__ = [
     "LLMConvertibleEvent",
     "LLMError",
     "LLMMetrics",
+    "LLMNotFoundError",
+    "LLMProfileStore",
+    "LLMRegistry",
     "LLMResponse",
     "LLMSummarizingCondenser",
     "LLMToolCall",
     "LocalConversation",
     "LocalWorkspace",
+    "LookupSecret",
     "MAX_DEPTH",
     "MCPClient",
     "MCPError",
@@ -333,24 +389,33 @@ __all__ = [
     "MessageRoleError",
     "MessageToolCall",
     "Metrics",
+    "MultimodalRouter",
     "NeverConfirm",
     "Observation",
     "ObservationEvent",
     "PauseEvent",
     "ROOT_PARENT_ID",
+    "RandomRouter",
+    "RegistryEvent",
+    "RejectionSource",
     "RemoteConversation",
     "RemoteError",
     "RemoteEventsList",
     "RemoteWorkspace",
     "Role",
+    "RouterLLM",
     "SQLiteStore",
     "SchemaVersionError",
+    "SecretSource",
+    "SecurityAnalysisEvent",
     "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
+    "SkillValidationError",
     "SourceType",
     "StartError",
     "StateSink",
+    "StaticSecret",
     "Store",
     "StoreError",
     "StoreLockedError",
@@ -368,6 +433,7 @@ __all__ = [
     "ToolResult",
     "UnsafeExposureError",
     "Usage",
+    "UserRejectObservation",
     "View",
     "WebSocketCallbackClient",
     "WebSocketConnectionError",
@@ -377,7 +443,12 @@ __all__ = [
     "compare",
     "create_mcp_tools",
     "freeze",
+    "get_logger",
     "iter_branches",
+    "load_memory",
+    "load_project_skills",
+    "load_skills_from_dir",
+    "load_user_skills",
     "register_tool",
     "registered_tools",
     "resolve_tool",

@@ -16,8 +16,10 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── FrozenInstanceError (also AttributeError)
     ├── InvalidTypeError (also TypeError)
     ├── InvalidValueError (also ValueError)
-    │   └── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   ├── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   └── SkillValidationError: a skill file or definition that cannot be loaded
     ├── LLMError
+    ├── LLMNotFoundError (also KeyError): no LLM under a usage id in an LLMRegistry
     ├── MCPError: an MCP server cannot be reached or fails a call
     │   └── MCPTimeoutError (timeout): it did not answer in time
     ├── StoreError
@@ -85,12 +87,14 @@ __all__ = [
     "InvalidTypeError",
     "InvalidValueError",
     "LLMError",
+    "LLMNotFoundError",
     "MCPError",
     "MCPTimeoutError",
     "MessageRoleError",
     "RemoteError",
     "SchemaVersionError",
     "ServiceError",
+    "SkillValidationError",
     "StoreError",
     "StartError",
     "StoreLockedError",
@@ -294,6 +298,14 @@ class MessageRoleError(InvalidValueError, AssertionError):
         self.role = role
 
 
+class SkillValidationError(InvalidValueError):
+    """A skill file or definition cowconv cannot load (OpenHands' ``SkillValidationError``).
+
+    >>> issubclass(SkillValidationError, ValueError)
+    True
+    """
+
+
 class LLMError(CowconvError):
     """An LLM call failed (after retries, where retrying made sense).
 
@@ -303,6 +315,17 @@ class LLMError(CowconvError):
     >>> issubclass(LLMError, CowconvError)
     True
     """
+
+
+class LLMNotFoundError(CowconvError, KeyError):
+    """No LLM is registered under the usage id asked for (``LLMRegistry.get``).
+
+    >>> issubclass(LLMNotFoundError, KeyError)
+    True
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class MCPError(CowconvError):

@@ -159,9 +159,9 @@ class TestCreate:
     @pytest.mark.parametrize(
         ("field", "value"),
         [
-            ("confirmation_policy", {"kind": "AlwaysConfirm"}),
-            ("security_analyzer", {"kind": "LLMSecurityAnalyzer"}),
-            ("hook_config", {"pre_tool_use": [{"matcher": "*"}]}),
+            ("confirmation_policy", {"kind": "SometimesConfirm"}),
+            ("security_analyzer", {"kind": "NoSuchAnalyzer"}),
+            ("hook_config", {"BeforeEverything": []}),
             ("plugins", [{"source": "github:x/y"}]),
             ("secrets", {"TOKEN": "v"}),
             ("conversation_runtime", "docker"),
@@ -170,7 +170,8 @@ class TestCreate:
     def test_unsafe_openhands_fields_refused(
         self, client: TestClient, tmp_path: Path, field: str, value: Any
     ):
-        """422 naming the field where ignoring it would be unsafe; nothing is created."""
+        """422 naming the field where ignoring it would be unsafe (or it is not one cowconv
+        knows); nothing is created."""
         response = client.post("/api/conversations", json={**secret_body(tmp_path), field: value})
         assert response.status_code == 422 and field in response.text
         assert client.get("/api/conversations").json()["items"] == []

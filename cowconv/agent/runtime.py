@@ -40,11 +40,20 @@ from cowconv._exceptions import (
     ToolArgumentError,
 )
 from cowconv.agent.condenser import condenser_view, plan_condensation, should_condense, summarize
+from cowconv.agent.hooks import HookEvent
 from cowconv.agent.messages import INVALID_ARGUMENTS_KEY, build_messages
-from cowconv.agent.prompt import with_system_prompt
+from cowconv.agent.oversight import (
+    Hooks,
+    blocked_user_message,
+    confirmation_needed,
+    take_security_risk,
+    with_security_risk,
+)
+from cowconv.agent.prompt import system_prompt_event, with_system_prompt
 from cowconv.agent.tools import ToolDefinition, create_tools, decode_arguments
-from cowconv.core.agent import Agent
-from cowconv.core.changes import Change
+from cowconv.core.agent import Agent, Tool
+from cowconv.core.changes import Change, SendMessage
+from cowconv.core.confirmation import pending_actions, rejections
 from cowconv.core.events import (
     ActionEvent,
     AgentErrorEvent,
@@ -53,9 +62,12 @@ from cowconv.core.events import (
     MessageEvent,
     ObservationEvent,
     PauseEvent,
+    new_event_id,
 )
 from cowconv.core.history import EventLog
-from cowconv.core.llm import LLMResponse, LLMToolCall
+from cowconv.core.hooks import HookDefinition
+from cowconv.core.llm import LLM, LLMResponse, LLMToolCall
+from cowconv.core.security import SecurityRisk
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
     ConversationState,
@@ -64,8 +76,9 @@ from cowconv.core.state import (
 )
 from cowconv.core.tree import extend_active
 from cowconv.core.usage import Usage
+from cowconv.core.workspace import Workspace
 
-__all__ = ["Runner", "build_messages"]
+__all__ = ["Runner", "build_messages", "run_hook_agent"]
 
 logger = logging.getLogger("cowconv.runtime")
 
@@ -94,16 +107,21 @@ def _user_message_since(events: EventLog, position: int) -> bool:
 
 
 def _action(
-    response: LLMResponse, call: LLMToolCall, thought: str
+    response: LLMResponse, call: LLMToolCall, thought: str, analyzed: bool = False
 ) -> tuple[ActionEvent, ToolArgumentError | None]:
     """The event recording a tool call, and why its arguments are unusable (``None``: usable).
 
     The arguments are decoded once, here: the event holds them, and the tool
     validates that mapping (:meth:`~cowconv.ToolDefinition.validate_arguments`).
     Text that does not decode to a JSON object is kept verbatim, for the record.
+    While a security analyzer is set (``analyzed``), the ``security_risk`` argument
+    the model was asked for is taken out of the arguments into the event's field.
     """
+    risk = SecurityRisk.UNKNOWN
     try:
-        arguments = decode_arguments(call.arguments, call.name)
+        arguments: Mapping[str, Any] = decode_arguments(call.arguments, call.name)
+        if analyzed:
+            arguments, risk = take_security_risk(arguments)
     except ToolArgumentError as error:
         problem: ToolArgumentError | None = error
         arguments = pmap({INVALID_ARGUMENTS_KEY: call.arguments})
@@ -115,6 +133,7 @@ def _action(
         arguments=arguments,
         thought=thought,
         llm_response_id=response.id,
+        security_risk=risk,
     )
     return action, problem
 
@@ -142,6 +161,7 @@ class Runner:
         self._interrupted = False
         self._tools: dict[str, ToolDefinition[Any]] = {}
         self._tools_agent: Agent | None = None
+        self._hooks: Hooks | None = None
 
     @property
     def is_running(self) -> bool:
@@ -171,12 +191,19 @@ class Runner:
             tool.close()
 
     def close(self) -> None:
-        """Stop after the current step and kill running tool processes."""
+        """Stop after the current step, run ``SessionEnd`` hooks, kill running tool processes."""
         self.pause()
         with self._lock:
             tools, self._tools, self._tools_agent = self._tools, {}, None
+            hooks, self._hooks = self._hooks, None
         for tool in tools.values():
             tool.close()
+        if hooks is not None and hooks.session_started:
+            ended = hooks.session_end()
+            try:
+                self._commit(lambda state: state._replace(branch=extend_active(state, ended)))
+            except Exception:  # closing never fails on the store's account
+                logger.exception("could not record the SessionEnd hooks' runs")
 
     def run(self) -> None:
         """Run the agent until it finishes, pauses, errors or hits the iteration limit."""
@@ -236,7 +263,7 @@ class Runner:
                 AgentErrorEvent(error=f"cannot set up the agent's tools: {error}"),
             )
             return
-        specs = [tool.to_openai_tool() for tool in tools.values()]
+        plain_specs = [tool.to_openai_tool() for tool in tools.values()]
 
         def start(state: ConversationState) -> ConversationState:
             if not _needs_reply(state.branch):
@@ -247,11 +274,34 @@ class Runner:
             return state._replace(execution_status=ExecutionStatus.RUNNING)
 
         self._commit(start)
+        hooks = self._hooks = Hooks.of(self._snapshot(), self._hooks, run_hook_agent)
+        if hooks is not None:
+            started = hooks.session_start()
+            if started:
+                self._commit(lambda state: state._replace(branch=extend_active(state, started)))
+        if blocked_user_message(self._snapshot().branch):
+            self._finish(ExecutionStatus.FINISHED)  # a UserPromptSubmit hook blocked it
+            return
         iterations = 0
         unseen_message = False
         while True:
             state = self._snapshot()
+            waiting = pending_actions(state)
+            if waiting and not self._pause_requested:
+                # Calls held back for confirmation: this run() confirms them.
+                results, crashed = self._run_calls([(action, None) for action in waiting], tools)
+                self._record_step(results, crashed)
+                if crashed:
+                    return
+                continue
             if not unseen_message and not _needs_reply(state.branch):
+                if hooks is not None:
+                    may_stop, stopping = hooks.stop()
+                    if not may_stop and iterations < self.max_iteration_per_run:
+                        self._record_step(stopping, False)
+                        continue
+                    self._finish(ExecutionStatus.FINISHED, *stopping)
+                    return
                 self._finish(ExecutionStatus.FINISHED)
                 return
             if self._pause_requested:
@@ -267,13 +317,17 @@ class Runner:
             iterations += 1
             messages = self._messages(agent)
             state = self._snapshot()  # a condensation may have been recorded
+            analyzed = state.security_analyzer is not None
+            specs = with_security_risk(plain_specs) if analyzed else plain_specs
             try:
                 response = agent.llm.completion(messages, specs)
             except LLMError as llm_error:
                 self._finish(ExecutionStatus.ERROR, AgentErrorEvent(error=str(llm_error)))
                 return
-            produced, crashed = self._act(response, tools)
+            produced, crashed, waits = self._act(response, tools, state, analyzed)
             status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
+            if waits:
+                status = ExecutionStatus.WAITING_FOR_CONFIRMATION
 
             def record(
                 state: ConversationState,
@@ -289,9 +343,18 @@ class Runner:
                 )
 
             self._commit(record)
-            if crashed:
+            if crashed or waits:
                 return
             unseen_message = _user_message_since(self._snapshot().branch, len(state.branch))
+
+    def _record_step(self, produced: Sequence[Event], crashed: bool) -> None:
+        """Record events a step produced without an LLM call (no cost)."""
+        status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
+
+        def record(state: ConversationState) -> ConversationState:
+            return state._replace(branch=extend_active(state, produced), execution_status=status)
+
+        self._commit(record)
 
     def _messages(self, agent: Agent) -> list[dict[str, Any]]:
         """What the model sees this step: the history, or the condenser's view of it.
@@ -328,20 +391,39 @@ class Runner:
         return view.messages(system_prompt=agent.system_prompt)
 
     def _act(
-        self, response: LLMResponse, tools: Mapping[str, ToolDefinition[Any]]
-    ) -> tuple[list[Event], bool]:
-        """The events of one answer: a message, or tool calls and their results."""
+        self,
+        response: LLMResponse,
+        tools: Mapping[str, ToolDefinition[Any]],
+        state: ConversationState,
+        analyzed: bool = False,
+    ) -> tuple[list[Event], bool, bool]:
+        """The events of one answer (a message, or tool calls and their results), whether a
+        tool crashed, and whether the calls wait for confirmation (then they are not run)."""
         if not response.tool_calls:
             message = MessageEvent(
                 source="agent",
                 llm_message=Message(role="assistant", content=response.content),
                 llm_response_id=response.id,
             )
-            return [message], False
+            return [message], False, False
         calls = [
-            _action(response, call, response.content if index == 0 else "")
+            _action(response, call, response.content if index == 0 else "", analyzed)
             for index, call in enumerate(response.tool_calls)
         ]
+        actions = [action for action, _ in calls]
+        waits, analysis = confirmation_needed(state, actions)
+        if waits:
+            return [*actions, *analysis], False, True
+        results, crashed = self._run_calls(calls, tools)
+        return [*actions, *analysis, *results], crashed, False
+
+    def _run_calls(
+        self,
+        calls: Sequence[tuple[ActionEvent, ToolArgumentError | None]],
+        tools: Mapping[str, ToolDefinition[Any]],
+    ) -> tuple[list[Event], bool]:
+        """Run tool calls in order (hooks around each): their results, and whether one crashed."""
+        hooks = self._hooks
         results: list[Event] = []
         crashed = False
         for action, problem in calls:
@@ -363,16 +445,28 @@ class Runner:
                     )
                 )
                 continue
+            if hooks is not None:
+                ran, blocked = hooks.pre_tool_use(action)
+                results.extend(ran)
+                if blocked is not None:
+                    results.extend(rejections([action], blocked, "hook"))
+                    continue
             result = _execute(tools, action, problem)
             crashed = isinstance(result, AgentErrorEvent)
             results.append(result)
-        return [*(action for action, _ in calls), *results], crashed
+            if hooks is not None:
+                results.extend(hooks.post_tool_use(action, result))
+        return results, crashed
 
     def _tools_for(self, agent: Agent) -> dict[str, ToolDefinition[Any]]:
+        state = self._snapshot()
         with self._lock:
             if self._tools_agent is agent:
+                # navigate_to may have moved the branch since the tools were made: a tool that
+                # takes state up from the history (restore) takes it from this run's branch.
+                for tool in self._tools.values():
+                    tool.restore(state.branch)
                 return self._tools
-        state = self._snapshot()
         tools: dict[str, ToolDefinition[Any]] = {}
         try:
             for reference in agent.tools:
@@ -382,15 +476,20 @@ class Runner:
                         raise InvalidValueError(f"the agent has two tools named {tool.name!r}")
                     tools[tool.name] = tool
                     tool.restore(state.branch)
-            for tool in _mcp_tools(agent):
+                    if agent.agent_context is not None and agent.agent_context.secrets:
+                        tool.use_secrets(agent.agent_context.secret_getters())
+            pattern = agent.filter_tools_regex
+            for name in [name for name in tools if pattern and not re.match(pattern, name)]:
+                tools.pop(name).close()
+            served = _mcp_tools(agent)
+            wanted = [tool for tool in served if not pattern or re.match(pattern, tool.name)]
+            if served and not wanted:
+                served[0].close()  # their shared client: none of its tools is used
+            for tool in wanted:
                 if tool.name in tools:
                     tool.close()
                     raise InvalidValueError(f"the agent has two tools named {tool.name!r}")
                 tools[tool.name] = tool
-            if agent.filter_tools_regex is not None:
-                pattern = re.compile(agent.filter_tools_regex)
-                for name in [name for name in tools if not pattern.match(name)]:
-                    tools.pop(name).close()
         except BaseException:
             for made in tools.values():
                 made.close()
@@ -472,3 +571,43 @@ def _execute(
         observation=result.observation,
         action_id=action.id if result.observation is not None else None,
     )
+
+
+def run_hook_agent(hook: HookDefinition, event: HookEvent, llm: LLM, working_dir: str) -> str:
+    """Run an agent hook's small agent on ``event``; its last answer (``""`` if none).
+
+    The agent is ``llm`` (its usage counted as ``agent-hook:<name>``) with the
+    hook's ``tools`` and ``system_prompt``, in ``working_dir``, for at most the
+    hook's ``max_iterations`` steps, in memory and without hooks of its own.
+    """
+    hook_llm = llm.model_copy(update={"usage_id": f"agent-hook:{hook.name or 'default'}"})
+    agent = Agent(
+        llm=hook_llm,
+        tools=tuple(Tool(name=name) for name in hook.tools),
+        **({"system_prompt": hook.system_prompt} if hook.system_prompt else {}),
+    )
+    state = ConversationState(
+        id=f"agent-hook-{new_event_id()}", agent=agent, workspace=Workspace(working_dir=working_dir)
+    )
+    question = (
+        f"Evaluate this {event.event_type} hook event and make your decision.\n\n"
+        f"## Hook Event\n```json\n{event.model_dump_json(indent=2)}\n```"
+    )
+    state = SendMessage(
+        MessageEvent(source="user", llm_message=Message(role="user", content=question)),
+        system_prompt_event(agent),
+    )(state)
+    holder = [state]
+
+    def commit(change: Change) -> None:
+        holder[0] = change(holder[0])
+
+    runner = Runner(lambda: holder[0], commit, max_iteration_per_run=hook.max_iterations)
+    try:
+        runner.run()
+    finally:
+        runner.close()
+    for recorded_event in reversed(holder[0].branch):
+        if isinstance(recorded_event, MessageEvent) and recorded_event.role == "assistant":
+            return recorded_event.text
+    return ""

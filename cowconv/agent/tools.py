@@ -70,7 +70,12 @@ __all__ = [
 ]
 
 # Built-in tools: name -> module that registers it when imported.
-_BUILTINS = {"terminal": "cowconv.tools.terminal"}
+_BUILTINS = {
+    "terminal": "cowconv.tools.terminal",
+    "file_editor": "cowconv.tools.file_editor",
+    "task_tracker": "cowconv.tools.task_tracker",
+    "browser_tool_set": "cowconv.tools.browser_use",
+}
 _REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()
 
@@ -425,9 +430,17 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
     def restore(self, events: Sequence[Event]) -> None:
         """Take up what this tool left in a conversation's history (the default: nothing).
 
-        Called once, with the conversation's history, before the first
-        ``execute`` of an instance; a fork's tools get the fork's history,
-        so they can start where the source's stood at the fork point.
+        Called with the conversation's history before the first ``execute``
+        of an instance, and again when a later run starts (``navigate_to``
+        may have moved the branch since); a fork's tools get the fork's
+        history, so they can start where the source's stood at the fork point.
+        """
+
+    def use_secrets(self, secrets: Mapping[str, Callable[[], str | None]]) -> None:
+        """Take the conversation's secrets (name -> how to get the value); the default: none.
+
+        The terminal exports the ones a command names and hides their values
+        in its output, as OpenHands' SDK's does.
         """
 
     def close(self) -> None:

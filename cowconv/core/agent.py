@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pyrsistent import pmap
 
 from cowconv._exceptions import InvalidValueError
+from cowconv.core.context import AgentContext
 from cowconv.core.frozen import CheckedModel, FrozenJSONMap
 from cowconv.core.llm import LLM
 from cowconv.core.mcp import MCPConfig
@@ -96,6 +97,8 @@ class Agent(CheckedModel):
     tools: tuple[Tool, ...] = ()
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     condenser: LLMSummarizingCondenser | None = None
+    agent_context: AgentContext | None = None
+    """Skills and suffixes that extend the prompts (OpenHands' ``AgentContext``)."""
     tool_concurrency_limit: int = Field(default=1, ge=1)
     """At most this many tool calls of one step run at once (OpenHands' SDK's setting).
 

@@ -21,6 +21,7 @@ subclass the JSON's ``kind`` names.
 ['[An error occurred during execution.]\\n', 'boom']
 """
 
+import importlib
 from typing import Any, ClassVar, Self
 
 from pydantic import Field
@@ -31,12 +32,41 @@ from cowconv.core.message import ImageContent, TextContent
 __all__ = ["Action", "Observation", "Schema"]
 
 
+# The actions and observations of cowconv's built-in tools -> the module defining them, so a
+# history read before the tool was used in this process (a reopened store, an agent server's
+# client, a worker process) still finds their classes. The name is only imported, never
+# called: the core does not depend on the tools.
+_BUILTIN_KINDS: dict[str, str] = {
+    "FileEditorAction": "cowconv.tools.file_editor",
+    "FileEditorObservation": "cowconv.tools.file_editor",
+    "TaskTrackerAction": "cowconv.tools.task_tracker",
+    "TaskTrackerObservation": "cowconv.tools.task_tracker",
+    "TerminalAction": "cowconv.tools.terminal",
+    "TerminalObservation": "cowconv.tools.terminal",
+}
+
+
 class Schema(Kinded):
     """Base of :class:`Action` and :class:`Observation`: a frozen model with a ``kind``.
 
     >>> issubclass(Action, Schema) and issubclass(Observation, Schema)
     True
+
+    A built-in tool's kind is found before its module was imported:
+
+    >>> type(Observation.model_validate({"kind": "TerminalObservation"})).__name__
+    'TerminalObservation'
     """
+
+    @classmethod
+    def _unknown_kind(cls, kind: str, data: dict[str, Any]) -> tuple[type[Kinded], dict[str, Any]]:
+        module = _BUILTIN_KINDS.get(kind)
+        if module is not None:
+            importlib.import_module(module)
+            target = cls._resolve_kind(kind)
+            if target is not None:
+                return target, data
+        return super()._unknown_kind(kind, data)
 
 
 class Action(Schema):
