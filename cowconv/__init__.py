@@ -32,9 +32,12 @@ from cowconv._exceptions import (
     ConversationRunningError,
     CorruptStoreError,
     CowconvError,
+    EditorToolParameterInvalidError,
+    EditorToolParameterMissingError,
     EventIndexError,
     EventNotFoundError,
     FileMissingError,
+    FileValidationError,
     FrozenInstanceError,
     InactiveServiceError,
     InvalidTypeError,
@@ -55,6 +58,7 @@ from cowconv._exceptions import (
     SuiteExistsError,
     SuiteNotFoundError,
     ToolArgumentError,
+    ToolError,
     UnsafeExposureError,
     WebSocketConnectionError,
     WorkspaceMissingError,
@@ -68,6 +72,12 @@ __version__ = "0.2.0"
 # the core (events, history, state, agent and LLM settings), and the LLM library, stores,
 # server and tools load when they are used.
 _LAZY = {
+    "agent_definition_to_factory": "cowconv.subagent",
+    "discover_agents": "cowconv.subagent",
+    "load_agents_from_dir": "cowconv.subagent",
+    "load_project_agents": "cowconv.subagent",
+    "load_user_agents": "cowconv.subagent",
+    "register_agent": "cowconv.subagent",
     "Agent": "cowconv.core.agent",
     "MCPClient": "cowconv.mcp.client",
     "MCPServer": "cowconv.core.mcp",
@@ -166,6 +176,7 @@ _LAZY = {
     "ToolDefinition": "cowconv.agent.tools",
     "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
+    "DeclaredResources": "cowconv.agent.tools",
     "Action": "cowconv.core.schema",
     "Observation": "cowconv.core.schema",
     "register_tool": "cowconv.agent.tools",
@@ -192,6 +203,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from cowconv.agent.tools import (
+        DeclaredResources,
         ToolDefinition,
         ToolExecutor,
         ToolResult,
@@ -289,6 +301,14 @@ if TYPE_CHECKING:
     from cowconv.mcp.tool import MCPToolDefinition
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
+    from cowconv.subagent import (
+        agent_definition_to_factory,
+        discover_agents,
+        load_agents_from_dir,
+        load_project_agents,
+        load_user_agents,
+        register_agent,
+    )
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
 
 
@@ -345,7 +365,10 @@ __all__ = [
     "ConversationVisualizerBase",
     "CorruptStoreError",
     "CowconvError",
+    "DeclaredResources",
     "DefaultConversationVisualizer",
+    "EditorToolParameterInvalidError",
+    "EditorToolParameterMissingError",
     "Event",
     "EventCallback",
     "EventIndexError",
@@ -356,6 +379,7 @@ __all__ = [
     "FULL_STATE_KEY",
     "FallbackStrategy",
     "FileMissingError",
+    "FileValidationError",
     "FrozenInstanceError",
     "GroupTotals",
     "HookExecutionEvent",
@@ -429,6 +453,7 @@ __all__ = [
     "Tool",
     "ToolArgumentError",
     "ToolDefinition",
+    "ToolError",
     "ToolExecutor",
     "ToolResult",
     "UnsafeExposureError",
@@ -440,15 +465,21 @@ __all__ = [
     "Workspace",
     "WorkspaceMissingError",
     "__version__",
+    "agent_definition_to_factory",
     "compare",
     "create_mcp_tools",
+    "discover_agents",
     "freeze",
     "get_logger",
     "iter_branches",
+    "load_agents_from_dir",
     "load_memory",
+    "load_project_agents",
     "load_project_skills",
     "load_skills_from_dir",
+    "load_user_agents",
     "load_user_skills",
+    "register_agent",
     "register_tool",
     "registered_tools",
     "resolve_tool",

@@ -34,6 +34,10 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── ServiceError (also RuntimeError)
     ├── StartError: the agent server cannot start (cowconv serve)
     ├── ToolArgumentError (also ValueError): a tool call's arguments do not fit the tool
+    │   └── ToolError: a tool refused its call (OpenHands' file editor classes and texts)
+    │       ├── EditorToolParameterInvalidError (parameter, value)
+    │       ├── EditorToolParameterMissingError (command, parameter)
+    │       └── FileValidationError (path, reason): a file too large, binary, not regular
     ├── UnsafeExposureError (also ValueError): a server open to other machines, no key
     ├── WorkspaceMissingError (also FileNotFoundError)
     ├── BranchError (index, conversation_id): one branch of a suite could not run
@@ -76,12 +80,15 @@ __all__ = [
     "ConversationExistsError",
     "ConversationNotFoundError",
     "ConversationRunError",
+    "ConversationRunningError",
     "CorruptStoreError",
     "CowconvError",
-    "ConversationRunningError",
+    "EditorToolParameterInvalidError",
+    "EditorToolParameterMissingError",
     "EventIndexError",
     "EventNotFoundError",
     "FileMissingError",
+    "FileValidationError",
     "FrozenInstanceError",
     "InactiveServiceError",
     "InvalidTypeError",
@@ -95,13 +102,14 @@ __all__ = [
     "SchemaVersionError",
     "ServiceError",
     "SkillValidationError",
-    "StoreError",
     "StartError",
+    "StoreError",
     "StoreLockedError",
     "SuiteError",
     "SuiteExistsError",
     "SuiteNotFoundError",
     "ToolArgumentError",
+    "ToolError",
     "UnsafeExposureError",
     "WebSocketConnectionError",
     "WorkspaceMissingError",
@@ -647,6 +655,61 @@ class ToolArgumentError(CowconvError, ValueError):
 
     The runtime shows this message to the model as the tool's result.
     """
+
+
+class ToolError(ToolArgumentError):
+    """A tool refused its call; ``message`` is the text the model is shown (OpenHands' class).
+
+    The file editor raises it (and its subclasses) for what it refuses;
+    its executor answers the message as an error observation.
+
+    >>> ToolError("No edit history found for /w/a.py.").message
+    'No edit history found for /w/a.py.'
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class EditorToolParameterMissingError(ToolError):
+    """A command was called without a parameter it needs (OpenHands' class and text).
+
+    >>> str(EditorToolParameterMissingError("create", "file_text"))
+    'Parameter `file_text` is required for command: create.'
+    """
+
+    def __init__(self, command: str, parameter: str) -> None:
+        super().__init__(f"Parameter `{parameter}` is required for command: {command}.")
+        self.command = command
+        self.parameter = parameter
+
+
+class EditorToolParameterInvalidError(ToolError):
+    """A parameter's value cannot be used, and why (OpenHands' class and text).
+
+    >>> str(EditorToolParameterInvalidError("insert_line", "9", "Out of range."))
+    'Invalid `insert_line` parameter: 9. Out of range.'
+    """
+
+    def __init__(self, parameter: str, value: str, hint: str | None = None) -> None:
+        text = f"Invalid `{parameter}` parameter: {value}."
+        super().__init__(f"{text} {hint}" if hint else text)
+        self.parameter = parameter
+        self.value = value
+
+
+class FileValidationError(ToolError):
+    """A file the tool cannot read or edit: too large, binary, not a regular file.
+
+    >>> str(FileValidationError("/w/blob", "File appears to be binary."))
+    'File validation failed for /w/blob: File appears to be binary.'
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"File validation failed for {path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class StartError(CowconvError):

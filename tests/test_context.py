@@ -31,6 +31,7 @@ from cowconv.context import (
 from cowconv.core.secrets import LookupSecret, SecretSource, StaticSecret
 from cowconv.testing import StubLLMServer
 from tests.conftest import open_backend
+from tests.strategies import texts
 
 GRUMPY = "When you see this message, reply like a grumpy cat."
 MAGIC = 'IMPORTANT! The user has said the magic word "flarglebargle".'
@@ -137,6 +138,76 @@ class TestSkill:
         skill = Skill(name="s", content="x")
         with pytest.raises(ValidationError):
             skill.content = "y"  # type: ignore[misc]
+
+
+_skills = st.lists(
+    st.builds(
+        Skill,
+        name=st.text(string.ascii_letters + "-_.", min_size=1, max_size=10),
+        content=texts,
+        trigger=st.none()
+        | st.builds(KeywordTrigger, keywords=st.lists(texts, min_size=1, max_size=3))
+        | st.builds(TaskTrigger, triggers=st.lists(texts, min_size=1, max_size=3)),
+        description=st.none() | texts,
+    ),
+    max_size=4,
+    unique_by=lambda skill: skill.name,
+)
+
+
+class TestRoundTrip:
+    @given(
+        skills=_skills,
+        suffix=st.none() | texts,
+        user_suffix=st.none() | texts,
+        when=st.none() | st.datetimes(timezones=st.timezones()) | texts,
+    )
+    def test_any_context_survives_json_and_says_the_same(
+        self,
+        skills: list[Skill],
+        suffix: str | None,
+        user_suffix: str | None,
+        when: object,
+    ):
+        """A context dumped to JSON and loaded back (from text or from a dict) is equal and
+        builds the same prompts."""
+        context = AgentContext(
+            skills=skills,
+            system_message_suffix=suffix,
+            user_message_suffix=user_suffix,
+            current_datetime=when,
+        )
+        text = context.model_dump_json()
+        for again in (
+            AgentContext.model_validate_json(text),
+            AgentContext.model_validate(json.loads(text)),
+        ):
+            assert again.get_system_message_suffix() == context.get_system_message_suffix()
+            assert again.skills == context.skills
+
+
+class TestMemory:
+    @given(
+        body=st.lists(st.text(string.ascii_letters + " -", max_size=40), max_size=60),
+        budget=st.integers(min_value=120, max_value=2000),
+    )
+    def test_an_index_is_cut_from_the_top_to_fit_the_budget(
+        self, body: list[str], budget: int, tmp_path_factory: pytest.TempPathFactory
+    ):
+        """The memory text fits the budget, keeps its header, and ends with the newest line."""
+        work = tmp_path_factory.mktemp("memory")
+        index = work / ".openhands" / "memory" / "MEMORY.md"
+        index.parent.mkdir(parents=True)
+        lines = [f"{n}: {text}" for n, text in enumerate(body)]
+        index.write_text("\n".join(lines))
+        memory = load_memory(work, char_budget=budget)
+        if not lines:
+            assert memory is None or "Project memory" not in memory
+            return
+        assert memory is not None
+        project = memory[memory.index("# Project memory") :]
+        assert len(project) <= budget
+        assert project.splitlines()[-1] == lines[-1].strip() or len(lines[-1]) > budget // 2
 
 
 class TestLoading:

@@ -7,7 +7,9 @@
     agent/, ports, tools/, mcp/ import only core (and _exceptions); tools/ and mcp/ also agent/
     backends/, stores/          import ports, core and agent; not each other
     everything else             the top: branches/, distributed/, agent_server/,
-                                conversation, guards, visualizer, testing, the CLI
+                                conversation, guards, visualizer, testing, the CLI,
+                                subagent/ and the sub-agent tools (tools/task,
+                                tools/delegate, tools/workflow)
 
 A module never imports a cowconv module inside a function (an import there
 is a door to a higher floor), except the CLI's import of the optional server.
@@ -116,6 +118,11 @@ RULES: dict[str, tuple[str, ...]] = {
     "stores": ("_exceptions", "_lazy", "core", "agent", "ports", "stores"),
 }
 
+# Tool packages on the top floor: a sub-agent tool runs a child Conversation (and shows it with
+# a visualiser), so it builds on the conversation, not only on core and agent. Nothing below
+# imports them: the tool registry loads them by name when an agent uses them.
+TOP_LAYER_TOOLS = ("tools.task", "tools.delegate", "tools.workflow")
+
 # (importer, imported prefix) allowed inside a function: optional extras only.
 FUNCTION_LEVEL_ALLOWED = {("_cli", "agent_server")}
 
@@ -135,6 +142,8 @@ def layer_violations(
     found = []
     for importer, imported in sorted((a, b) for a, targets in graph.items() for b in targets):
         name = _relative(importer, root)
+        if any(_under(name, top) for top in TOP_LAYER_TOOLS):
+            continue  # the top layer imports anything
         layer = next((layer for layer in rules if _under(name, layer)), None)
         if layer is None:
             continue  # the top layer imports anything

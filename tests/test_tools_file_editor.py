@@ -40,6 +40,7 @@ from cowconv import (
     Agent,
     Conversation,
     ConversationState,
+    CowconvError,
     InvalidTypeError,
     InvalidValueError,
     Message,
@@ -57,11 +58,15 @@ from cowconv.distributed import ProcessExecutor
 from cowconv.testing import StubLLMServer, StubReply, TestLLM
 from cowconv.tools.file_editor import (
     TOOL_DESCRIPTION,
+    EditorToolParameterInvalidError,
+    EditorToolParameterMissingError,
     FileEditor,
     FileEditorAction,
     FileEditorExecutor,
     FileEditorObservation,
     FileEditorTool,
+    FileValidationError,
+    ToolError,
     file_editor,
 )
 from cowconv.tools.file_editor.editor import MAX_HISTORY_PER_FILE, clip
@@ -692,6 +697,40 @@ class TestPaths:
         """A command outside the five is an invalid argument (the schema's enum)."""
         with pytest.raises(ToolArgumentError, match="command"):
             tool.validate_arguments({"command": "delete", "path": "/a"})
+
+
+class TestErrorClasses:
+    def test_the_editor_raises_openhands_classes(self, root: Path):
+        """FileEditor raises OpenHands' error classes, with their attributes; all are
+        ToolErrors, ToolArgumentErrors and CowconvErrors."""
+        editor = FileEditor(workspace_root=root)
+        with pytest.raises(EditorToolParameterMissingError) as missing:
+            editor(command="create", path=str(root / "a"))
+        assert (missing.value.command, missing.value.parameter) == ("create", "file_text")
+        with pytest.raises(EditorToolParameterInvalidError) as invalid:
+            editor(command="view", path="a")
+        assert (invalid.value.parameter, invalid.value.value) == ("path", "a")
+        (root / "blob").write_bytes(b"\x00\x01")
+        with pytest.raises(FileValidationError) as validation:
+            editor(command="view", path=str(root / "blob"))
+        assert validation.value.path == str(root / "blob")
+        assert validation.value.reason.startswith("File appears to be binary")
+        (root / "a").write_text("x")
+        with pytest.raises(ToolError) as no_match:
+            editor(command="str_replace", path=str(root / "a"), old_str="y", new_str="z")
+        assert no_match.value.message == str(no_match.value)
+        assert no_match.value.message.startswith("No replacement was performed")
+        for error in (missing, invalid, validation, no_match):
+            assert isinstance(error.value, ToolError | ToolArgumentError | CowconvError)
+
+    def test_the_executor_answers_them(self, root: Path):
+        """The executor answers a refusal as an error observation with the error's message."""
+        answer = FileEditorExecutor(workspace_root=str(root))(
+            FileEditorAction(command="create", path=str(root / "a"))
+        )
+        assert answer.is_error and answer.text == str(
+            EditorToolParameterMissingError("create", "file_text")
+        )
 
 
 class TestExecutorAndFunction:

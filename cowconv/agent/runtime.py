@@ -29,6 +29,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyrsistent import pmap
@@ -324,7 +325,10 @@ class Runner:
             except LLMError as llm_error:
                 self._finish(ExecutionStatus.ERROR, AgentErrorEvent(error=str(llm_error)))
                 return
-            produced, crashed, waits = self._act(response, tools, state, analyzed)
+            spent: dict[str, Usage] = {}  # the tool calls' own LLM usage (sub-agents)
+            produced, crashed, waits = self._act(
+                response, tools, state, analyzed, spent, agent.tool_concurrency_limit
+            )
             status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
             if waits:
                 status = ExecutionStatus.WAITING_FOR_CONFIRMATION
@@ -335,10 +339,14 @@ class Runner:
                 status: ExecutionStatus = status,
                 usage_id: str = agent.llm.usage_id,
                 usage: Usage = response.usage,
+                spent: Mapping[str, Usage] = spent,
             ) -> ConversationState:
+                stats = state.stats.record(usage_id, usage)
+                for tool_usage_id, tool_usage in spent.items():
+                    stats = stats.record(tool_usage_id, tool_usage)
                 return state._replace(
                     branch=extend_active(state, produced),
-                    stats=state.stats.record(usage_id, usage),
+                    stats=stats,
                     execution_status=status,
                 )
 
@@ -396,9 +404,17 @@ class Runner:
         tools: Mapping[str, ToolDefinition[Any]],
         state: ConversationState,
         analyzed: bool = False,
+        spent: dict[str, Usage] | None = None,
+        concurrency: int = 1,
     ) -> tuple[list[Event], bool, bool]:
         """The events of one answer (a message, or tool calls and their results), whether a
-        tool crashed, and whether the calls wait for confirmation (then they are not run)."""
+        tool crashed, and whether the calls wait for confirmation (then they are not run).
+
+        With ``concurrency`` above 1 (``Agent.tool_concurrency_limit``) the
+        calls run on that many threads, as in OpenHands' SDK: calls whose
+        tools declare a shared resource (by default: calls of one tool) wait
+        for each other; results are recorded in the order of the calls.
+        """
         if not response.tool_calls:
             message = MessageEvent(
                 source="agent",
@@ -414,16 +430,26 @@ class Runner:
         waits, analysis = confirmation_needed(state, actions)
         if waits:
             return [*actions, *analysis], False, True
-        results, crashed = self._run_calls(calls, tools)
+        results, crashed = self._run_calls(calls, tools, spent, concurrency)
         return [*actions, *analysis, *results], crashed, False
 
     def _run_calls(
         self,
         calls: Sequence[tuple[ActionEvent, ToolArgumentError | None]],
         tools: Mapping[str, ToolDefinition[Any]],
+        spent: dict[str, Usage] | None = None,
+        concurrency: int = 1,
     ) -> tuple[list[Event], bool]:
-        """Run tool calls in order (hooks around each): their results, and whether one crashed."""
+        """Run tool calls (hooks around each): their results, and whether one crashed.
+
+        They run in order when the conversation has hooks (each call's hooks see the
+        calls before it done), else on up to ``concurrency`` threads.
+        """
         hooks = self._hooks
+        if hooks is None and concurrency > 1 and len(calls) > 1:
+            concurrent = self._act_concurrently(calls, tools, spent, concurrency)
+            crashed = any(isinstance(result, AgentErrorEvent) for result in concurrent)
+            return concurrent, crashed
         results: list[Event] = []
         crashed = False
         for action, problem in calls:
@@ -451,12 +477,51 @@ class Runner:
                 if blocked is not None:
                     results.extend(rejections([action], blocked, "hook"))
                     continue
-            result = _execute(tools, action, problem)
+            result = _execute(tools, action, problem, spent)
             crashed = isinstance(result, AgentErrorEvent)
             results.append(result)
             if hooks is not None:
                 results.extend(hooks.post_tool_use(action, result))
         return results, crashed
+
+    def _act_concurrently(
+        self,
+        calls: Sequence[tuple[ActionEvent, ToolArgumentError | None]],
+        tools: Mapping[str, ToolDefinition[Any]],
+        spent: dict[str, Usage] | None,
+        concurrency: int,
+    ) -> list[Event]:
+        locks: dict[str, threading.Lock] = {}
+        keys = [sorted(_resource_keys(tools, action, problem)) for action, problem in calls]
+        for key in (key for held in keys for key in held):
+            locks.setdefault(key, threading.Lock())
+        spent_by_call: list[dict[str, Usage]] = [{} for _ in calls]
+
+        def run(index: int) -> Event:
+            action, problem = calls[index]
+            held = [locks[key] for key in keys[index]]
+            for lock in held:  # sorted keys: no two calls wait for each other in a cycle
+                lock.acquire()
+            try:
+                if self._interrupted:
+                    return AgentErrorEvent(
+                        error="not run: the run was interrupted",
+                        tool_call_id=action.tool_call_id,
+                        tool_name=action.tool_name,
+                    )
+                return _execute(tools, action, problem, spent_by_call[index])
+            finally:
+                for lock in reversed(held):
+                    lock.release()
+
+        workers = min(concurrency, len(calls))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cowconv-tool") as pool:
+            results = list(pool.map(run, range(len(calls))))
+        if spent is not None:
+            for call_spent in spent_by_call:
+                for usage_id, usage in call_spent.items():
+                    spent[usage_id] = spent.get(usage_id, Usage()) + usage
+        return results
 
     def _tools_for(self, agent: Agent) -> dict[str, ToolDefinition[Any]]:
         state = self._snapshot()
@@ -524,14 +589,37 @@ def _mcp_tools(agent: Agent) -> list[ToolDefinition[Any]]:
     return made
 
 
+def _resource_keys(
+    tools: Mapping[str, ToolDefinition[Any]],
+    action: ActionEvent,
+    problem: ToolArgumentError | None,
+) -> set[str]:
+    """The locks a call holds while it runs beside others: its declared resources, or its tool."""
+    tool = tools.get(action.tool_name)
+    if tool is None or problem is not None:
+        return set()  # answered at once, with an error observation
+    try:
+        declared = tool.declared_resources(tool.validate_arguments(action.arguments))
+    except ToolArgumentError:
+        return set()
+    except Exception:  # a tool's own declaration failing: run its calls one at a time
+        logger.exception("tool %r could not declare its resources", action.tool_name)
+        return {f"tool:{action.tool_name}"}
+    if not declared.declared:
+        return {f"tool:{action.tool_name}"}
+    return set(declared.keys)
+
+
 def _execute(
     tools: Mapping[str, ToolDefinition[Any]],
     action: ActionEvent,
     problem: ToolArgumentError | None = None,
+    spent: dict[str, Usage] | None = None,
 ) -> Event:
     """The result of one tool call: an observation, or an error if the tool crashed.
 
-    ``problem`` is why the call's arguments did not decode (see :func:`_action`).
+    ``problem`` is why the call's arguments did not decode (see :func:`_action`);
+    what the tool spent on LLMs of its own (:attr:`ToolResult.usage`) is added to ``spent``.
     """
 
     def observation(output: str, error: str) -> ObservationEvent:
@@ -562,6 +650,9 @@ def _execute(
             tool_call_id=action.tool_call_id,
             tool_name=name,
         )
+    if spent is not None and result.usage:
+        for usage_id, usage in result.usage.items():
+            spent[usage_id] = spent.get(usage_id, Usage()) + usage
     return ObservationEvent(
         tool_name=name,
         tool_call_id=action.tool_call_id,

@@ -97,6 +97,9 @@ TOOL_NAMES: Mapping[str, str] = {
     "terminal": "terminal",
     "file_editor": "file_editor",
     "task_tracker": "task_tracker",
+    # The sub-agent tools: they run the sub-agents registered in the server's process.
+    "task_tool_set": "task_tool_set",
+    "workflow_tool_set": "workflow_tool_set",
 }
 #: Other names OpenHands' agents have used for those tools (its class names, older releases).
 _TOOL_ALIASES = {
@@ -224,9 +227,8 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
 
     Honoured: ``llm`` (the :data:`LLM_FIELDS`), ``tools`` that cowconv has
     (others are left out: the agent gets fewer tools, never more),
-    ``filter_tools_regex``, ``system_prompt``, ``agent_context``, an ``LLMSummarizingCondenser``.
-    ``filter_tools_regex``, ``system_prompt``, ``mcp_config`` (its servers' tools are run), an
-    ``LLMSummarizingCondenser``.
+    ``filter_tools_regex``, ``system_prompt``, ``agent_context``, ``mcp_config`` (its servers'
+    tools are run), an ``LLMSummarizingCondenser``.
     Everything else is the caller's to keep. Raises :class:`Unsupported`
     (an :class:`~cowconv.InvalidValueError`) for another kind of agent.
 

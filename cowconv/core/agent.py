@@ -102,8 +102,10 @@ class Agent(CheckedModel):
     tool_concurrency_limit: int = Field(default=1, ge=1)
     """At most this many tool calls of one step run at once (OpenHands' SDK's setting).
 
-    Accepted and kept; cowconv runs a step's tool calls one at a time,
-    which every limit allows.
+    Above 1, a step's calls run on that many threads; calls whose tools
+    declare a shared resource (``ToolDefinition.declared_resources``; by
+    default, calls of one tool) still run one at a time. Results are
+    recorded in the order of the calls.
     """
     mcp_config: MCPConfig = Field(default_factory=pmap)
     """MCP servers whose tools the agent may call: name -> :class:`~cowconv.MCPServer`.

@@ -7,17 +7,17 @@ arguments. An :class:`Observation` is what the tool answered: content parts
 when it is defined, and validating through the base class returns the
 subclass the JSON's ``kind`` names.
 
->>> class GrepAction(Action):
+>>> class SearchAction(Action):
 ...     pattern: str
->>> class GrepObservation(Observation):
+>>> class SearchObservation(Observation):
 ...     pass
->>> action = GrepAction(pattern="fork")
+>>> action = SearchAction(pattern="fork")
 >>> type(Action.model_validate(action.model_dump())).__name__
-'GrepAction'
->>> observation = GrepObservation.from_text("a.py:1: fork", is_error=False)
+'SearchAction'
+>>> observation = SearchObservation.from_text("a.py:1: fork", is_error=False)
 >>> observation.text, observation.is_error
 ('a.py:1: fork', False)
->>> [part.text for part in GrepObservation.from_text("boom", is_error=True).to_llm_content]
+>>> [part.text for part in SearchObservation.from_text("boom", is_error=True).to_llm_content]
 ['[An error occurred during execution.]\\n', 'boom']
 """
 
@@ -31,7 +31,6 @@ from cowconv.core.message import ImageContent, TextContent
 
 __all__ = ["Action", "Observation", "Schema"]
 
-
 # The actions and observations of cowconv's built-in tools -> the module defining them, so a
 # history read before the tool was used in this process (a reopened store, an agent server's
 # client, a worker process) still finds their classes. The name is only imported, never
@@ -41,8 +40,12 @@ _BUILTIN_KINDS: dict[str, str] = {
     "FileEditorObservation": "cowconv.tools.file_editor",
     "TaskTrackerAction": "cowconv.tools.task_tracker",
     "TaskTrackerObservation": "cowconv.tools.task_tracker",
+    "TaskAction": "cowconv.tools.task",
+    "TaskObservation": "cowconv.tools.task",
     "TerminalAction": "cowconv.tools.terminal",
     "TerminalObservation": "cowconv.tools.terminal",
+    "WorkflowAction": "cowconv.tools.workflow",
+    "WorkflowObservation": "cowconv.tools.workflow",
 }
 
 

@@ -113,6 +113,12 @@ class TerminalSettings(BaseModel):
 
     timeout: float = Field(default=120.0, gt=0)
     max_output_bytes: int = Field(default=30_000, ge=64)
+    no_change_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="OpenHands' setting: a command that writes nothing new for this many "
+        "seconds is stopped and the model is given what it wrote (cowconv kills it).",
+    )
 
 
 class _Capture:
@@ -328,6 +334,7 @@ class TerminalTool(ToolDefinition[TerminalParams]):
         self._lock = threading.Lock()  # one command at a time
         self._state_lock = threading.Lock()
         self._secrets: dict[str, Callable[[], str | None]] = {}
+        self._went_quiet = False
 
     def use_secrets(self, secrets: Mapping[str, Callable[[], str | None]]) -> None:
         """Export a secret to a command that names it (any case); hide its value in output.
@@ -415,7 +422,13 @@ class TerminalTool(ToolDefinition[TerminalParams]):
             output = output.replace(value, "<secret-hidden>")
         cwd = self._cwd
         shown = None if cwd is None else _shown(cwd)
-        if timed_out:
+        if timed_out and self._went_quiet:
+            output += (
+                f"\n[no new output for {self.settings.no_change_timeout_seconds:g} s; the "
+                "command was killed with its process group. The next command starts a new "
+                f"shell in {shown}: variables and functions set before are gone]"
+            )
+        elif timed_out:
             output += (
                 f"\n[command timed out after {timeout:g} s; it was killed with its process "
                 f"group. The next command starts a new shell in {shown}: variables and "
@@ -434,13 +447,25 @@ class TerminalTool(ToolDefinition[TerminalParams]):
         return ToolResult(output=output, exit_code=exit_code, extra=extra)
 
     def _collect(self, session: _Session, reader: _Reader, timeout: float) -> bool:
-        """Read output until the end marker (True if the command had to be killed)."""
+        """Read output until the end marker (True if the command had to be killed).
+
+        With ``no_change_timeout_seconds``, a command silent that long is
+        killed too (``self._went_quiet`` says so).
+        """
         deadline = time.monotonic() + timeout
+        quiet = self.settings.no_change_timeout_seconds
+        last_output = time.monotonic()
         exited_at: float | None = None
+        self._went_quiet = False
         with selectors.DefaultSelector() as selector:
             selector.register(session.fd, selectors.EVENT_READ)
             while True:
                 now = time.monotonic()
+                if quiet is not None and exited_at is None and now - last_output >= quiet:
+                    self._went_quiet = True
+                    session.kill()
+                    reader.flush()
+                    return True
                 if now >= deadline:
                     session.kill()
                     reader.flush()
@@ -460,6 +485,7 @@ class TerminalTool(ToolDefinition[TerminalParams]):
                     reader.flush()
                     session.process.wait()
                     return False
+                last_output = time.monotonic()
                 if reader.add(data):
                     return False
 

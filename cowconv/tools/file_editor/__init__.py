@@ -18,15 +18,33 @@ from cowconv.tools.file_editor.definition import (
     FileEditorObservation,
     FileEditorTool,
 )
-from cowconv.tools.file_editor.editor import FileEditor
+from cowconv.tools.file_editor.editor import (
+    DIRECTORY_CONTENT_TRUNCATED_NOTICE,
+    MAX_RESPONSE_LEN_CHAR,
+    TEXT_FILE_CONTENT_TRUNCATED_NOTICE,
+    FileEditor,
+)
+from cowconv.tools.file_editor.exceptions import (
+    EditorToolParameterInvalidError,
+    EditorToolParameterMissingError,
+    FileValidationError,
+    ToolError,
+)
 from cowconv.tools.file_editor.impl import FileEditorExecutor, file_editor
 
 __all__ = [
-    "TOOL_DESCRIPTION",
+    "DIRECTORY_CONTENT_TRUNCATED_NOTICE",
+    "EditorToolParameterInvalidError",
+    "EditorToolParameterMissingError",
     "FileEditor",
     "FileEditorAction",
     "FileEditorExecutor",
     "FileEditorObservation",
     "FileEditorTool",
+    "FileValidationError",
+    "MAX_RESPONSE_LEN_CHAR",
+    "TEXT_FILE_CONTENT_TRUNCATED_NOTICE",
+    "TOOL_DESCRIPTION",
+    "ToolError",
     "file_editor",
 ]

@@ -22,7 +22,12 @@ from cowconv.tools.file_editor.editor import HISTORY_KEY
 from cowconv.tools.file_editor.impl import FileEditorExecutor
 from cowconv.tools.file_editor.schema import FileEditorAction, FileEditorObservation
 
-__all__ = ["TOOL_DESCRIPTION", "FileEditorAction", "FileEditorObservation", "FileEditorTool"]
+__all__ = [
+    "FileEditorAction",
+    "FileEditorObservation",
+    "FileEditorTool",
+    "TOOL_DESCRIPTION",
+]
 
 #: What the model is told about the tool: OpenHands' SDK's text (the working directory follows).
 TOOL_DESCRIPTION = """Custom editing tool for viewing, creating and editing files in plain-text format

@@ -21,7 +21,7 @@ that leads outside it (after ``..`` and symlinks are resolved) is refused,
 and the undo history is data rebuilt from the conversation's own events
 (:meth:`FileEditor.restore`), so a fork undoes only its own edits.
 
-Every refusal is a :class:`~cowconv.ToolArgumentError` whose message is the
+Every refusal is a :class:`~cowconv.ToolError` whose message is the
 text OpenHands' SDK answers; :class:`~cowconv.tools.file_editor.FileEditorExecutor`
 turns it into an error observation. Nothing is written when a call is refused.
 """
@@ -40,16 +40,23 @@ from pathlib import Path
 
 from pyrsistent import PMap, pmap
 
-from cowconv._exceptions import ToolArgumentError
+from cowconv._exceptions import (
+    EditorToolParameterInvalidError,
+    EditorToolParameterMissingError,
+    FileValidationError,
+    ToolError,
+)
 from cowconv.core.events import Event, ObservationEvent
 from cowconv.core.message import ImageContent, TextContent
 from cowconv.tools.file_editor.schema import COMMANDS, FileEditorObservation
 
 __all__ = [
+    "DIRECTORY_CONTENT_TRUNCATED_NOTICE",
     "FileEditor",
     "HISTORY_KEY",
     "MAX_HISTORY_PER_FILE",
     "MAX_RESPONSE_LEN_CHAR",
+    "TEXT_FILE_CONTENT_TRUNCATED_NOTICE",
     "clip",
 ]
 
@@ -63,12 +70,14 @@ MAX_HISTORY_PER_FILE = 10
 HISTORY_KEY = "workspace_file"
 
 _CLIPPED = "<response clipped><NOTE>Due to the max output limit, only part of "
-_TEXT_CLIPPED = (
+#: What replaces the middle of a long file's text (OpenHands' notice).
+TEXT_FILE_CONTENT_TRUNCATED_NOTICE = (
     _CLIPPED + "this file has been shown to you. You should retry this tool after you have "
     "searched inside the file with `grep -n` in order to find the line numbers of what you "
     "are looking for.</NOTE>"
 )
-_DIRECTORY_CLIPPED = (
+#: What replaces the middle of a long directory listing (OpenHands' notice).
+DIRECTORY_CONTENT_TRUNCATED_NOTICE = (
     _CLIPPED + "this directory has been shown to you. You should use `ls -la` instead to "
     "view large directories incrementally.</NOTE>"
 )
@@ -79,7 +88,11 @@ _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 _FALLBACK_ENCODINGS = ("cp1252", "latin-1")
 
 
-def clip(content: str, limit: int = MAX_RESPONSE_LEN_CHAR, notice: str = _TEXT_CLIPPED) -> str:
+def clip(
+    content: str,
+    limit: int = MAX_RESPONSE_LEN_CHAR,
+    notice: str = TEXT_FILE_CONTENT_TRUNCATED_NOTICE,
+) -> str:
     """``content`` cut in the middle to at most ``limit`` characters, ``notice`` marking the cut.
 
     The head gets the odd character; a notice longer than the limit is itself cut.
@@ -99,13 +112,12 @@ def clip(content: str, limit: int = MAX_RESPONSE_LEN_CHAR, notice: str = _TEXT_C
     return content[:head] + notice + (content[-tail:] if tail > 0 else "")
 
 
-def _refuse(parameter: str, value: object, hint: str | None = None) -> ToolArgumentError:
-    text = f"Invalid `{parameter}` parameter: {value}."
-    return ToolArgumentError(f"Invalid `{parameter}` parameter: {value}. {hint}" if hint else text)
+def _refuse(parameter: str, value: object, hint: str | None = None) -> ToolError:
+    return EditorToolParameterInvalidError(parameter, str(value), hint)
 
 
-def _missing(command: str, parameter: str) -> ToolArgumentError:
-    return ToolArgumentError(f"Parameter `{parameter}` is required for command: {command}.")
+def _missing(command: str, parameter: str) -> ToolError:
+    return EditorToolParameterMissingError(command, parameter)
 
 
 def _split_newlines(text: str) -> list[str]:
@@ -138,11 +150,11 @@ class FileEditor:
     >>> editor(command="view", path="notes.txt")
     Traceback (most recent call last):
     ...
-    cowconv._exceptions.ToolArgumentError: Invalid `path` parameter: notes.txt. The path should ...
+    cowconv._exceptions.EditorToolParameterInvalidError: Invalid `path` parameter: notes.txt. ...
     >>> editor(command="view", path="/etc/hostname")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    cowconv._exceptions.ToolArgumentError: Invalid `path` parameter: /etc/hostname. The path is ...
+    cowconv._exceptions.EditorToolParameterInvalidError: Invalid `path` parameter: /etc/hostname...
     """
 
     MAX_FILE_SIZE_MB: int = 10
@@ -275,17 +287,17 @@ class FileEditor:
         new_str: str | None = None,
         insert_line: int | None = None,
     ) -> FileEditorObservation:
-        """Run one command on ``path``; a refusal is a :class:`~cowconv.ToolArgumentError`.
+        """Run one command on ``path``; a refusal is a :class:`~cowconv.ToolError`.
 
         A successful edit is added to the undo history before it is answered.
 
         >>> FileEditor()(command="delete", path="/tmp")
         Traceback (most recent call last):
         ...
-        cowconv._exceptions.ToolArgumentError: Unrecognized command delete. The allowed ...
+        cowconv._exceptions.ToolError: Unrecognized command delete. The allowed ...
         """
         if command not in COMMANDS:
-            raise ToolArgumentError(
+            raise ToolError(
                 f"Unrecognized command {command}. The allowed commands for "
                 f"{type(self).__name__} tool are: {', '.join(COMMANDS)}"
             )
@@ -381,28 +393,30 @@ class FileEditor:
         try:
             size = os.path.getsize(real)
         except OSError as error:
-            raise ToolArgumentError(f"Ran into {error} while trying to read {path}") from None
+            raise ToolError(f"Ran into {error} while trying to read {path}") from None
         if not real.is_file():
             # A pipe or a device would block the read, or never end it.
-            raise ToolArgumentError(
-                f"File validation failed for {path}: File is not a regular file (a pipe, a "
-                "socket or a device) and cannot be read or edited by this tool."
+            raise FileValidationError(
+                str(path),
+                "File is not a regular file (a pipe, a socket or a device) and cannot be read "
+                "or edited by this tool.",
             )
         if size > self._max_file_size:
-            raise ToolArgumentError(
-                f"File validation failed for {path}: File is too large "
-                f"({size / 1024 / 1024:.1f}MB). Maximum allowed size is "
-                f"{int(self._max_file_size / 1024 / 1024)}MB."
+            raise FileValidationError(
+                str(path),
+                f"File is too large ({size / 1024 / 1024:.1f}MB). Maximum allowed size is "
+                f"{int(self._max_file_size / 1024 / 1024)}MB.",
             )
         try:
             raw = real.read_bytes()
         except OSError as error:
-            raise ToolArgumentError(f"Ran into {error} while trying to read {path}") from None
+            raise ToolError(f"Ran into {error} while trying to read {path}") from None
         decoded = _decode(raw)
         if decoded is None:
-            raise ToolArgumentError(
-                f"File validation failed for {path}: File appears to be binary and this file "
-                "type cannot be read or edited by this tool."
+            raise FileValidationError(
+                str(path),
+                "File appears to be binary and this file type cannot be read or edited by this "
+                "tool.",
             )
         text, encoding = decoded
         # As a file opened in text mode reads: \r\n and \r are \n.
@@ -420,15 +434,13 @@ class FileEditor:
             try:
                 data = text.encode("utf-8")
             except UnicodeEncodeError as error:  # a lone surrogate: no file can hold it
-                raise ToolArgumentError(
-                    f"Ran into {error} while trying to write to {path}"
-                ) from None
+                raise ToolError(f"Ran into {error} while trying to write to {path}") from None
         try:
             handle = tempfile.NamedTemporaryFile(
                 dir=real.parent, prefix=f".{real.name}.", suffix=".tmp", delete=False
             )
         except OSError as error:
-            raise ToolArgumentError(f"Ran into {error} while trying to write to {path}") from None
+            raise ToolError(f"Ran into {error} while trying to write to {path}") from None
         temporary = Path(handle.name)
         try:
             with handle:
@@ -438,7 +450,7 @@ class FileEditor:
             os.replace(temporary, real)
         except OSError as error:
             temporary.unlink(missing_ok=True)
-            raise ToolArgumentError(f"Ran into {error} while trying to write to {path}") from None
+            raise ToolError(f"Ran into {error} while trying to write to {path}") from None
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
@@ -510,7 +522,7 @@ class FileEditor:
                 f"\n{hidden} hidden files/directories in this directory are excluded. You can "
                 f"use 'ls -la {path}' to see them."
             )
-        output = clip("\n".join(parts), notice=_DIRECTORY_CLIPPED)
+        output = clip("\n".join(parts), notice=DIRECTORY_CONTENT_TRUNCATED_NOTICE)
         return FileEditorObservation.from_text(output, command="view", path=str(path))
 
     def _listing(self, path: Path, real: Path) -> list[str]:
@@ -540,7 +552,7 @@ class FileEditor:
         try:
             data = real.read_bytes()
         except OSError as error:
-            raise ToolArgumentError(f"Failed to read image file {path}: {error}") from None
+            raise ToolError(f"Failed to read image file {path}: {error}") from None
         mime, _ = mimetypes.guess_type(str(real))
         if not mime or not mime.startswith("image/"):
             mime = "image/png"
@@ -566,13 +578,13 @@ class FileEditor:
             old_str = old_str.strip()
             found = _occurrences(content, old_str)
             if not found:
-                raise ToolArgumentError(
+                raise ToolError(
                     f"No replacement was performed, old_str `{old_str}` did not appear "
                     f"verbatim in {path}."
                 )
         if len(found) > 1:
             numbers = sorted({line for line, _ in found})
-            raise ToolArgumentError(
+            raise ToolError(
                 f"No replacement was performed. Multiple occurrences of old_str `{old_str}` in "
                 f"lines {numbers}. Please ensure it is unique."
             )
@@ -637,7 +649,7 @@ class FileEditor:
         text = self._read(path, real)
         entries = self._history.get(self.history_key(real), ())
         if not entries:
-            raise ToolArgumentError(f"No edit history found for {path}.")
+            raise ToolError(f"No edit history found for {path}.")
         previous = entries[-1]
         self._write(path, real, previous, text.encoding)
         return FileEditorObservation.from_text(

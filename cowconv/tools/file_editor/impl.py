@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from cowconv._exceptions import ToolArgumentError
+from cowconv._exceptions import ToolError
 from cowconv.agent.tools import ToolExecutor
 from cowconv.core.events import Event
 from cowconv.tools.file_editor.editor import FileEditor
@@ -91,7 +91,7 @@ def _answer(
             new_str=action.new_str,
             insert_line=action.insert_line,
         )
-    except ToolArgumentError as refusal:
+    except ToolError as refusal:
         return FileEditorObservation.from_text(str(refusal), is_error=True, command=command)
 
 
