@@ -411,6 +411,21 @@ class TestConversationWithMCP:
             source.close()
         assert process_gone(source_pid)
 
+    def test_parallel_calls_share_one_session(self, tmp_path: Path):
+        """tool_concurrency_limit=2: a step's two calls run at once on the one session."""
+        calls = [MessageToolCall(id=f"c{i}", name="session_calls", arguments="{}") for i in (1, 2)]
+        llm = TestLLM.from_messages(
+            [Message(role="assistant", content="", tool_calls=calls), answer("two")]
+        )
+        agent = Agent(llm=llm, mcp_config={"test": test_server()}, tool_concurrency_limit=2)
+        with Conversation(agent=agent, workspace=str(tmp_path)) as conversation:
+            conversation.send_message("Count twice.")
+            conversation.run()
+            outputs = sorted(observation.output for observation in observations(conversation))
+            pids = {output.rsplit(" ", 1)[1] for output in outputs}
+            assert [output.split(" in ")[0][-6:] for output in outputs] == ["call 1", "call 2"]
+            assert len(pids) == 1
+
     def test_interrupt_ends_a_call_in_flight(self, tmp_path: Path):
         """interrupt() closes the sessions: the call in flight ends as an error, the run pauses."""
         marker = tmp_path / "call-started"
