@@ -142,6 +142,7 @@ _LAZY = {
     "Role": "cowconv.core.events",
     "SystemPromptEvent": "cowconv.core.events",
     "TextContent": "cowconv.core.events",
+    "content_to_str": "cowconv.core.message",
     "MAX_DEPTH": "cowconv.core.frozen",
     "freeze": "cowconv.core.frozen",
     "thaw": "cowconv.core.frozen",
@@ -159,6 +160,13 @@ _LAZY = {
     "MultimodalRouter": "cowconv.core.llm_router",
     "RandomRouter": "cowconv.core.llm_router",
     "RouterLLM": "cowconv.core.llm_router",
+    "GoalContinue": "cowconv.goal",
+    "GoalController": "cowconv.goal",
+    "GoalDone": "cowconv.goal",
+    "GoalOutcome": "cowconv.goal",
+    "GoalVerdict": "cowconv.goal",
+    "judge_goal": "cowconv.goal",
+    "run_goal": "cowconv.goal",
     # litellm's class (OpenHands' openhands.sdk.llm.streaming name): loads litellm when used.
     "ModelResponseStream": "cowconv.streaming",
     "StateSink": "cowconv.ports",
@@ -296,6 +304,15 @@ if TYPE_CHECKING:
     from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
+    from cowconv.goal import (
+        GoalContinue,
+        GoalController,
+        GoalDone,
+        GoalOutcome,
+        GoalVerdict,
+        judge_goal,
+        run_goal,
+    )
     from cowconv.logger import get_logger
     from cowconv.mcp.client import MCPClient, create_mcp_tools
     from cowconv.mcp.tool import MCPToolDefinition
@@ -381,6 +398,11 @@ __all__ = [
     "FileMissingError",
     "FileValidationError",
     "FrozenInstanceError",
+    "GoalContinue",
+    "GoalController",
+    "GoalDone",
+    "GoalOutcome",
+    "GoalVerdict",
     "GroupTotals",
     "HookExecutionEvent",
     "ImageContent",
@@ -467,11 +489,13 @@ __all__ = [
     "__version__",
     "agent_definition_to_factory",
     "compare",
+    "content_to_str",
     "create_mcp_tools",
     "discover_agents",
     "freeze",
     "get_logger",
     "iter_branches",
+    "judge_goal",
     "load_agents_from_dir",
     "load_memory",
     "load_project_agents",
@@ -485,5 +509,6 @@ __all__ = [
     "resolve_tool",
     "resume_suite",
     "run_branches",
+    "run_goal",
     "thaw",
 ]

@@ -69,6 +69,7 @@ from cowconv.core.history import EventLog
 from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationID, id_dir_name, id_text, public_id
 from cowconv.core.llm import LLM, LLMMetrics, TokenCallbackType, streaming_to
+from cowconv.core.llm_profiles import LLMProfileStore
 from cowconv.core.secrets import SecretSource
 from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
@@ -683,6 +684,31 @@ class Conversation:
                 "fork(agent=...) with the new LLM"
             )
         self._backend.commit(_SwitchLLM(llm))
+
+    def switch_profile(
+        self, profile_name: str, *, profile_store: LLMProfileStore | None = None
+    ) -> None:
+        """Run the agent with the LLM saved as profile ``profile_name`` from now on.
+
+        As OpenHands' SDK's ``switch_profile``: the profile is loaded from
+        ``profile_store`` (default: an :class:`~cowconv.LLMProfileStore` in its
+        default directory), its ``usage_id`` becomes ``"profile:<name>"`` (so
+        the stats keep its calls apart), and :meth:`switch_llm` installs it.
+        A missing profile is a :class:`~cowconv.FileMissingError`
+        (``FileNotFoundError``).
+
+        >>> import tempfile
+        >>> from cowconv import LLM, Agent, Conversation, LLMProfileStore
+        >>> store = LLMProfileStore(tempfile.mkdtemp())
+        >>> store.save("mini", LLM(model="openai/gpt-4o-mini"))
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.switch_profile("mini", profile_store=store)
+        >>> conversation.agent.llm.model, conversation.agent.llm.usage_id
+        ('openai/gpt-4o-mini', 'profile:mini')
+        """
+        store = profile_store if profile_store is not None else LLMProfileStore()
+        loaded = store.load(profile_name)
+        self.switch_llm(loaded.model_copy(update={"usage_id": f"profile:{profile_name}"}))
 
     def navigate_to(self, event_id: str | None) -> None:
         """Move the active branch to end at ``event_id`` (``None``: empty), in O(b log n).

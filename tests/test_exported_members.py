@@ -34,7 +34,10 @@ class TestExports:
         import cowconv.testing
         import cowconv.tools.browser_use
         import cowconv.tools.file_editor
+        import cowconv.tools.planning_file_editor
         import cowconv.tools.preset.default
+        import cowconv.tools.preset.planning
+        import cowconv.tools.search
         import cowconv.tools.task_tracker
         import cowconv.tools.terminal
 
@@ -48,7 +51,10 @@ class TestExports:
             cowconv.testing,
             cowconv.tools.browser_use,
             cowconv.tools.file_editor,
+            cowconv.tools.planning_file_editor,
             cowconv.tools.preset.default,
+            cowconv.tools.preset.planning,
+            cowconv.tools.search,
             cowconv.tools.task_tracker,
             cowconv.tools.terminal,
         )

@@ -79,6 +79,9 @@ _BUILTINS = {
     "browser_tool_set": "cowconv.tools.browser_use",
     "task_tool_set": "cowconv.tools.task",
     "workflow_tool_set": "cowconv.tools.workflow",
+    "glob": "cowconv.tools.search",
+    "grep": "cowconv.tools.search",
+    "planning_file_editor": "cowconv.tools.planning_file_editor",
 }
 _REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()

@@ -100,6 +100,9 @@ TOOL_NAMES: Mapping[str, str] = {
     # The sub-agent tools: they run the sub-agents registered in the server's process.
     "task_tool_set": "task_tool_set",
     "workflow_tool_set": "workflow_tool_set",
+    "glob": "glob",
+    "grep": "grep",
+    "planning_file_editor": "planning_file_editor",
 }
 #: Other names OpenHands' agents have used for those tools (its class names, older releases).
 _TOOL_ALIASES = {
@@ -108,6 +111,9 @@ _TOOL_ALIASES = {
     "FileEditorTool": "file_editor",
     "str_replace_editor": "file_editor",
     "TaskTrackerTool": "task_tracker",
+    "GlobTool": "glob",
+    "GrepTool": "grep",
+    "PlanningFileEditorTool": "planning_file_editor",
 }
 _TOOLS_BACK = {**_TOOL_ALIASES, **{theirs: ours for ours, theirs in TOOL_NAMES.items()}}
 

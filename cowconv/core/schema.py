@@ -38,6 +38,10 @@ __all__ = ["Action", "Observation", "Schema"]
 _BUILTIN_KINDS: dict[str, str] = {
     "FileEditorAction": "cowconv.tools.file_editor",
     "FileEditorObservation": "cowconv.tools.file_editor",
+    "GlobAction": "cowconv.tools.search",
+    "GlobObservation": "cowconv.tools.search",
+    "GrepAction": "cowconv.tools.search",
+    "GrepObservation": "cowconv.tools.search",
     "TaskTrackerAction": "cowconv.tools.task_tracker",
     "TaskTrackerObservation": "cowconv.tools.task_tracker",
     "TaskAction": "cowconv.tools.task",

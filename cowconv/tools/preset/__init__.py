@@ -8,8 +8,10 @@
 
 :mod:`cowconv.tools.preset.default` holds the default coding agent (the
 terminal, the file editor and the task tracker, with OpenHands' condenser
-settings). A preset is plain configuration: it forks and serialises like
-any agent, and ``model_copy(update=...)`` adjusts it.
+settings); :mod:`cowconv.tools.preset.planning` the planning agent (it
+searches and reads, and writes only its ``PLAN.md``). A preset is plain
+configuration: it forks and serialises like any agent, and
+``model_copy(update=...)`` adjusts it.
 """
 
 from cowconv.tools.preset.default import (
@@ -18,10 +20,12 @@ from cowconv.tools.preset.default import (
     get_default_tools,
     register_default_tools,
 )
+from cowconv.tools.preset.planning import get_planning_agent
 
 __all__ = [
     "get_default_agent",
     "get_default_condenser",
     "get_default_tools",
+    "get_planning_agent",
     "register_default_tools",
 ]
