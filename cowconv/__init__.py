@@ -141,6 +141,7 @@ _LAZY = {
     "MemoryStore": "cowconv.stores",
     "SQLiteStore": "cowconv.stores",
     "Store": "cowconv.stores",
+    "SnapshotStore": "cowconv.workspaces",
     "ToolDefinition": "cowconv.agent.tools",
     "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
@@ -234,6 +235,7 @@ if TYPE_CHECKING:
     from cowconv.ports import Backend, BranchExecutor, EventCallback, StateSink
     from cowconv.stores import MemoryStore, SQLiteStore, Store
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
+    from cowconv.workspaces import SnapshotStore
 
 
 __getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
@@ -332,6 +334,7 @@ __all__ = [
     "SecurityRisk",
     "ServiceError",
     "SharedPrefix",
+    "SnapshotStore",
     "SourceType",
     "StartError",
     "StateSink",

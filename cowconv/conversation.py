@@ -72,6 +72,7 @@ from cowconv.visualizer import (
     VisualizerSetting,
     make_visualizer,
 )
+from cowconv.workspaces.recording import fork_workspace, restore_snapshot
 
 if TYPE_CHECKING:
     import httpx
@@ -635,6 +636,7 @@ class Conversation:
         reset_metrics: bool = True,
         from_event_id: str | None = None,
         callbacks: Iterable[EventCallback] = (),
+        workspace: str | os.PathLike[str] = "shared",
     ) -> Self:
         """A new, independent conversation with this one's history, in O(1).
 
@@ -646,6 +648,10 @@ class Conversation:
         including that event (:class:`~cowconv.EventNotFoundError` if there is
         none). Nothing done to either side afterwards is seen by the other.
         ``callbacks`` are the fork's own (the source's are not inherited).
+        ``workspace="copy"`` (or a path) gives the fork its own directory with
+        the files as they were at the fork point, now or at ``from_event_id``
+        (:mod:`cowconv.workspaces`; ``docs/workspaces.md``); ``"shared"``, the
+        default, shares the source's directory as OpenHands' SDK does.
 
         >>> from cowconv import LLM, Agent, Conversation
         >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
@@ -662,11 +668,16 @@ class Conversation:
             and tags is None
             and reset_metrics is True
             and from_event_id is None
+            and isinstance(workspace, str)
+            and workspace == "shared"
         ):
             spec = _PLAIN_FORK  # the plain fork (the one the benchmark times): nothing to check
         else:
             spec = self._fork_spec(
                 conversation_id, agent, title, tags, reset_metrics, from_event_id
+            )
+            spec = spec._replace(
+                workspace=fork_workspace(self._backend.snapshot(), workspace, from_event_id)
             )
         if self._fork_extras is None and not self._forks_its_own_way:
             return type(self)._holding(self._backend.fork(spec, callbacks))
@@ -716,6 +727,27 @@ class Conversation:
         if delete_on_close is not None:
             fork.delete_on_close = delete_on_close
         return fork
+
+    def restore_workspace(self, event_id: str | None = None) -> str:
+        """Put the workspace's files back as they were at ``event_id``; the snapshot id of the
+        files just before (``restore_workspace`` of an event after it undoes this).
+
+        Needs a workspace that records snapshots (``Workspace(snapshot_store=...)``);
+        ``event_id`` ``None`` is the last snapshot of the active branch. The events do
+        not change, and ``navigate_to`` never moves files: this is the one call that does.
+
+        >>> import tempfile
+        >>> from cowconv import LLM, Agent, Conversation, Workspace
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=Workspace(
+        ...     working_dir=tempfile.mkdtemp(), snapshot_store=tempfile.mkdtemp()))
+        >>> conversation.restore_workspace()
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.InvalidValueError: no workspace snapshot is recorded at or before...
+        """
+        if event_id is not None and not isinstance(event_id, str):
+            raise InvalidTypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
+        return restore_snapshot(self._backend.snapshot(), event_id)
 
     # -- running -------------------------------------------------------------
 

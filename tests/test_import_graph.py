@@ -4,7 +4,8 @@
 
     _exceptions, _lazy          error classes; lazy package attributes (import nothing)
     core/                       imports nothing of cowconv but _exceptions
-    agent/, ports, tools/       import only core (and _exceptions)
+    workspaces/                 imports only core: the workspace snapshot store
+    agent/, ports, tools/       import only core and workspaces (and _exceptions)
     backends/, stores/          import ports, core and agent; not each other
     everything else             the top: branches/, distributed/, agent_server/,
                                 conversation, guards, visualizer, testing, the CLI
@@ -107,11 +108,13 @@ RULES: dict[str, tuple[str, ...]] = {
     "_exceptions": (),
     "_lazy": (),
     "core": ("_exceptions", "_lazy", "core"),
-    "agent": ("_exceptions", "_lazy", "core", "agent"),
+    # The runtime records a workspace snapshot around each tool call (cowconv.workspaces).
+    "agent": ("_exceptions", "_lazy", "core", "agent", "workspaces"),
+    "workspaces": ("_exceptions", "_lazy", "core", "workspaces"),
     "ports": ("_exceptions", "_lazy", "core"),
-    "tools": ("_exceptions", "_lazy", "core", "agent", "tools"),
-    "backends": ("_exceptions", "_lazy", "core", "agent", "ports", "backends"),
-    "stores": ("_exceptions", "_lazy", "core", "agent", "ports", "stores"),
+    "tools": ("_exceptions", "_lazy", "core", "agent", "workspaces", "tools"),
+    "backends": ("_exceptions", "_lazy", "core", "agent", "workspaces", "ports", "backends"),
+    "stores": ("_exceptions", "_lazy", "core", "agent", "workspaces", "ports", "stores"),
 }
 
 # (importer, imported prefix) allowed inside a function: optional extras only.

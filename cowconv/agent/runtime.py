@@ -62,6 +62,8 @@ from cowconv.core.state import (
 )
 from cowconv.core.tree import extend_active
 from cowconv.core.usage import Usage
+from cowconv.core.workspace import Workspace
+from cowconv.workspaces.recording import record_snapshot
 
 __all__ = ["Runner", "build_messages"]
 
@@ -92,7 +94,7 @@ def _user_message_since(events: EventLog, position: int) -> bool:
 
 
 def _action(
-    response: LLMResponse, call: LLMToolCall, thought: str
+    response: LLMResponse, call: LLMToolCall, thought: str, workspace_snapshot: str | None = None
 ) -> tuple[ActionEvent, ToolArgumentError | None]:
     """The event recording a tool call, and why its arguments are unusable (``None``: usable).
 
@@ -113,6 +115,7 @@ def _action(
         arguments=arguments,
         thought=thought,
         llm_response_id=response.id,
+        workspace_snapshot=workspace_snapshot,
     )
     return action, problem
 
@@ -336,8 +339,12 @@ class Runner:
                 llm_response_id=response.id,
             )
             return [message], False
+        # The files before the step's calls run (a workspace that records snapshots): what a
+        # fork from an event before them gets, direct edits since the last call included.
+        workspace = self._snapshot().workspace
+        before = record_snapshot(workspace)
         calls = [
-            _action(response, call, response.content if index == 0 else "")
+            _action(response, call, response.content if index == 0 else "", before)
             for index, call in enumerate(response.tool_calls)
         ]
         results: list[Event] = []
@@ -361,7 +368,7 @@ class Runner:
                     )
                 )
                 continue
-            result = _execute(tools, action, problem)
+            result = _execute(tools, action, problem, workspace)
             crashed = isinstance(result, AgentErrorEvent)
             results.append(result)
         return [*(action for action, _ in calls), *results], crashed
@@ -395,10 +402,13 @@ def _execute(
     tools: Mapping[str, ToolDefinition[Any]],
     action: ActionEvent,
     problem: ToolArgumentError | None = None,
+    workspace: Workspace | None = None,
 ) -> Event:
     """The result of one tool call: an observation, or an error if the tool crashed.
 
-    ``problem`` is why the call's arguments did not decode (see :func:`_action`).
+    ``problem`` is why the call's arguments did not decode (see :func:`_action`). A
+    ``workspace`` that records snapshots is snapshotted after the call, and the
+    observation names that snapshot.
     """
 
     def observation(output: str, error: str) -> ObservationEvent:
@@ -437,4 +447,5 @@ def _execute(
         extra=dict(result.extra) if result.extra is not None else None,
         observation=result.observation,
         action_id=action.id if result.observation is not None else None,
+        workspace_snapshot=None if workspace is None else record_snapshot(workspace),
     )

@@ -381,8 +381,15 @@ class ActionEvent(Event):
     llm_response_id: str | None = None
     action: SerializeAsAny[Action] | None = None
     tool_call: MessageToolCall | None = None
+    # cowconv's own: the workspace snapshot (cowconv.workspaces) of the files just before
+    # the call ran, on the first call of a step when the workspace records snapshots.
+    workspace_snapshot: str | None = None
 
-    __omitted_when_none__: ClassVar[tuple[str, ...]] = ("action", "tool_call")
+    __omitted_when_none__: ClassVar[tuple[str, ...]] = (
+        "action",
+        "tool_call",
+        "workspace_snapshot",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -420,8 +427,15 @@ class ObservationEvent(Event):
     extra: FrozenJSON = None
     observation: SerializeAsAny[Observation] | None = None
     action_id: EventID | None = None
+    # cowconv's own: the workspace snapshot (cowconv.workspaces) of the files just after
+    # the call, when the workspace records snapshots.
+    workspace_snapshot: str | None = None
 
-    __omitted_when_none__: ClassVar[tuple[str, ...]] = ("observation", "action_id")
+    __omitted_when_none__: ClassVar[tuple[str, ...]] = (
+        "observation",
+        "action_id",
+        "workspace_snapshot",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -15,8 +15,10 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     SerializationInfo,
+    SerializerFunctionWrapHandler,
     field_serializer,
     field_validator,
+    model_serializer,
 )
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError
@@ -42,11 +44,21 @@ class Workspace(CheckedModel):
     working_dir: str
     host: str | None = None
     api_key: SecretStr | None = None
+    # cowconv's own: the directory of the workspace snapshot store (cowconv.workspaces); set,
+    # the runtime records the files around every tool call. Omitted from the JSON when None.
+    snapshot_store: str | None = None
 
-    @field_validator("working_dir", mode="before")
+    @field_validator("working_dir", "snapshot_store", mode="before")
     @classmethod
     def _path_to_str(cls, value: object) -> object:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_store(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("snapshot_store", False) is None:
+            del data["snapshot_store"]
+        return data
 
     @field_validator("host", mode="after")
     @classmethod
@@ -92,7 +104,7 @@ class Workspace(CheckedModel):
         'Workspace'
         """
         if isinstance(value, LocalWorkspace):
-            return Workspace(working_dir=value.working_dir)
+            return Workspace(working_dir=value.working_dir, snapshot_store=value.snapshot_store)
         if isinstance(value, Workspace):
             return value
         if isinstance(value, str | os.PathLike):
