@@ -73,13 +73,20 @@ def write_files(directory: Path, files: Files) -> None:
 def git(directory: Path, *arguments: str) -> str:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     environment.update(
-        GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t.invalid",
-        GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t.invalid",
-    )  # fmt: skip
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t.invalid",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t.invalid",
+    )
     done = subprocess.run(
-        ["git", *arguments], cwd=directory, env=environment, capture_output=True, timeout=60,
-        check=True, text=True,
-    )  # fmt: skip
+        ["git", *arguments],
+        cwd=directory,
+        env=environment,
+        capture_output=True,
+        timeout=60,
+        check=True,
+        text=True,
+    )
     return done.stdout
 
 
@@ -97,9 +104,11 @@ def writing_llm(path: str, content: str) -> TestLLM:
     if directory:
         command = f"mkdir -p {directory} && {command}"
     return TestLLM.from_messages(
-        [terminal_call(f"call-{uuid.uuid4().hex[:8]}", command), Message(role="assistant",
-         content="Written.")]
-    )  # fmt: skip
+        [
+            terminal_call(f"call-{uuid.uuid4().hex[:8]}", command),
+            Message(role="assistant", content="Written."),
+        ]
+    )
 
 
 def agent_writing(path: str, content: str) -> Agent:
@@ -158,8 +167,12 @@ class TestSnapshotStore:
         write_files(work, {".gitignore": b"*.log\n", "x.log": b"log", "big.bin": b"b" * 11})
         taken = store.snapshot(work)
         assert taken.left_out == ("big.bin",)
-        assert set(store.files(taken.tree)) == {".gitignore", "a.txt", "sub/b.txt",
-                                                "sub/deep/c.txt"}  # fmt: skip
+        assert set(store.files(taken.tree)) == {
+            ".gitignore",
+            "a.txt",
+            "sub/b.txt",
+            "sub/deep/c.txt",
+        }
 
     def test_a_file_that_grows_too_large_is_no_longer_recorded(self, tmp_path, work):
         """A recorded file grown past the limit leaves the next snapshot (not kept stale)."""
@@ -179,8 +192,12 @@ class TestSnapshotStore:
         write_files(work, {"a.txt": b"edited", "untracked.txt": b"u"})
         git(work, "add", "sub/b.txt")
         index = (work / ".git" / "index").read_bytes()
-        questions = (["status", "--porcelain"], ["stash", "list"], ["branch", "-a"],
-                     ["rev-parse", "HEAD"])  # fmt: skip
+        questions = (
+            ["status", "--porcelain"],
+            ["stash", "list"],
+            ["branch", "-a"],
+            ["rev-parse", "HEAD"],
+        )
         seen = [git(work, *question) for question in questions]
         taken = store.snapshot(work)
         write_files(work, {"a.txt": b"again"})
@@ -197,8 +214,7 @@ class TestSnapshotStore:
         (work / "sub" / "deep" / "c.txt").unlink()
         later = files_of(work)
         undo = store.restore(first, work).tree
-        assert files_of(work) == {"a.txt": b"one", "sub/b.txt": b"two",
-                                  "sub/deep/c.txt": b"three"}  # fmt: skip
+        assert files_of(work) == {"a.txt": b"one", "sub/b.txt": b"two", "sub/deep/c.txt": b"three"}
         store.restore(undo, work)
         assert files_of(work) == later
 
@@ -288,9 +304,11 @@ class TestRecording:
         """The ids are in the events: a conversation read back from SQLite has them."""
         store = SQLiteStore(tmp_path / "db")
         conversation = Conversation(
-            agent=agent_writing("a.txt", "x"), workspace=recording_workspace(work, tmp_path),
-            store=store, conversation_id="0f6c2a4e-0d6f-4a3e-9a55-1b2c3d4e5f60",
-        )  # fmt: skip
+            agent=agent_writing("a.txt", "x"),
+            workspace=recording_workspace(work, tmp_path),
+            store=store,
+            conversation_id="0f6c2a4e-0d6f-4a3e-9a55-1b2c3d4e5f60",
+        )
         conversation.send_message("Write it.")
         conversation.run()
         loaded = SQLiteStore(tmp_path / "db").load(conversation.id)
@@ -341,6 +359,24 @@ class TestForkWorkspace:
         assert files_of(tmp_path / "mine") == files_of(work)
         with pytest.raises(InvalidValueError):
             source.fork(workspace=work)
+
+    def test_the_forks_terminal_goes_on_in_the_copy(self, work):
+        """A source's terminal left in a subdirectory: the copy fork's starts in its own copy."""
+        script = [terminal_call("c1", "cd sub"), Message(role="assistant", content="In.")]
+        agent = Agent(llm=TestLLM.from_messages(script), tools=[Tool(name="terminal")])
+        source = Conversation(agent=agent, workspace=str(work))
+        source.send_message("Go in.")
+        source.run()
+        fork = source.fork(workspace="copy")
+        copied = fork.fork(workspace="copy")  # a copy of a copy maps both origins
+        for conversation in (fork, copied):
+            conversation.switch_llm(writing_llm("here.txt", "made"))
+            conversation.send_message("Write here.")
+            conversation.run()
+            made = Path(conversation.workspace.working_dir) / "sub" / "here.txt"
+            assert made.read_bytes() == b"made"
+        assert not (work / "sub" / "here.txt").exists()
+        assert not (Path(fork.workspace.working_dir) / "here.txt").exists()
 
     def test_no_snapshot_recorded_is_a_clear_error(self, work):
         """From an event no snapshot covers: InvalidValueError; an unknown event: not found."""
@@ -545,8 +581,10 @@ class TestSuites:
         forks = run_branches(source, [_writing_branch(i) for i in range(3)], workspace="copy")
         assert (work / "a.txt").read_bytes() == b"one"
         assert [(Path(f.workspace.working_dir) / "a.txt").read_text() for f in forks] == [
-            "branch-0", "branch-1", "branch-2",
-        ]  # fmt: skip
+            "branch-0",
+            "branch-1",
+            "branch-2",
+        ]
 
 
 def _writing_branch(index: int) -> Branch:

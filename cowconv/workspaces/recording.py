@@ -169,7 +169,13 @@ def copy_workspace(
     else:
         raise InvalidTypeError(f"a workspace path is a str or a path, got {type(target).__name__}")
     store.checkout(tree, place)
-    return Workspace(working_dir=str(place), snapshot_store=str(store.directory))
+    given = os.path.abspath(workspace.working_dir)
+    origins = (given, os.path.realpath(given), *workspace.copied_from)
+    return Workspace(
+        working_dir=str(place),
+        snapshot_store=str(store.directory),
+        copied_from=tuple(dict.fromkeys(origins)),
+    )
 
 
 def _history(state: ConversationState, event_id: str) -> Sequence[Event]:

@@ -232,16 +232,27 @@ class SnapshotStore:
         self._prepare()
         with self._locked(index):
             status = self._git(
-                "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
+                "status",
+                "--porcelain=v1",
+                "-z",
+                "--untracked-files=all",
+                "--no-renames",
                 "--ignore-submodules=all",
-                working_dir=work, index=index,
-            )  # fmt: skip
+                working_dir=work,
+                index=index,
+            )
             changed, left_out = self._changed_paths(work, status)
             if changed:
                 self._git(
-                    "update-index", "--add", "--remove", "-z", "--stdin",
-                    working_dir=work, index=index, given=b"\0".join(changed) + b"\0",
-                )  # fmt: skip
+                    "update-index",
+                    "--add",
+                    "--remove",
+                    "-z",
+                    "--stdin",
+                    working_dir=work,
+                    index=index,
+                    given=b"\0".join(changed) + b"\0",
+                )
             tree = self._git("write-tree", working_dir=work, index=index).decode().strip()
         return Snapshot(tree, tuple(sorted(left_out)))
 
@@ -270,9 +281,14 @@ class SnapshotStore:
 
     def _forget(self, work: Path, path: bytes) -> None:
         self._git(
-            "update-index", "--force-remove", "-z", "--stdin",
-            working_dir=work, index=self._index(work), given=path + b"\0",
-        )  # fmt: skip
+            "update-index",
+            "--force-remove",
+            "-z",
+            "--stdin",
+            working_dir=work,
+            index=self._index(work),
+            given=path + b"\0",
+        )
 
     def has(self, tree: str) -> bool:
         """Whether the store holds the snapshot ``tree``.
