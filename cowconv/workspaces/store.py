@@ -231,16 +231,12 @@ class SnapshotStore:
         index = self._index(work)
         self._prepare()
         with self._locked(index):
+            # Only the working tree against this directory's index (never HEAD: the store
+            # has no commits): modified (C), deleted (R) and untracked, not ignored (?) files.
             status = self._git(
-                "status",
-                "--porcelain=v1",
-                "-z",
-                "--untracked-files=all",
-                "--no-renames",
-                "--ignore-submodules=all",
-                working_dir=work,
-                index=index,
-            )
+                "ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard",
+                working_dir=work, index=index,
+            )  # fmt: skip
             changed, left_out = self._changed_paths(work, status)
             if changed:
                 self._git(
@@ -259,10 +255,12 @@ class SnapshotStore:
     def _changed_paths(self, work: Path, status: bytes) -> tuple[list[bytes], list[str]]:
         changed: list[bytes] = []
         left_out: list[str] = []
+        seen: set[bytes] = set()
         for record in status.split(b"\0"):
-            if len(record) < 4:
-                continue
-            path = record[3:]
+            if len(record) < 3 or record[2:] in seen:
+                continue  # a deleted file is listed as modified too
+            path = record[2:]
+            seen.add(path)
             if path.endswith(b"/"):  # a nested repository: git will not take its files
                 left_out.append(os.fsdecode(path))
                 continue
@@ -273,7 +271,7 @@ class SnapshotStore:
                 continue
             if size > self.max_file_size:
                 left_out.append(os.fsdecode(path))
-                if record[:2] != b"??":  # it was recorded smaller: it is no longer recorded
+                if record[:1] != b"?":  # it was recorded smaller: it is no longer recorded
                     self._forget(work, path)
                 continue
             changed.append(path)
