@@ -676,9 +676,7 @@ class Conversation:
             spec = self._fork_spec(
                 conversation_id, agent, title, tags, reset_metrics, from_event_id
             )
-            spec = spec._replace(
-                workspace=fork_workspace(self._backend.snapshot(), workspace, from_event_id)
-            )
+            spec = spec._replace(workspace=self._fork_workspace(workspace, from_event_id))
         if self._fork_extras is None and not self._forks_its_own_way:
             return type(self)._holding(self._backend.fork(spec, callbacks))
         return self._fork_as(spec, callbacks)
@@ -711,6 +709,12 @@ class Conversation:
                 given["title"] = title
             fork_tags = given
         return ForkSpec(fork_id, agent, fork_tags, None, bool(reset_metrics), from_event_id)
+
+    def _fork_workspace(
+        self, workspace: str | os.PathLike[str], from_event_id: str | None
+    ) -> Workspace | str | None:
+        # fork(workspace=...): the copy is made here, of the files this process sees.
+        return fork_workspace(self._backend.snapshot(), workspace, from_event_id)
 
     def _fork_as(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> Self:
         extras = self._fork_extras
@@ -1174,6 +1178,17 @@ class RemoteConversation(Conversation):
         )
         assert isinstance(fork, type(self))
         return fork
+
+    def _fork_workspace(
+        self, workspace: str | os.PathLike[str], from_event_id: str | None
+    ) -> Workspace | str | None:
+        # The files are on the server: it makes the copy (a path there is its to choose).
+        if isinstance(workspace, str) and workspace in ("shared", "copy"):
+            return None if workspace == "shared" else workspace
+        raise InvalidValueError(
+            "a fork on an agent server takes workspace='shared' or 'copy': the server "
+            f"chooses where its copy goes, got {workspace!r}"
+        )
 
     @property
     def workspace(self) -> Workspace:

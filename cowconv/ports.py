@@ -309,8 +309,9 @@ class ForkSpec(NamedTuple):
     title: str | None = None
     reset_metrics: bool = True
     from_event_id: str | None = None
-    # The fork's own workspace (a copy of the files: cowconv.workspaces); None shares the source's.
-    workspace: Workspace | None = None
+    # The fork's own workspace (a copy of the files: cowconv.workspaces); None shares the
+    # source's; "copy" asks an agent server to make the copy there.
+    workspace: Workspace | str | None = None
 
 
 @runtime_checkable

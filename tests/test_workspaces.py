@@ -9,6 +9,7 @@ would, and never changes the source's files; in memory and on a SQLite file.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -45,9 +47,13 @@ from cowconv import (
     Workspace,
     run_branches,
 )
+from cowconv.agent_server.conversation_service import ConversationService
+from cowconv.agent_server.models import StartConversationRequest
+from cowconv.core.ids import id_text
 from cowconv.distributed import ProcessExecutor
 from cowconv.testing import TestLLM
 from cowconv.workspaces import SnapshotStore, snapshot_at
+from tests.conftest import IN_PROCESS_HOST
 
 Files = dict[str, bytes]
 
@@ -589,3 +595,51 @@ class TestSuites:
 
 def _writing_branch(index: int) -> Branch:
     return Branch(f"Write branch {index}.", agent=agent_writing("a.txt", f"branch-{index}"))
+
+
+# -- the agent server --------------------------------------------------------------------------
+
+
+class TestAgentServer:
+    def test_a_fork_asks_for_its_own_copy(self, work, in_process_server):
+        """fork(workspace='copy') on a server: the server copies the files; GET names the copy."""
+        remote = Workspace(host=IN_PROCESS_HOST, working_dir=str(work))
+        source = Conversation(
+            agent=agent_writing("a.txt", "x"), workspace=remote, transport=in_process_server
+        )
+        before = files_of(work)
+        fork = source.fork(workspace="copy")
+        shared = source.fork()
+        with httpx.Client(transport=in_process_server, base_url=IN_PROCESS_HOST) as client:
+            info = client.get(f"/api/conversations/{fork.id}").json()
+            shared_info = client.get(f"/api/conversations/{shared.id}").json()
+        copy = Path(info["workspace"]["working_dir"])
+        assert copy != work and files_of(copy) == before
+        assert str(work) in info["workspace"]["copied_from"]
+        assert shared_info["workspace"]["working_dir"] == str(work)
+        assert "copied_from" not in shared_info["workspace"]
+        write_files(copy, {"a.txt": b"only in the fork"})
+        assert files_of(work) == before
+        with pytest.raises(InvalidValueError, match="shared' or 'copy'"):
+            source.fork(workspace=str(work))
+        for conversation in (source, fork, shared):
+            conversation.close()
+
+    def test_worktree_on_create_gets_its_own_copy(self, work, tmp_path):
+        """OpenHands' worktree=True: the conversation works in a copy under the worktree root."""
+        service = ConversationService(conversation_worktree_root=tmp_path / "worktrees")
+        request = StartConversationRequest.model_validate(
+            {
+                "agent": {"llm": {"model": "openai/gpt-4o"}},
+                "workspace": {"kind": "LocalWorkspace", "working_dir": str(work)},
+                "worktree": True,
+            }
+        )
+        info, created = asyncio.run(service.start_conversation(request))
+        copy = Path(info.workspace["working_dir"])
+        assert created and copy == tmp_path / "worktrees" / id_text(info.id) / work.name
+        assert files_of(copy) == files_of(work)
+        assert info.workspace["copied_from"][0] == str(work)
+        shown = asyncio.run(service.get_conversation(info.id))
+        assert shown is not None and shown.workspace["working_dir"] == str(copy)
+        asyncio.run(service.close())

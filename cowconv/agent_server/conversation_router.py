@@ -414,6 +414,7 @@ async def fork_conversation(
             tags=request.tags,
             reset_metrics=request.reset_metrics,
             from_event_id=request.from_event_id,
+            workspace=request.workspace or "shared",
         )
     except (ConversationConflictError, EventNotFoundError, ConversationNotFoundError) as error:
         raise _api_error(error) from None

@@ -47,6 +47,7 @@ from cowconv.core.state import (
     check_max_iteration_per_run,
 )
 from cowconv.core.tree import history_to, recorded
+from cowconv.core.workspace import Workspace
 from cowconv.ports import (
     EventCallback,
     ForkSpec,
@@ -105,7 +106,7 @@ class _PendingFork(NamedTuple):
             # As OpenHands' SDK: the event id of a fork at an event; None for a whole fork.
             forked_from_event_id=spec.from_event_id,
             forked_from_event_count=len(events),
-            workspace=state.workspace if spec.workspace is None else spec.workspace,
+            workspace=spec.workspace if isinstance(spec.workspace, Workspace) else state.workspace,
             created_at=created,
             updated_at=created,
             other_branches=state.other_branches if spec.from_event_id is None else (),

@@ -1497,6 +1497,8 @@ class RemoteBackend:
             body["tags"] = tags
         if spec.from_event_id is not None:
             body["from_event_id"] = spec.from_event_id
+        if spec.workspace is not None:  # cowconv's server: the fork gets its own copy there
+            body["workspace"] = "copy"
         info = answer_json(send_request(self._client, "POST", self._path("/fork"), json=body))
         if not isinstance(info, dict) or not info.get("id"):
             raise RemoteError(0, f"the server answered no fork: {info!r}")
