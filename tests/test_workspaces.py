@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,6 +32,7 @@ from hypothesis.stateful import (
 )
 
 from cowconv import (
+    LLM,
     ActionEvent,
     Agent,
     Branch,
@@ -51,7 +53,7 @@ from cowconv.agent_server.conversation_service import ConversationService
 from cowconv.agent_server.models import StartConversationRequest
 from cowconv.core.ids import id_text
 from cowconv.distributed import ProcessExecutor
-from cowconv.testing import TestLLM
+from cowconv.testing import StubLLMServer, TestLLM
 from cowconv.workspaces import SnapshotStore, snapshot_at
 from tests.conftest import IN_PROCESS_HOST
 
@@ -103,12 +105,16 @@ def terminal_call(call_id: str, command: str) -> Message:
     return Message(role="assistant", content="", tool_calls=[tool_call])
 
 
-def writing_llm(path: str, content: str) -> TestLLM:
-    """A scripted model that writes ``content`` to ``path`` with the terminal, then answers."""
+def write_command(path: str, content: str) -> str:
+    """The shell command that writes ``content`` to ``path`` (its directory made first)."""
     directory = os.path.dirname(path)
     command = f"printf '%s' '{content}' > {path}"
-    if directory:
-        command = f"mkdir -p {directory} && {command}"
+    return f"mkdir -p {directory} && {command}" if directory else command
+
+
+def writing_llm(path: str, content: str) -> TestLLM:
+    """A scripted model that writes ``content`` to ``path`` with the terminal, then answers."""
+    command = write_command(path, content)
     return TestLLM.from_messages(
         [
             terminal_call(f"call-{uuid.uuid4().hex[:8]}", command),
@@ -428,6 +434,8 @@ class WorkspaceIsolation(RuleBasedStateMachine):
 
     root: Path
     store: SQLiteStore | None
+    transport: httpx.BaseTransport | None = None
+    stub: StubLLMServer | None = None
 
     conversations = Bundle("conversations")
 
@@ -439,6 +447,8 @@ class WorkspaceIsolation(RuleBasedStateMachine):
     def _new(self, **options: object) -> Conversation:
         if self.store is not None:
             options["store"] = self.store
+        if self.transport is not None:
+            options["transport"] = self.transport
         return Conversation(**options)  # type: ignore[arg-type]
 
     @rule(target=conversations, files=st.dictionaries(st.sampled_from(PATHS), contents))
@@ -447,8 +457,15 @@ class WorkspaceIsolation(RuleBasedStateMachine):
         directory.mkdir()
         encoded = {name: text.encode() for name, text in files.items()}
         write_files(directory, encoded)
-        workspace = Workspace(working_dir=str(directory), snapshot_store=str(self.root / "store"))
-        conversation = self._new(agent=agent_writing("a.txt", ""), workspace=workspace)
+        host = None if self.transport is None else IN_PROCESS_HOST
+        workspace = Workspace(
+            working_dir=str(directory), snapshot_store=str(self.root / "store"), host=host
+        )
+        if self.stub is None:
+            agent = agent_writing("a.txt", "")
+        else:
+            agent = Agent(llm=LLM(**self.stub.llm_settings()), tools=[Tool(name="terminal")])
+        conversation = self._new(agent=agent, workspace=workspace)
         self.pairs.append((conversation, encoded))
         return len(self.pairs) - 1
 
@@ -469,8 +486,11 @@ class WorkspaceIsolation(RuleBasedStateMachine):
         conversation, files = self.pairs[index]
         before = dict(files)
         seen = len(conversation.state.branch)
-        conversation.switch_llm(writing_llm(path, text))
-        conversation.send_message(f"Write {path}.")
+        if self.stub is None:
+            conversation.switch_llm(writing_llm(path, text))
+            conversation.send_message(f"Write {path}.")
+        else:  # on the server: the stub LLM runs the command in backticks with the terminal
+            conversation.send_message(f"Run `{write_command(path, text)}`.")
         conversation.run()
         files[path] = text.encode()
         for event in list(conversation.state.branch)[seen:]:
@@ -531,21 +551,26 @@ class WorkspaceIsolation(RuleBasedStateMachine):
             conversation.close()
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_workspace_isolation(kind, tmp_path):
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "remote"])
+def test_workspace_isolation(kind, tmp_path, request):
     """Forks with workspace='copy' behave as full copies at their fork point, on each backend."""
+    server = request.getfixturevalue("in_process_server") if kind == "remote" else None
+    stub = request.getfixturevalue("stub") if kind == "remote" else None
 
     class Machine(WorkspaceIsolation):
         def __init__(self) -> None:
             self.root = tmp_path / uuid.uuid4().hex
             self.root.mkdir()
             self.store = SQLiteStore(self.root / "db") if kind == "sqlite" else None
+            self.transport = server
+            self.stub = stub
             super().__init__()
 
     run_state_machine_as_test(
         Machine,
         settings=settings(
-            max_examples=12,
+            # Through the server a run is an HTTP round trip to the stub LLM per step: fewer.
+            max_examples=6 if kind == "remote" else 12,
             stateful_step_count=12,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
@@ -600,6 +625,14 @@ def _writing_branch(index: int) -> Branch:
 # -- the agent server --------------------------------------------------------------------------
 
 
+def get_json(transport: httpx.BaseTransport, path: str) -> Any:
+    """``GET path`` through the server's transport (left open: the session shares it)."""
+    response = transport.handle_request(httpx.Request("GET", f"{IN_PROCESS_HOST}{path}"))
+    response.read()
+    assert response.status_code == 200, response.text
+    return json.loads(response.text)
+
+
 class TestAgentServer:
     def test_a_fork_asks_for_its_own_copy(self, work, in_process_server):
         """fork(workspace='copy') on a server: the server copies the files; GET names the copy."""
@@ -610,9 +643,10 @@ class TestAgentServer:
         before = files_of(work)
         fork = source.fork(workspace="copy")
         shared = source.fork()
-        with httpx.Client(transport=in_process_server, base_url=IN_PROCESS_HOST) as client:
-            info = client.get(f"/api/conversations/{fork.id}").json()
-            shared_info = client.get(f"/api/conversations/{shared.id}").json()
+        info, shared_info = (
+            get_json(in_process_server, f"/api/conversations/{conversation.id}")
+            for conversation in (fork, shared)
+        )
         copy = Path(info["workspace"]["working_dir"])
         assert copy != work and files_of(copy) == before
         assert str(work) in info["workspace"]["copied_from"]

@@ -136,6 +136,10 @@ _SERVER_WORKSPACE_SCHEMA: dict[str, Any] = {
         "api_key": {"type": "null"},
         # OpenHands' client names the kind; a server-side conversation runs in this one.
         "kind": {"const": "LocalWorkspace"},
+        # cowconv's own: where the server records the workspace's snapshots (a directory
+        # there), and the directories a copy's files came from.
+        "snapshot_store": {"type": ["string", "null"]},
+        "copied_from": {"type": "array", "items": {"type": "string"}},
     },
     "required": ["working_dir"],
     "additionalProperties": False,
