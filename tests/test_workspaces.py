@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,11 @@ from cowconv.agent_server.models import StartConversationRequest
 from cowconv.core.ids import id_text
 from cowconv.distributed import ProcessExecutor
 from cowconv.testing import StubLLMServer, TestLLM
-from cowconv.workspaces import SnapshotStore, snapshot_at
+from cowconv.workspaces import SnapshotStore, file_changes, snapshot_at
 from tests.conftest import IN_PROCESS_HOST
 
 Files = dict[str, bytes]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def files_of(directory: Path) -> Files:
@@ -677,3 +679,67 @@ class TestAgentServer:
         shown = asyncio.run(service.get_conversation(info.id))
         assert shown is not None and shown.workspace["working_dir"] == str(copy)
         asyncio.run(service.close())
+
+
+# -- comparing the files of two branches -----------------------------------------------------
+
+
+class TestFileChanges:
+    def test_each_branch_s_files_since_the_fork_point(self, work, tmp_path):
+        """file_changes and `cowconv diff` show what each branch did to its own files."""
+        store = SQLiteStore(tmp_path / "db")
+        source = Conversation(
+            agent=agent_writing("a.txt", "base"),
+            workspace=recording_workspace(work, tmp_path),
+            store=store,
+        )
+        source.send_message("Write the base.")
+        source.run()
+        left = source.fork(workspace="copy", agent=agent_writing("left.txt", "l"))
+        right = source.fork(workspace="copy", agent=agent_writing("a.txt", "r"))
+        for branch in (left, right):
+            branch.send_message("Go.")
+            branch.run()
+        assert file_changes(left.state, right.state) == {
+            "a": {"left.txt": "added"},
+            "b": {"a.txt": "modified"},
+        }
+        environment = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)}
+        shown = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cowconv",
+                "diff",
+                str(tmp_path / "db"),
+                str(left.id),
+                str(right.id),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=environment,
+            check=True,
+        )
+        assert json.loads(shown.stdout)["files"] == {
+            "a": {"left.txt": "added"},
+            "b": {"a.txt": "modified"},
+        }
+        text = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cowconv",
+                "diff",
+                str(tmp_path / "db"),
+                str(left.id),
+                str(right.id),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=environment,
+            check=True,
+        ).stdout
+        assert "a added left.txt" in text and "b modified a.txt" in text

@@ -13,6 +13,7 @@ they were at the fork point. See ``docs/workspaces.md``.
 from cowconv.workspaces.recording import (
     copy_workspace,
     default_store_directory,
+    file_changes,
     fork_workspace,
     record_snapshot,
     restore_snapshot,
@@ -28,6 +29,7 @@ __all__ = [
     "check_tree_id",
     "copy_workspace",
     "default_store_directory",
+    "file_changes",
     "fork_workspace",
     "record_snapshot",
     "restore_snapshot",

@@ -35,6 +35,7 @@ from cowconv.workspaces.store import SnapshotStore
 __all__ = [
     "copy_workspace",
     "default_store_directory",
+    "file_changes",
     "fork_workspace",
     "record_snapshot",
     "restore_snapshot",
@@ -242,3 +243,37 @@ def restore_snapshot(state: ConversationState, event_id: str | None = None) -> s
     workspace = state.workspace
     store = store_at(workspace.snapshot_store or default_store_directory())
     return store.restore(tree, workspace.working_dir).tree
+
+
+def _snapshot_before(events: Sequence[Event], end: int) -> str | None:
+    for position in range(min(end, len(events)) - 1, -1, -1):
+        event = events[position]
+        if isinstance(event, ActionEvent | ObservationEvent) and event.workspace_snapshot:
+            return event.workspace_snapshot
+    return None
+
+
+def file_changes(a: ConversationState, b: ConversationState) -> dict[str, dict[str, str] | None]:
+    """What each of two conversations did to its files since their fork point.
+
+    ``{"a": {path: "added" | "deleted" | "modified"}, "b": {...}}``, each side
+    from the last snapshot recorded in their common history to its own last
+    one; a side is ``None`` when either snapshot is not recorded (a workspace
+    without ``snapshot_store``, or no tool call before the fork point).
+
+    >>> from cowconv import LLM, Agent, Conversation
+    >>> source = Conversation(agent=Agent(llm=LLM(model="m")), workspace=".")
+    >>> file_changes(source.state, source.fork().state)
+    {'a': None, 'b': None}
+    """
+    common = a.branch.common_prefix_length(b.branch)
+    base = _snapshot_before(a.branch, common)
+    changes: dict[str, dict[str, str] | None] = {}
+    for name, state in (("a", a), ("b", b)):
+        last = snapshot_at(state.branch)
+        if base is None or last is None:
+            changes[name] = None
+            continue
+        store = store_at(state.workspace.snapshot_store or default_store_directory())
+        changes[name] = store.diff(base, last)
+    return changes
