@@ -16,8 +16,12 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── FrozenInstanceError (also AttributeError)
     ├── InvalidTypeError (also TypeError)
     ├── InvalidValueError (also ValueError)
-    │   └── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   ├── MessageRoleError (also AssertionError): send_message() of a non-user message
+    │   └── SkillValidationError: a skill file or definition that cannot be loaded
     ├── LLMError
+    ├── LLMNotFoundError (also KeyError): no LLM under a usage id in an LLMRegistry
+    ├── MCPError: an MCP server cannot be reached or fails a call
+    │   └── MCPTimeoutError (timeout): it did not answer in time
     ├── StoreError
     │   ├── CorruptStoreError
     │   ├── FileMissingError (also FileNotFoundError): no file at a file store's path
@@ -30,6 +34,10 @@ expects (``ValueError`` for a bad value, ``TypeError`` for a wrong type,
     ├── ServiceError (also RuntimeError)
     ├── StartError: the agent server cannot start (cowconv serve)
     ├── ToolArgumentError (also ValueError): a tool call's arguments do not fit the tool
+    │   └── ToolError: a tool refused its call (OpenHands' file editor classes and texts)
+    │       ├── EditorToolParameterInvalidError (parameter, value)
+    │       ├── EditorToolParameterMissingError (command, parameter)
+    │       └── FileValidationError (path, reason): a file too large, binary, not regular
     ├── UnsafeExposureError (also ValueError): a server open to other machines, no key
     ├── WorkspaceMissingError (also FileNotFoundError)
     ├── BranchError (index, conversation_id): one branch of a suite could not run
@@ -72,28 +80,36 @@ __all__ = [
     "ConversationExistsError",
     "ConversationNotFoundError",
     "ConversationRunError",
+    "ConversationRunningError",
     "CorruptStoreError",
     "CowconvError",
-    "ConversationRunningError",
+    "EditorToolParameterInvalidError",
+    "EditorToolParameterMissingError",
     "EventIndexError",
     "EventNotFoundError",
     "FileMissingError",
+    "FileValidationError",
     "FrozenInstanceError",
     "InactiveServiceError",
     "InvalidTypeError",
     "InvalidValueError",
     "LLMError",
+    "LLMNotFoundError",
+    "MCPError",
+    "MCPTimeoutError",
     "MessageRoleError",
     "RemoteError",
     "SchemaVersionError",
     "ServiceError",
-    "StoreError",
+    "SkillValidationError",
     "StartError",
+    "StoreError",
     "StoreLockedError",
     "SuiteError",
     "SuiteExistsError",
     "SuiteNotFoundError",
     "ToolArgumentError",
+    "ToolError",
     "UnsafeExposureError",
     "WebSocketConnectionError",
     "WorkspaceMissingError",
@@ -290,6 +306,14 @@ class MessageRoleError(InvalidValueError, AssertionError):
         self.role = role
 
 
+class SkillValidationError(InvalidValueError):
+    """A skill file or definition cowconv cannot load (OpenHands' ``SkillValidationError``).
+
+    >>> issubclass(SkillValidationError, ValueError)
+    True
+    """
+
+
 class LLMError(CowconvError):
     """An LLM call failed (after retries, where retrying made sense).
 
@@ -299,6 +323,41 @@ class LLMError(CowconvError):
     >>> issubclass(LLMError, CowconvError)
     True
     """
+
+
+class LLMNotFoundError(CowconvError, KeyError):
+    """No LLM is registered under the usage id asked for (``LLMRegistry.get``).
+
+    >>> issubclass(LLMNotFoundError, KeyError)
+    True
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class MCPError(CowconvError):
+    """An MCP server cannot be reached, or a call to it failed (OpenHands' ``MCPError``).
+
+    A run never raises it: the server's tools are left out, or the call's
+    observation is an error the model sees.
+
+    >>> issubclass(MCPError, CowconvError)
+    True
+    """
+
+
+class MCPTimeoutError(MCPError):
+    """An MCP server did not answer within ``timeout`` seconds.
+
+    >>> MCPTimeoutError("no answer", timeout=30.0).timeout
+    30.0
+    """
+
+    def __init__(self, message: str, timeout: float, config: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+        self.config = config
 
 
 class StoreError(CowconvError):
@@ -597,6 +656,61 @@ class ToolArgumentError(CowconvError, ValueError):
 
     The runtime shows this message to the model as the tool's result.
     """
+
+
+class ToolError(ToolArgumentError):
+    """A tool refused its call; ``message`` is the text the model is shown (OpenHands' class).
+
+    The file editor raises it (and its subclasses) for what it refuses;
+    its executor answers the message as an error observation.
+
+    >>> ToolError("No edit history found for /w/a.py.").message
+    'No edit history found for /w/a.py.'
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class EditorToolParameterMissingError(ToolError):
+    """A command was called without a parameter it needs (OpenHands' class and text).
+
+    >>> str(EditorToolParameterMissingError("create", "file_text"))
+    'Parameter `file_text` is required for command: create.'
+    """
+
+    def __init__(self, command: str, parameter: str) -> None:
+        super().__init__(f"Parameter `{parameter}` is required for command: {command}.")
+        self.command = command
+        self.parameter = parameter
+
+
+class EditorToolParameterInvalidError(ToolError):
+    """A parameter's value cannot be used, and why (OpenHands' class and text).
+
+    >>> str(EditorToolParameterInvalidError("insert_line", "9", "Out of range."))
+    'Invalid `insert_line` parameter: 9. Out of range.'
+    """
+
+    def __init__(self, parameter: str, value: str, hint: str | None = None) -> None:
+        text = f"Invalid `{parameter}` parameter: {value}."
+        super().__init__(f"{text} {hint}" if hint else text)
+        self.parameter = parameter
+        self.value = value
+
+
+class FileValidationError(ToolError):
+    """A file the tool cannot read or edit: too large, binary, not a regular file.
+
+    >>> str(FileValidationError("/w/blob", "File appears to be binary."))
+    'File validation failed for /w/blob: File appears to be binary.'
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"File validation failed for {path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class StartError(CowconvError):

@@ -18,6 +18,7 @@ differences an agent server brings are listed in ``docs/remote.md``.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import threading
@@ -39,6 +40,7 @@ from cowconv._exceptions import (
 )
 from cowconv.backends.local import LocalBackend
 from cowconv.core.agent import Agent
+from cowconv.core.analyzers import SecurityAnalyzerBase
 from cowconv.core.changes import (
     ActivateSkill,
     AppendEvent,
@@ -47,6 +49,12 @@ from cowconv.core.changes import (
     SetTag,
     UpdateAgentState,
 )
+from cowconv.core.confirmation import (
+    RejectPendingActions,
+    SetConfirmationPolicy,
+    SetSecurityAnalyzer,
+)
+from cowconv.core.context import AgentContext
 from cowconv.core.events import (
     ROOT_PARENT_ID,
     ConversationErrorEvent,
@@ -58,8 +66,12 @@ from cowconv.core.events import (
 )
 from cowconv.core.frozen import check_text, freeze
 from cowconv.core.history import EventLog
+from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationID, id_dir_name, id_text, public_id
-from cowconv.core.llm import LLM, LLMMetrics
+from cowconv.core.llm import LLM, LLMMetrics, TokenCallbackType, streaming_to
+from cowconv.core.llm_profiles import LLMProfileStore
+from cowconv.core.secrets import SecretSource
+from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
 from cowconv.core.tree import history_to, recorded
 from cowconv.core.usage import Metrics, Usage
@@ -77,7 +89,16 @@ from cowconv.workspaces.recording import fork_workspace, restore_snapshot
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["Conversation", "LocalConversation", "RemoteConversation", "check_conversation_id"]
+__all__ = [
+    "BaseConversation",
+    "Conversation",
+    "LocalConversation",
+    "RemoteConversation",
+    "check_conversation_id",
+]
+
+DEFAULT_WORKSPACE = "workspace/project"
+"""The working directory of a conversation given none (OpenHands' SDK's default)."""
 
 
 def check_conversation_id(conversation_id: ConversationID | None) -> ConversationID:
@@ -168,6 +189,11 @@ class Conversation:
     this process, closing deletes nothing. On an agent server, as there,
     ``True`` deletes the conversation on the server when it is closed.
 
+    ``token_callbacks`` (as in OpenHands' SDK) receive each chunk of the
+    answer while an LLM with ``stream=True`` answers during ``run()``
+    (litellm's ``ModelResponseStream``); they are this conversation's own
+    (a fork has none), and only for a conversation in this process.
+
     This constructor is the one way to make a conversation:
     :meth:`resume` reopens a stored one through the same path
     (:meth:`LocalBackend.open <cowconv.backends.local.LocalBackend.open>`),
@@ -176,6 +202,7 @@ class Conversation:
 
     _delete_on_close: bool = True  # OpenHands' default in this process
     _background: _BackgroundRun | None = None  # a run(blocking=False) in progress or ended
+    _token_callbacks: tuple[TokenCallbackType, ...] = ()  # a streaming LLM's chunks go there
     # What fork() passes on besides the backend: (the visualiser, delete_on_close if it was
     # set). None, the class default, when there is neither: then fork() reads one attribute.
     _fork_extras: tuple[ConversationVisualizerBase | None, bool | None] | None = None
@@ -228,7 +255,7 @@ class Conversation:
     def __new__(
         cls,
         agent: Agent,
-        workspace: Workspace | str | os.PathLike[str],
+        workspace: Workspace | str | os.PathLike[str] = ...,
         *,
         conversation_id: ConversationID | None = ...,
         tags: Mapping[str, str] | None = ...,
@@ -239,6 +266,8 @@ class Conversation:
         visualizer: VisualizerSetting = ...,
         stuck_detection: bool = ...,
         delete_on_close: bool | None = ...,
+        token_callbacks: Iterable[TokenCallbackType] = ...,
+        hook_config: HookConfig | None = ...,
     ) -> Conversation: ...
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Conversation:
@@ -252,7 +281,7 @@ class Conversation:
     def _initialise(
         self,
         agent: Agent,
-        workspace: Workspace | str | os.PathLike[str],
+        workspace: Workspace | str | os.PathLike[str] = DEFAULT_WORKSPACE,
         *,
         conversation_id: ConversationID | None = None,
         tags: Mapping[str, str] | None = None,
@@ -265,13 +294,26 @@ class Conversation:
         delete_on_close: bool | None = None,
         transport: httpx.BaseTransport | None = None,
         request_extras: Mapping[str, Any] | None = None,
+        token_callbacks: Iterable[TokenCallbackType] = (),
+        hook_config: HookConfig | None = None,
     ) -> None:
+        token_callbacks = tuple(token_callbacks)
+        if any(not callable(callback) for callback in token_callbacks):
+            raise InvalidTypeError("token_callbacks must be callables (each takes a chunk)")
         if not isinstance(stuck_detection, bool):
             raise InvalidTypeError(f"stuck_detection must be a bool, got {stuck_detection!r}")
         if delete_on_close is not None and not isinstance(delete_on_close, bool):
             raise InvalidTypeError(f"delete_on_close must be a bool, got {delete_on_close!r}")
         if not isinstance(agent, Agent):
             raise InvalidTypeError(f"agent must be a cowconv.Agent, got {type(agent).__name__}")
+        if hook_config is not None and not isinstance(hook_config, HookConfig):
+            raise InvalidTypeError(
+                f"hook_config must be a cowconv.HookConfig, got {type(hook_config).__name__}"
+            )
+        if workspace is DEFAULT_WORKSPACE:
+            # No workspace given: OpenHands' SDK's default, made if missing (a workspace that
+            # is given must exist).
+            os.makedirs(DEFAULT_WORKSPACE, exist_ok=True)
         workspace = Workspace.coerce(workspace)
         tags = check_tags(tags)
         shown = make_visualizer(visualizer)
@@ -279,6 +321,11 @@ class Conversation:
             callbacks = (shown, *callbacks)
         backend: Backend
         if workspace.is_remote:
+            if token_callbacks:
+                raise InvalidValueError(
+                    "token_callbacks stream the LLM's answer in this process: a conversation"
+                    " on an agent server calls its LLM on the server"
+                )
             if persistence_dir is not None or store is not None:
                 raise InvalidValueError(
                     "a conversation on an agent server is stored by the server: leave out "
@@ -302,6 +349,7 @@ class Conversation:
                 agent=agent,
                 workspace=workspace.require_directory(),
                 tags=tags,
+                hook_config=hook_config,
             )
             backend = LocalBackend.open(
                 state,
@@ -310,6 +358,7 @@ class Conversation:
                 max_iteration_per_run=max_iteration_per_run,
             )
         self._hold(backend, shown)
+        self._token_callbacks = token_callbacks
         if delete_on_close is not None:
             self.delete_on_close = delete_on_close
 
@@ -578,6 +627,43 @@ class Conversation:
             raise InvalidValueError(f"skill name must be a non-empty string, got {name!r}")
         self._backend.commit(ActivateSkill(name))
 
+    def update_secrets(self, secrets: Mapping[str, Any]) -> None:
+        """Give the agent's tools secrets by name (OpenHands' SDK's ``update_secrets``).
+
+        A value is a string, a ``SecretStr``, a :class:`~cowconv.SecretSource`
+        (asked for its value when a command needs it), or a callable (called
+        now). They join the agent context's ``secrets`` (an agent without a
+        context gets one holding only them): the prompt lists their names,
+        the terminal exports one a command names and hides its value in the
+        output. Stored as any change of the agent. On an agent server it is
+        the server's ``POST /secrets``.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.update_secrets({"API_TOKEN": "t0k"})
+        >>> list(conversation.agent.agent_context.secrets)
+        ['API_TOKEN']
+        """
+        if not isinstance(secrets, Mapping):
+            raise InvalidTypeError(f"secrets must be a mapping, got {type(secrets).__name__}")
+        values: dict[str, SecretStr | SecretSource] = {}
+        for name, value in secrets.items():
+            if not isinstance(name, str):
+                raise InvalidTypeError(f"a secret's name is a str, not {type(name).__name__}")
+            if callable(value) and not isinstance(value, SecretSource):
+                value = value()
+            if isinstance(value, str):
+                value = SecretStr(value)
+            if not isinstance(value, SecretStr | SecretSource):
+                raise InvalidTypeError(
+                    f"secret {name!r}: a str, SecretStr, SecretSource or a callable returning "
+                    f"a str, not {type(value).__name__}"
+                )
+            values[name] = value
+        if not isinstance(self._backend, LocalBackend):
+            raise NotImplementedError("update_secrets on this backend")
+        self._backend.commit(_UpdateSecrets(values))
+
     def switch_llm(self, llm: LLM) -> None:
         """Run the agent with ``llm`` from now on (OpenHands' SDK's ``switch_llm``).
 
@@ -599,6 +685,31 @@ class Conversation:
                 "fork(agent=...) with the new LLM"
             )
         self._backend.commit(_SwitchLLM(llm))
+
+    def switch_profile(
+        self, profile_name: str, *, profile_store: LLMProfileStore | None = None
+    ) -> None:
+        """Run the agent with the LLM saved as profile ``profile_name`` from now on.
+
+        As OpenHands' SDK's ``switch_profile``: the profile is loaded from
+        ``profile_store`` (default: an :class:`~cowconv.LLMProfileStore` in its
+        default directory), its ``usage_id`` becomes ``"profile:<name>"`` (so
+        the stats keep its calls apart), and :meth:`switch_llm` installs it.
+        A missing profile is a :class:`~cowconv.FileMissingError`
+        (``FileNotFoundError``).
+
+        >>> import tempfile
+        >>> from cowconv import LLM, Agent, Conversation, LLMProfileStore
+        >>> store = LLMProfileStore(tempfile.mkdtemp())
+        >>> store.save("mini", LLM(model="openai/gpt-4o-mini"))
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.switch_profile("mini", profile_store=store)
+        >>> conversation.agent.llm.model, conversation.agent.llm.usage_id
+        ('openai/gpt-4o-mini', 'profile:mini')
+        """
+        store = profile_store if profile_store is not None else LLMProfileStore()
+        loaded = store.load(profile_name)
+        self.switch_llm(loaded.model_copy(update={"usage_id": f"profile:{profile_name}"}))
 
     def navigate_to(self, event_id: str | None) -> None:
         """Move the active branch to end at ``event_id`` (``None``: empty), in O(b log n).
@@ -796,11 +907,24 @@ class Conversation:
         if background is not None:
             self._background = None
             background.wait()  # already ended: raises what stopped it, once
-        if blocking:
-            self._backend.run()
-            self._raise_if_run_failed()
-            return
-        self._background = _BackgroundRun(self._backend, str(self.id))
+        with streaming_to(self._token_callbacks):  # the background run's thread inherits it
+            if blocking:
+                self._backend.run()
+            else:
+                self._background = _BackgroundRun(self._backend, str(self.id))
+                return
+        self._raise_if_run_failed()
+
+    @property
+    def conversation_stats(self) -> Any:
+        """``state.stats`` (OpenHands' SDK's name), on every backend.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.conversation_stats.get_combined_metrics().accumulated_cost
+        0.0
+        """
+        return self.state.stats
 
     def _raise_if_run_failed(self) -> None:
         # One rule for every backend (core.events.run_failure): a run that ended in error or
@@ -809,6 +933,67 @@ class Conversation:
         failure = run_failure(self.id, state.execution_status, state.branch)
         if failure is not None:
             raise failure
+
+    # -- confirmation mode (OpenHands' SDK's methods) --------------------------------------
+
+    def set_confirmation_policy(self, policy: ConfirmationPolicyBase) -> None:
+        """Set the policy deciding which tool calls wait for the user's confirmation.
+
+        ``AlwaysConfirm()``: every step's tool calls wait; ``ConfirmRisky(...)``:
+        those the security analyzer rates risky enough; ``NeverConfirm()``
+        (the default): none. A run whose step must wait records the calls and
+        ends ``waiting_for_confirmation``; ``run()`` again runs them,
+        :meth:`reject_pending_actions` refuses them. The policy is state: forks
+        and a reopened store keep it.
+
+        >>> from cowconv import LLM, Agent, AlwaysConfirm, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.set_confirmation_policy(AlwaysConfirm())
+        >>> conversation.state.confirmation_policy.kind, conversation.confirmation_policy_active
+        ('AlwaysConfirm', True)
+        """
+        self._backend.commit(SetConfirmationPolicy(policy))
+
+    def set_security_analyzer(self, analyzer: SecurityAnalyzerBase | None) -> None:
+        """Set (``None``: remove) the analyzer that rates each tool call's risk.
+
+        While one is set, the model is asked for a ``security_risk`` with each
+        tool call, and each step's ratings are recorded (a
+        :class:`~cowconv.security.SecurityAnalysisEvent`).
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> from cowconv.security import LLMSecurityAnalyzer
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.set_security_analyzer(LLMSecurityAnalyzer())
+        >>> conversation.is_confirmation_mode_active  # the policy is still NeverConfirm
+        False
+        """
+        self._backend.commit(SetSecurityAnalyzer(analyzer))
+
+    def reject_pending_actions(self, reason: str = "User rejected the action") -> None:
+        """Refuse the tool calls waiting for confirmation: each is answered by a rejection.
+
+        Each gets a :class:`~cowconv.UserRejectObservation` (the model reads
+        ``Action rejected: <reason>``) and a waiting conversation becomes
+        ``idle``; the next ``run()`` lets the agent go on from there.
+
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.reject_pending_actions("nothing waits")  # no-op
+        >>> len(conversation.state.events)
+        0
+        """
+        self._backend.commit(RejectPendingActions(reason))
+
+    @property
+    def confirmation_policy_active(self) -> bool:
+        """Whether the confirmation policy is not ``NeverConfirm`` (OpenHands' SDK's name)."""
+        return not isinstance(self.state.confirmation_policy, NeverConfirm)
+
+    @property
+    def is_confirmation_mode_active(self) -> bool:
+        """Whether a security analyzer is set and the policy is active (OpenHands' SDK's name)."""
+        return self.state.security_analyzer is not None and self.confirmation_policy_active
 
     def pause(self) -> None:
         """Stop a run after its current step, from any thread; ``run()`` resumes.
@@ -890,6 +1075,19 @@ class _SwitchLLM:
         if state.agent.llm is self.llm:
             return state
         return state._replace(agent=state.agent.model_copy(update={"llm": self.llm}))
+
+
+@dataclass(frozen=True)
+class _UpdateSecrets:
+    """The change of :meth:`Conversation.update_secrets`: the agent's context with them."""
+
+    secrets: Mapping[str, SecretStr | SecretSource]
+
+    def __call__(self, state: ConversationState) -> ConversationState:
+        context = state.agent.agent_context or AgentContext(current_datetime=None)
+        merged = {**(context.secrets or {}), **self.secrets}
+        context = context.model_copy(update={"secrets": merged})
+        return state._replace(agent=state.agent.model_copy(update={"agent_context": context}))
 
 
 # What OpenHands' SDK writes to a conversation's log that is no node of its tree: an
@@ -1058,8 +1256,9 @@ class _BackgroundRun:
 
     def __init__(self, backend: Backend, name: str) -> None:
         self._error: BaseException | None = None
+        context = contextvars.copy_context()  # what run() set up (token callbacks) goes along
         self._thread = threading.Thread(
-            target=self._run, args=(backend,), name=f"cowconv-run-{name}", daemon=True
+            target=context.run, args=(self._run, backend), name=f"cowconv-run-{name}", daemon=True
         )
         self._thread.start()
 
@@ -1087,6 +1286,11 @@ class _BackgroundRun:
 LocalConversation = Conversation
 """OpenHands' SDK's name for a conversation run in this process (an alias of
 :class:`Conversation`)."""
+
+BaseConversation = Conversation
+"""OpenHands' SDK's base class of its local and remote conversations: cowconv has one
+class for both, so this is an alias of :class:`Conversation` (annotations and
+``isinstance`` checks written for OpenHands' SDK hold)."""
 
 
 class RemoteConversation(Conversation):
@@ -1216,11 +1420,6 @@ class RemoteConversation(Conversation):
         Nothing is recorded: ``set_title`` it to keep it (OpenHands' SDK's method).
         """
         return self._remote().generate_title(llm, max_length)
-
-    @property
-    def conversation_stats(self) -> Any:
-        """``state.stats`` (OpenHands' SDK's name)."""
-        return self.state.stats
 
     @property
     def stuck_detector(self) -> Any:

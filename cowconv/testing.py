@@ -96,11 +96,17 @@ class StubReply:
     status: int = 200
     error_message: str = ""
     delay: float = 0.0
+    reasoning: str | None = None
+    """The model's reasoning, sent as ``reasoning_content`` (as reasoning models' APIs do)."""
 
     @classmethod
-    def text(cls, content: str, *, delay: float = 0.0) -> StubReply:
-        """An assistant message without tool calls."""
-        return cls(content=content, delay=delay)
+    def text(cls, content: str, *, delay: float = 0.0, reasoning: str | None = None) -> StubReply:
+        """An assistant message without tool calls (with ``reasoning``, if given).
+
+        >>> StubReply.text("42.", reasoning="Six times seven.").reasoning
+        'Six times seven.'
+        """
+        return cls(content=content, delay=delay, reasoning=reasoning)
 
     @classmethod
     def tool_call(
@@ -207,6 +213,8 @@ def _completion(
     request: Mapping[str, Any], reply: StubReply, cached_messages: int = 0
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.reasoning is not None:
+        message["reasoning_content"] = reply.reasoning
     if reply.tool_calls:
         message["tool_calls"] = [
             {
@@ -242,6 +250,57 @@ def _completion(
         ],
         "usage": usage,
     }
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` cut after each space, as a model streams it a few characters at a time."""
+    return re.findall(r"\S*\s*", text)[:-1] or [text]
+
+
+def _stream_chunks(completion: Mapping[str, Any], with_usage: bool) -> list[dict[str, Any]]:
+    """A chat completion as the chunks of a streamed answer (OpenAI's ``chat.completion.chunk``).
+
+    The role first, the content a word at a time, each tool call's name then
+    its arguments in pieces, the finish reason, and the usage last when asked.
+
+    >>> done = {"id": "c1", "created": 0, "model": "m", "usage": {"prompt_tokens": 1},
+    ...         "choices": [{"message": {"role": "assistant", "content": "Hi there"},
+    ...                      "finish_reason": "stop"}]}
+    >>> [c["choices"][0]["delta"].get("content") for c in _stream_chunks(done, False)]
+    ['', 'Hi ', 'there', None]
+    """
+    choice = completion["choices"][0]
+    message = choice["message"]
+    head = {"id": completion["id"], "object": "chat.completion.chunk"}
+    head |= {"created": completion["created"], "model": completion["model"]}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    reasoning = message.get("reasoning_content") or ""
+    chunks.extend(chunk({"reasoning_content": piece}) for piece in _pieces(reasoning) if piece)
+    chunks.extend(chunk({"content": piece}) for piece in _pieces(message.get("content") or ""))
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        named = {"name": function["name"], "arguments": ""}
+        chunks.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {"index": index, "id": call["id"], "type": "function", "function": named}
+                    ]
+                }
+            )
+        )
+        arguments = function["arguments"]
+        for start in range(0, len(arguments), 8):
+            piece = {"index": index, "function": {"arguments": arguments[start : start + 8]}}
+            chunks.append(chunk({"tool_calls": [piece]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if with_usage:
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
+    return [c for c in chunks if c["choices"] == [] or c["choices"][0]["delta"] != {"content": ""}]
 
 
 def _text_blocks(content: Any) -> str:
@@ -427,7 +486,26 @@ class _Handler(BaseHTTPRequestHandler):
             body = {"error": {"message": reply.error_message, "type": error_type, "code": None}}
             self._send(reply.status, body)
             return
-        self._send(200, _completion(request, reply, cached_messages))
+        completion = _completion(request, reply, cached_messages)
+        if request.get("stream") is True:
+            self._send_stream(completion, request)
+            return
+        self._send(200, completion)
+
+    def _send_stream(self, completion: Mapping[str, Any], request: Mapping[str, Any]) -> None:
+        """The answer as OpenAI's server-sent events: ``data: {chunk}`` lines, then ``[DONE]``."""
+        options = request.get("stream_options")
+        with_usage = isinstance(options, dict) and options.get("include_usage") is True
+        lines = [
+            f"data: {json.dumps(chunk)}\n\n" for chunk in _stream_chunks(completion, with_usage)
+        ]
+        data = ("".join(lines) + "data: [DONE]\n\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _answer_anthropic(self, request: dict[str, Any]) -> None:
         """Anthropic's Messages API, enough for litellm's ``anthropic/`` models."""
@@ -666,7 +744,12 @@ class ScriptedResponse(LLMResponse):
     ('Hi!', 'Hi!')
     """
 
-    message: Message | None = None
+    scripted: Message | None = None
+
+    @property
+    def message(self) -> Message:
+        """The scripted message this answer came from (the very object given to TestLLM)."""
+        return self.scripted if self.scripted is not None else super().message
 
 
 class _Script:
@@ -802,7 +885,7 @@ class TestLLM(LLM):
             prompt_tokens=0,
             completion_tokens=0,
             latency=0.0,
-            message=answer,
+            scripted=answer,
         )
 
     async def acompletion(

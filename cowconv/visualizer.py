@@ -43,6 +43,7 @@ from cowconv.core.frozen import thaw
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+    from rich.text import Text
 
 __all__ = [
     "DEFAULT_VISUALIZER",
@@ -188,6 +189,16 @@ class DefaultConversationVisualizer(ConversationVisualizerBase):
             return
         self._console.print(self._render(event))
 
+    def _title(self, event: Event, title: str) -> str:
+        """The title of an event's block (``title``, OpenHands' SDK's; subclasses rename)."""
+        return title
+
+    def _body(self, body: str) -> Text:
+        """The text of an event's block (plain here; subclasses style it)."""
+        from rich.text import Text
+
+        return Text(body)
+
     def _render(self, event: Event) -> RenderableType:
         from rich.console import Group
         from rich.rule import Rule
@@ -195,9 +206,11 @@ class DefaultConversationVisualizer(ConversationVisualizerBase):
 
         title, colour, body = _describe(event)
         parts: list[RenderableType] = [
-            Rule(Text(title, style=f"bold {colour}"), style=colour, align="left"),
+            Rule(
+                Text(self._title(event, title), style=f"bold {colour}"), style=colour, align="left"
+            ),
             Text(),
-            Text(body),
+            self._body(body),
         ]
         stats = self.conversation_stats
         if stats is not None and isinstance(event, MessageEvent | ActionEvent):

@@ -141,3 +141,28 @@ def agent_steps(draw: st.DrawFn) -> list[Event]:
     ]
     middle: list[Event] = [PauseEvent()] if draw(st.booleans()) else []
     return [*calls, *middle, *results]
+
+
+# An agent's MCP servers as JSON (OpenHands' mcp_config): local processes and remote URLs,
+# with secrets, credentials and switched-off servers.
+mcp_credentials = st.one_of(
+    st.fixed_dictionaries({"strategy": st.just("bearer"), "value": texts}),
+    st.fixed_dictionaries({"strategy": st.just("basic"), "username": texts, "password": texts}),
+    st.fixed_dictionaries({"strategy": st.just("header"), "headers": str_maps}),
+    st.fixed_dictionaries({"strategy": st.just("oauth2")}),
+)
+mcp_server_json = st.one_of(
+    st.fixed_dictionaries(
+        {"command": keys},
+        optional={"args": st.lists(texts, max_size=3), "env": str_maps, "enabled": st.booleans()},
+    ),
+    st.fixed_dictionaries(
+        {"url": keys.map(lambda path: f"http://127.0.0.1/{path}")},
+        optional={
+            "transport": st.sampled_from(["http", "streamable-http", "sse"]),
+            "auth": mcp_credentials,
+            "timeout": st.floats(min_value=0.1, max_value=600),
+        },
+    ),
+)
+mcp_configs = st.dictionaries(keys, mcp_server_json, max_size=3)

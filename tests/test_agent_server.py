@@ -146,22 +146,22 @@ class TestCreate:
     def test_openhands_fields_kept(self, client: TestClient, tmp_path: Path):
         """Fields cowconv does not implement are kept and shown again; secrets never."""
         body = secret_body(tmp_path, stuck_detection=False, user_id="u1")
-        body["agent"] = {**body["agent"], "kind": "Agent", "mcp_config": {"x": 1}}
+        body["agent"] = {**body["agent"], "kind": "Agent", "critic": {"x": 1}}
         body["agent"]["llm"] = {**body["agent"]["llm"], "aws_secret_access_key": SECRET}
         created = client.post("/api/conversations", json=body)
         assert created.status_code == 201, created.text
         info = client.get(f"/api/conversations/{created.json()['id']}").json()
         assert info["stuck_detection"] is False and info["user_id"] == "u1"
-        assert info["agent"]["mcp_config"] == {"x": 1}
+        assert info["agent"]["critic"] == {"x": 1}
         assert info["agent"]["llm"]["aws_secret_access_key"] == "**********"
         assert SECRET not in created.text + json.dumps(info)
 
     @pytest.mark.parametrize(
         ("field", "value"),
         [
-            ("confirmation_policy", {"kind": "AlwaysConfirm"}),
-            ("security_analyzer", {"kind": "LLMSecurityAnalyzer"}),
-            ("hook_config", {"pre_tool_use": [{"matcher": "*"}]}),
+            ("confirmation_policy", {"kind": "SometimesConfirm"}),
+            ("security_analyzer", {"kind": "NoSuchAnalyzer"}),
+            ("hook_config", {"BeforeEverything": []}),
             ("plugins", [{"source": "github:x/y"}]),
             ("secrets", {"TOKEN": "v"}),
             ("conversation_runtime", "docker"),
@@ -170,7 +170,8 @@ class TestCreate:
     def test_unsafe_openhands_fields_refused(
         self, client: TestClient, tmp_path: Path, field: str, value: Any
     ):
-        """422 naming the field where ignoring it would be unsafe; nothing is created."""
+        """422 naming the field where ignoring it would be unsafe (or it is not one cowconv
+        knows); nothing is created."""
         response = client.post("/api/conversations", json={**secret_body(tmp_path), field: value})
         assert response.status_code == 422 and field in response.text
         assert client.get("/api/conversations").json()["items"] == []

@@ -320,10 +320,11 @@ class TestOpenHandsSettingsRoutes:
         assert refused.status_code == 422 and "secrets" in str(refused.json()["detail"])
         never = {"policy": {"kind": "NeverConfirm"}}
         assert client.post(f"{path}/confirmation_policy", json=never).status_code == 200
-        risky = client.post(
-            f"{path}/confirmation_policy", json={"policy": {"kind": "AlwaysConfirm"}}
-        )
-        assert risky.status_code == 422 and "policy" in str(risky.json()["detail"])
+        always = {"policy": {"kind": "AlwaysConfirm"}}
+        assert client.post(f"{path}/confirmation_policy", json=always).status_code == 200
+        assert client.get(path).json()["confirmation_policy"] == {"kind": "AlwaysConfirm"}
+        unknown = client.post(f"{path}/confirmation_policy", json={"policy": {"kind": "Maybe"}})
+        assert unknown.status_code == 422 and "policy" in str(unknown.json()["detail"])
         missing = client.post("/api/conversations/nope/secrets", json={"secrets": {}})
         assert missing.status_code == 404
 

@@ -20,6 +20,7 @@ PROTOCOL = {
     "NotImplementedError": "what OpenHands' SDK raises for a remote fork(agent=...)",
     "SystemExit": "the command line's exit status",
     "BaseExceptionGroup": "branch runs that raised KeyboardInterrupt or SystemExit, grouped",
+    "ExceptionGroup": "a workflow's failed sub-agents, grouped as OpenHands' map_agents does",
 }
 
 

@@ -32,6 +32,13 @@ class TestExports:
         import cowconv.event_store
         import cowconv.io
         import cowconv.testing
+        import cowconv.tools.browser_use
+        import cowconv.tools.file_editor
+        import cowconv.tools.planning_file_editor
+        import cowconv.tools.preset.default
+        import cowconv.tools.preset.planning
+        import cowconv.tools.search
+        import cowconv.tools.task_tracker
         import cowconv.tools.terminal
 
         missing = []
@@ -42,6 +49,13 @@ class TestExports:
             cowconv.event_store,
             cowconv.io,
             cowconv.testing,
+            cowconv.tools.browser_use,
+            cowconv.tools.file_editor,
+            cowconv.tools.planning_file_editor,
+            cowconv.tools.preset.default,
+            cowconv.tools.preset.planning,
+            cowconv.tools.search,
+            cowconv.tools.task_tracker,
             cowconv.tools.terminal,
         )
         for module in modules:

@@ -5,10 +5,13 @@
     _exceptions, _lazy          error classes; lazy package attributes (import nothing)
     core/                       imports nothing of cowconv but _exceptions
     workspaces/                 imports only core: the workspace snapshot store
-    agent/, ports, tools/       import only core and workspaces (and _exceptions)
+    agent/, ports, tools/, mcp/ import only core and workspaces (and _exceptions); tools/ and
+                                mcp/ also agent/
     backends/, stores/          import ports, core and agent; not each other
     everything else             the top: branches/, distributed/, agent_server/,
-                                conversation, guards, visualizer, testing, the CLI
+                                conversation, guards, visualizer, testing, the CLI,
+                                subagent/ and the sub-agent tools (tools/task,
+                                tools/delegate, tools/workflow)
 
 A module never imports a cowconv module inside a function (an import there
 is a door to a higher floor), except the CLI's import of the optional server.
@@ -113,9 +116,16 @@ RULES: dict[str, tuple[str, ...]] = {
     "workspaces": ("_exceptions", "_lazy", "core", "workspaces"),
     "ports": ("_exceptions", "_lazy", "core"),
     "tools": ("_exceptions", "_lazy", "core", "agent", "workspaces", "tools"),
+    # MCP servers' tools: a tools layer of its own (the agent loop loads it by name).
+    "mcp": ("_exceptions", "_lazy", "core", "agent", "workspaces", "mcp"),
     "backends": ("_exceptions", "_lazy", "core", "agent", "workspaces", "ports", "backends"),
     "stores": ("_exceptions", "_lazy", "core", "agent", "workspaces", "ports", "stores"),
 }
+
+# Tool packages on the top floor: a sub-agent tool runs a child Conversation (and shows it with
+# a visualiser), so it builds on the conversation, not only on core and agent. Nothing below
+# imports them: the tool registry loads them by name when an agent uses them.
+TOP_LAYER_TOOLS = ("tools.task", "tools.delegate", "tools.workflow")
 
 # (importer, imported prefix) allowed inside a function: optional extras only.
 FUNCTION_LEVEL_ALLOWED = {("_cli", "agent_server")}
@@ -136,6 +146,8 @@ def layer_violations(
     found = []
     for importer, imported in sorted((a, b) for a, targets in graph.items() for b in targets):
         name = _relative(importer, root)
+        if any(_under(name, top) for top in TOP_LAYER_TOOLS):
+            continue  # the top layer imports anything
         layer = next((layer for layer in rules if _under(name, layer)), None)
         if layer is None:
             continue  # the top layer imports anything

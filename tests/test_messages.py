@@ -25,12 +25,12 @@ from cowconv import (
 )
 from cowconv.agent.messages import (
     _assistant_message,
-    _content,
     _tool_message,
     build_messages,
     render,
 )
 from cowconv.core.changes import last_system_prompt
+from cowconv.core.message import chat_content
 from tests.strategies import paired_events
 
 
@@ -50,7 +50,7 @@ def reference_messages(history: list[Event]) -> list[dict[str, Any]]:
         event = history[position]
         position += 1
         if isinstance(event, MessageEvent) and event.role != "tool":
-            messages.append({"role": event.role, "content": _content(event.content)})
+            messages.append({"role": event.role, "content": chat_content(event.content)})
         elif isinstance(event, ActionEvent):
             group = [event]
             while (

@@ -68,13 +68,17 @@ class TestStoredConversation:
         assert stored.kept["stuck_detection"] is False
         assert stored.workspace.working_dir == str(tmp_path)
 
-    @pytest.mark.parametrize(
-        "field", [{"secrets": {"TOKEN": "x"}}, {"confirmation_policy": AlwaysConfirm()}]
-    )
-    def test_refuses_what_cowconv_cannot_honour(self, field: dict[str, Any]) -> None:
-        """Secrets and a policy that asks for confirmation are refused, not stored and ignored."""
+    def test_refuses_what_cowconv_cannot_honour(self) -> None:
+        """Secrets are refused, not stored and ignored."""
         with pytest.raises(ValidationError):
-            StoredConversation(id="c1", workspace=Workspace(working_dir="."), **field)
+            StoredConversation(id="c1", workspace=Workspace(working_dir="."), secrets={"T": "x"})
+
+    def test_keeps_a_confirming_policy(self) -> None:
+        """A policy that asks for confirmation is taken: cowconv's loop acts on it."""
+        stored = StoredConversation(
+            id="c1", workspace=Workspace(working_dir="."), confirmation_policy=AlwaysConfirm()
+        )
+        assert isinstance(stored.confirmation_policy, AlwaysConfirm)
 
     @given(st.text(min_size=1).filter(lambda text: text.strip() and "\x00" not in text))
     def test_conversation_dir_is_one_component(self, text: str) -> None:
@@ -88,17 +92,18 @@ class TestStoredConversation:
 
 
 class TestConversationStatePolicy:
-    def test_never_confirm_only(self) -> None:
-        """A state takes OpenHands' confirmation_policy=NeverConfirm and refuses another."""
+    def test_takes_any_policy(self) -> None:
+        """A state holds OpenHands' confirmation_policy field, NeverConfirm by default."""
         fields: dict[str, Any] = {
             "id": "c1",
             "agent": Agent(llm=LLM(model="m")),
             "workspace": Workspace(working_dir="."),
         }
-        state = ConversationState(**fields, confirmation_policy=NeverConfirm())
-        assert isinstance(state.confirmation_policy, NeverConfirm)
-        with pytest.raises(ValueError, match="confirmation"):
-            ConversationState(**fields, confirmation_policy=AlwaysConfirm())
+        assert isinstance(ConversationState(**fields).confirmation_policy, NeverConfirm)
+        state = ConversationState(**fields, confirmation_policy=AlwaysConfirm())
+        assert isinstance(state.confirmation_policy, AlwaysConfirm)
+        dumped = state.model_dump(mode="json")
+        assert ConversationState.model_validate(dumped).confirmation_policy == AlwaysConfirm()
 
 
 class TestInactiveService:

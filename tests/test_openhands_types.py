@@ -339,10 +339,8 @@ def test_a_local_state_refuses_a_server_update(tmp_path: Path):
     assert len(conversation.state.events) == 0  # nothing recorded
 
 
-def test_cowconv_server_takes_never_confirm_and_refuses_the_others(
-    stub: StubLLMServer, tmp_path: Path
-):
-    """cowconv's agent server has no confirmation mode: a policy that asks to confirm is a 422."""
+def test_cowconv_server_takes_every_policy(stub: StubLLMServer, tmp_path: Path):
+    """cowconv's agent server acts on confirmation policies: each one is taken and kept."""
     agent = Agent(llm=LLM(**stub.llm_settings()))
     with BackgroundServer(create_app()) as server:
         conversation = Conversation(
@@ -351,11 +349,11 @@ def test_cowconv_server_takes_never_confirm_and_refuses_the_others(
             visualizer=None,
         )
         try:
-            conversation.set_confirmation_policy(NeverConfirm())
-            for policy in (AlwaysConfirm(), ConfirmRisky()):
-                with pytest.raises(RemoteError) as refused:
-                    conversation.set_confirmation_policy(policy)
-                assert refused.value.status_code == 422
-                assert "policy" in str(refused.value)
+            for policy in (NeverConfirm(), AlwaysConfirm(), ConfirmRisky(threshold="MEDIUM")):
+                conversation.set_confirmation_policy(policy)
+                assert conversation.state.confirmation_policy == policy
+            with pytest.raises(RemoteError) as refused:
+                conversation.set_confirmation_policy({"kind": "SometimesConfirm"})
+            assert refused.value.status_code == 422 and "policy" in str(refused.value)
         finally:
             conversation.close()

@@ -35,7 +35,7 @@ from fastapi.testclient import TestClient
 
 from cowconv import LLM, Agent, Conversation, Tool, Workspace
 from cowconv.agent_server import BackgroundServer, create_app
-from cowconv.testing import StubLLMServer
+from cowconv.testing import StubLLMServer, StubReply
 from tests.openhands.venv import openhands_python
 
 # Building the environment (first run only) takes minutes; each test then takes under two.
@@ -169,6 +169,77 @@ class TestOpenHandsClientOnCowconvServer:
         assert source["agent"]["llm"]["api_key"] == "**********"
         assert source["agent"]["llm"]["usage_id"] == "agent"
         assert source["agent"]["tools"] == [{"name": "terminal", "params": {}}]
+
+
+# OpenHands' client with its terminal and task tracker: the plan comes back typed.
+OPENHANDS_TRACKER_CLIENT = """
+import json, os, sys
+from pydantic import SecretStr
+from openhands.sdk import LLM, Agent, Conversation, Tool
+from openhands.sdk.workspace import RemoteWorkspace
+from openhands.tools.task_tracker import TaskTrackerObservation, TaskTrackerTool
+from openhands.tools.terminal import TerminalTool
+
+url, base_url, working_dir = sys.argv[1:4]
+agent = Agent(
+    llm=LLM(model="openai/stub", base_url=base_url, api_key=SecretStr("sk-stub"),
+            usage_id="agent", num_retries=0),
+    tools=[Tool(name=TerminalTool.name), Tool(name=TaskTrackerTool.name)],
+)
+workspace = RemoteWorkspace(host=url, working_dir=working_dir, api_key=os.environ["SESSION_KEY"])
+conversation = Conversation(agent=agent, workspace=workspace, visualizer=None)
+conversation.send_message("Plan the work")
+conversation.run()
+observations = [e.observation for e in conversation.state.events if e.kind == "ObservationEvent"]
+out = {
+    "status": conversation.state.execution_status.value,
+    "typed": [isinstance(o, TaskTrackerObservation) for o in observations],
+    "commands": [o.command for o in observations],
+    "task_lists": [[t.model_dump() for t in o.task_list] for o in observations],
+    "texts": [o.text for o in observations],
+}
+conversation.close()
+print("RESULT " + json.dumps(out))
+"""
+
+
+class TestOpenHandsClientRunsTheTaskTracker:
+    def test_plan_and_view_come_back_as_openhands_observations(
+        self, openhands: Path, stub: StubLLMServer, tmp_path: Path
+    ):
+        """OpenHands' client sends its task tracker; cowconv's server runs it; the client reads
+        TaskTrackerObservations (OpenHands' own class) with the plan."""
+        script = tmp_path / "openhands_tracker_client.py"
+        script.write_text(OPENHANDS_TRACKER_CLIENT)
+        working_dir = tmp_path / "work"
+        working_dir.mkdir()
+        tasks = [{"title": "Write tests", "notes": "hypothesis", "status": "in_progress"}]
+        stub.script(
+            StubReply.tool_call("task_tracker", command="plan", task_list=tasks),
+            StubReply.tool_call("task_tracker", command="view"),
+            StubReply.text("Planned."),
+        )
+        app = create_app(data_dir=tmp_path / "data", session_api_key=SESSION_KEY)
+        with BackgroundServer(app) as server:
+            done = subprocess.run(
+                [str(openhands), str(script), server.url, stub.base_url, str(working_dir)],
+                capture_output=True,
+                text=True,
+                env=_environment(),
+                timeout=900,
+            )
+        assert done.returncode == 0, done.stderr[-4000:]
+        result = json.loads(done.stdout.split("RESULT ", 1)[1])
+        assert result["status"] == "finished"
+        assert result["typed"] == [True, True]
+        assert result["commands"] == ["plan", "view"]
+        assert result["task_lists"] == [tasks, tasks]
+        assert result["texts"] == [
+            "Task list has been updated with 1 item(s).",
+            "# Task List\n\n1. 🔄 Write tests\n   hypothesis",
+        ]
+        sent = [tool["function"]["name"] for tool in stub.requests[0].body["tools"]]
+        assert sorted(sent) == ["task_tracker", "terminal"]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from cowconv import (
     registered_tools,
     resolve_tool,
 )
-from cowconv.tools.terminal import TerminalParams, TerminalTool, _Capture
+from cowconv.tools.terminal import TerminalParams, TerminalSettings, TerminalTool, _Capture
 
 
 @pytest.fixture
@@ -310,3 +310,28 @@ class TestConversationShells:
             source.run()
             observed = [e for e in source.state.events if isinstance(e, ObservationEvent)]
             assert observed[-1].output == f"{tmp_path / 'sub'}\nsource-only\n"
+
+
+class TestNoChangeTimeout:
+    def test_a_silent_command_is_stopped_and_its_output_kept(self, tmp_path: Path):
+        """OpenHands' no_change_timeout_seconds: a command silent that long is stopped, the
+        output so far is returned, and the next command runs in a new shell."""
+        terminal = TerminalTool.create(
+            Workspace(working_dir=str(tmp_path)), {"no_change_timeout_seconds": 3}
+        )
+        try:
+            result = terminal.execute(TerminalParams(command="echo started; sleep 60; echo never"))
+            assert result.output.startswith("started")
+            assert "no new output for 3 s" in result.output and "never" not in result.output
+            assert result.extra["timed_out"] is True
+            chatty = terminal.execute(
+                TerminalParams(command="for i in 1 2 3 4; do echo $i; sleep 0.1; done")
+            )
+            assert chatty.output.split() == ["1", "2", "3", "4"] and chatty.exit_code == 0
+        finally:
+            terminal.close()
+
+    def test_the_setting_must_be_positive(self):
+        """A zero or negative quiet time is refused."""
+        with pytest.raises(ValueError):
+            TerminalSettings(no_change_timeout_seconds=0)

@@ -38,15 +38,14 @@ from pyrsistent import PMap, PVector, pmap, pvector
 from cowconv.core.events import (
     ActionEvent,
     AgentErrorEvent,
-    Content,
     Event,
     MessageEvent,
     ObservationEvent,
     SystemPromptEvent,
-    TextContent,
 )
 from cowconv.core.frozen import thaw
 from cowconv.core.history import EventLog, PrefixCache
+from cowconv.core.message import chat_content
 
 __all__ = ["INVALID_ARGUMENTS_KEY", "PrefixCache", "Rendering", "build_messages", "render"]
 
@@ -60,16 +59,15 @@ _NO_RESULTS: PMap[str, PVector[Event]] = pmap()
 _NO_SLOTS: PMap[str, PVector[int]] = pmap()
 
 
-def _content(parts: Sequence[Content]) -> str | list[dict[str, Any]]:
-    if all(isinstance(part, TextContent) for part in parts):
-        return "".join(part.text for part in parts if isinstance(part, TextContent))
-    encoded: list[dict[str, Any]] = []
-    for part in parts:
-        if isinstance(part, TextContent):
-            encoded.append({"type": "text", "text": part.text})
-        else:
-            encoded.extend({"type": "image_url", "image_url": {"url": u}} for u in part.image_urls)
-    return encoded
+def _message_content(event: MessageEvent) -> str | list[dict[str, Any]]:
+    content = chat_content(event.content)
+    if not event.extended_content:
+        return content
+    # What the agent context added (skills, suffix): after the message, as OpenHands' SDK
+    # sends its text parts (one per line), or as more text parts beside images.
+    if isinstance(content, str):
+        return "\n".join([content, *(part.text for part in event.extended_content)])
+    return [*content, *({"type": "text", "text": part.text} for part in event.extended_content)]
 
 
 def _tool_message(tool_call_id: str, result: Event | None) -> dict[str, Any]:
@@ -177,9 +175,9 @@ class Rendering(NamedTuple):
             group = ()
             if isinstance(event, MessageEvent):
                 if event.role in ("user", "assistant", "system"):
-                    messages.append({"role": event.role, "content": _content(event.content)})
+                    messages.append({"role": event.role, "content": _message_content(event)})
             elif isinstance(event, SystemPromptEvent):
-                system_prompt = event.system_prompt
+                system_prompt = event.full_text
             else:
                 call_id_or_none = _result_id(event)
                 if call_id_or_none is None:

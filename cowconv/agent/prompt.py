@@ -37,11 +37,21 @@ from pyrsistent import PMap
 from cowconv.agent.tools import ToolDefinition, openhands_style, resolve_tool
 from cowconv.core.agent import Agent
 from cowconv.core.changes import with_prompt
-from cowconv.core.events import SystemPromptEvent, new_event_id, timestamp_now
+from cowconv.core.context import AgentContext
+from cowconv.core.events import MessageEvent, SystemPromptEvent, new_event_id, timestamp_now
 from cowconv.core.frozen import freeze
+from cowconv.core.message import Message, TextContent
 from cowconv.core.state import ConversationState
 
-__all__ = ["system_prompt_event", "with_system_prompt"]
+__all__ = [
+    "activated_skills",
+    "active_context",
+    "dynamic_context",
+    "local_dir",
+    "system_prompt_event",
+    "user_message_event",
+    "with_system_prompt",
+]
 
 
 @functools.cache
@@ -76,11 +86,14 @@ _templates_lock = threading.Lock()
 _TEMPLATES_KEPT = 64
 
 
-def system_prompt_event(agent: Agent) -> SystemPromptEvent:
+def system_prompt_event(agent: Agent, working_dir: str | None = None) -> SystemPromptEvent:
     """A new :class:`~cowconv.SystemPromptEvent` of ``agent``: its prompt and its tools' specs.
 
     Tools that cannot be resolved (not registered in this process) are left
     out. Each call returns an event with a new id (each one recorded is its own event).
+    With an ``agent_context``, its system message suffix is the event's
+    ``dynamic_context`` (with the project skills and memory of ``working_dir``
+    when the context asks for them).
 
     >>> from cowconv import LLM, Agent, Tool
     >>> agent = Agent(llm=LLM(model="openai/gpt-4o"), tools=[Tool(name="terminal")])
@@ -99,7 +112,91 @@ def system_prompt_event(agent: Agent) -> SystemPromptEvent:
             _templates[key] = template
             while len(_templates) > _TEMPLATES_KEPT:
                 _templates.popitem(last=False)
-    return template.model_copy(update={"id": new_event_id(), "timestamp": timestamp_now()})
+    update: dict[str, Any] = {"id": new_event_id(), "timestamp": timestamp_now()}
+    dynamic = dynamic_context(agent, working_dir)
+    if dynamic is not None:
+        update["dynamic_context"] = TextContent(text=dynamic)
+    return template.model_copy(update=update)
+
+
+def active_context(agent: Agent, working_dir: str | None) -> AgentContext | None:
+    """The agent's context with its workspace's project skills and memory read in, if asked.
+
+    >>> from cowconv import LLM, Agent
+    >>> active_context(Agent(llm=LLM(model="openai/gpt-4o")), ".") is None
+    True
+    """
+    context = agent.agent_context
+    if context is None or working_dir is None:
+        return context
+    return context.resolved(working_dir)
+
+
+def dynamic_context(agent: Agent, working_dir: str | None = None) -> str | None:
+    """The text after the agent's system prompt: its agent context's system message suffix.
+
+    >>> from cowconv import LLM, Agent
+    >>> from cowconv.context import AgentContext
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o"), agent_context=AgentContext(
+    ...     system_message_suffix="Say yay.", current_datetime=None))
+    >>> dynamic_context(agent)
+    'Say yay.'
+    """
+    context = active_context(agent, working_dir)
+    if context is None:
+        return None
+    return context.get_system_message_suffix(llm_model=agent.llm.model)
+
+
+def user_message_event(
+    state: ConversationState, message: Message, sender: str | None = None
+) -> MessageEvent:
+    """The user's message as an event, with what the agent context adds to it.
+
+    A knowledge skill whose trigger the message names, and that no earlier
+    user message of the active branch activated, adds its content; the
+    context's ``user_message_suffix`` follows (``extended_content``; the
+    skills in ``activated_skills``), as OpenHands' SDK records it.
+
+    >>> from cowconv import LLM, Agent, ConversationState, Message, Workspace
+    >>> from cowconv.context import AgentContext
+    >>> agent = Agent(llm=LLM(model="openai/gpt-4o"),
+    ...               agent_context=AgentContext(user_message_suffix="Be brief."))
+    >>> state = ConversationState(id="c1", agent=agent, workspace=Workspace(working_dir="."))
+    >>> event = user_message_event(state, Message(role="user", content="hi"))
+    >>> [part.text for part in event.extended_content]
+    ['Be brief.']
+    """
+    context = active_context(state.agent, local_dir(state))
+    activated: list[str] = []
+    extended: list[TextContent] = []
+    if context is not None:
+        added = context.get_user_message_suffix(message, activated_skills(state))
+        if added is not None:
+            text, activated = added
+            extended.append(text)
+    return MessageEvent(
+        source="user",
+        llm_message=message,
+        sender=sender,
+        activated_skills=tuple(activated),
+        extended_content=tuple(extended),
+    )
+
+
+def activated_skills(state: ConversationState) -> list[str]:
+    """The knowledge skills already activated: ``state.activated_knowledge_skills``.
+
+    A message does not activate them again (OpenHands' SDK's rule); a fork
+    inherits the list with the rest of the state.
+
+    >>> from cowconv import LLM, Agent, ConversationState, Workspace
+    >>> activated_skills(ConversationState(id="c1", agent=Agent(llm=LLM(model="m")),
+    ...                                    workspace=Workspace(working_dir="."),
+    ...                                    activated_knowledge_skills=("sql",)))
+    ['sql']
+    """
+    return list(state.activated_knowledge_skills)
 
 
 def with_system_prompt(state: ConversationState) -> ConversationState:
@@ -114,4 +211,16 @@ def with_system_prompt(state: ConversationState) -> ConversationState:
     >>> len(once.events), with_system_prompt(once) is once
     (1, True)
     """
-    return with_prompt(state, system_prompt_event(state.agent))
+    return with_prompt(state, system_prompt_event(state.agent, local_dir(state)))
+
+
+def local_dir(state: ConversationState) -> str | None:
+    """The conversation's working directory when it is on this machine (else ``None``).
+
+    >>> from cowconv import LLM, Agent, ConversationState, Workspace
+    >>> local_dir(ConversationState(id="c1", agent=Agent(llm=LLM(model="m")),
+    ...                             workspace=Workspace(working_dir="/srv")))
+    '/srv'
+    """
+    workspace = state.workspace
+    return None if workspace.is_remote else workspace.working_dir

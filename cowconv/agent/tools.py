@@ -49,6 +49,7 @@ from cowconv.core.events import Event
 from cowconv.core.frozen import decode_json, freeze, thaw
 from cowconv.core.message import TextContent
 from cowconv.core.schema import Action, Observation
+from cowconv.core.usage import Usage
 from cowconv.core.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Action",
+    "DeclaredResources",
     "Observation",
     "ToolDefinition",
     "ToolExecutor",
@@ -70,7 +72,17 @@ __all__ = [
 ]
 
 # Built-in tools: name -> module that registers it when imported.
-_BUILTINS = {"terminal": "cowconv.tools.terminal"}
+_BUILTINS = {
+    "terminal": "cowconv.tools.terminal",
+    "file_editor": "cowconv.tools.file_editor",
+    "task_tracker": "cowconv.tools.task_tracker",
+    "browser_tool_set": "cowconv.tools.browser_use",
+    "task_tool_set": "cowconv.tools.task",
+    "workflow_tool_set": "cowconv.tools.workflow",
+    "glob": "cowconv.tools.search",
+    "grep": "cowconv.tools.search",
+    "planning_file_editor": "cowconv.tools.planning_file_editor",
+}
 _REGISTRY: dict[str, type[ToolDefinition[Any]]] = {}
 _REGISTRY_LOCK = threading.Lock()
 
@@ -124,6 +136,25 @@ class ToolResult:
     extra: Mapping[str, Any] | None = None
     #: An OpenHands-style tool's answer, recorded whole on the observation event.
     observation: Observation | None = None
+    #: What the call spent on LLMs of its own (a sub-agent's), by usage id: the run adds it
+    #: to the conversation's stats with the step.
+    usage: Mapping[str, Usage] | None = None
+
+
+@dataclass(frozen=True)
+class DeclaredResources:
+    """What a tool call touches, for running a step's calls in parallel (OpenHands' SDK's).
+
+    Calls that share a key never run at once. ``declared=False`` (the
+    default) means "unknown": such a tool's calls run one at a time.
+    ``declared=True`` with no keys: the call may run beside any other.
+
+    >>> DeclaredResources(keys=("file:/tmp/a",), declared=True).keys
+    ('file:/tmp/a',)
+    """
+
+    keys: tuple[str, ...] = ()
+    declared: bool = False
 
 
 P = TypeVar("P", bound=BaseModel)
@@ -422,12 +453,27 @@ class ToolDefinition(ABC, Generic[ActionT, ObservationT]):
             "an Observation, a pydantic model or a dict is needed without an observation_type"
         )
 
+    def declared_resources(self, action: Any) -> DeclaredResources:
+        """What a call with ``action`` touches (default: undeclared, one call at a time).
+
+        Only ``Agent(tool_concurrency_limit=N)`` with ``N > 1`` consults it.
+        """
+        return DeclaredResources()
+
     def restore(self, events: Sequence[Event]) -> None:
         """Take up what this tool left in a conversation's history (the default: nothing).
 
-        Called once, with the conversation's history, before the first
-        ``execute`` of an instance; a fork's tools get the fork's history,
-        so they can start where the source's stood at the fork point.
+        Called with the conversation's history before the first ``execute``
+        of an instance, and again when a later run starts (``navigate_to``
+        may have moved the branch since); a fork's tools get the fork's
+        history, so they can start where the source's stood at the fork point.
+        """
+
+    def use_secrets(self, secrets: Mapping[str, Callable[[], str | None]]) -> None:
+        """Take the conversation's secrets (name -> how to get the value); the default: none.
+
+        The terminal exports the ones a command names and hides their values
+        in its output, as OpenHands' SDK's does.
         """
 
     def close(self) -> None:

@@ -59,6 +59,7 @@ from cowconv.agent_server.models import (
     NavigateConversationRequest,
     RunStarted,
     SetConfirmationPolicyRequest,
+    SetSecurityAnalyzerRequest,
     StartConversationRequest,
     StateResponse,
     Success,
@@ -280,13 +281,28 @@ async def update_conversation_secrets(
 async def set_conversation_confirmation_policy(
     conversation_id: ConversationIdPath, request: SetConfirmationPolicyRequest, service: Service
 ) -> Success:
-    """OpenHands' confirmation policy: ``NeverConfirm`` (what cowconv does) is taken, another
-    policy is a 422 (cowconv has no confirmation mode)."""
+    """Set the conversation's confirmation policy (OpenHands' route; a policy's JSON by its
+    ``kind``: ``AlwaysConfirm``, ``NeverConfirm``, ``ConfirmRisky``; another kind is a 422)."""
     identifier = conversation_id_of(conversation_id)
     events = await service.get_event_service(identifier)
     if events is None:
         raise not_found(identifier)
     await events.set_confirmation_policy(request.policy)
+    return Success()
+
+
+@conversation_router.post(
+    "/{conversation_id}/security_analyzer", response_model=Success, responses=errors(404)
+)
+async def set_conversation_security_analyzer(
+    conversation_id: ConversationIdPath, request: SetSecurityAnalyzerRequest, service: Service
+) -> Success:
+    """Set (``null``: remove) the conversation's security analyzer (OpenHands' route)."""
+    identifier = conversation_id_of(conversation_id)
+    events = await service.get_event_service(identifier)
+    if events is None:
+        raise not_found(identifier)
+    await events.set_security_analyzer(request.security_analyzer)
     return Success()
 
 

@@ -31,6 +31,7 @@ from cowconv.agent_server.event_service import EventService, RecordedMessage
 from cowconv.agent_server.models import (
     AppendEventRequest,
     BranchList,
+    ConfirmationResponseRequest,
     EventPage,
     EventSortOrder,
     OpenHandsEventPage,
@@ -102,6 +103,18 @@ async def send_message(request: SendMessageRequest, response: Response, events: 
         request.create_message(), request.run, sender=request.sender
     )
     return _sent(recorded, response)
+
+
+@event_router.post("/events/respond_to_confirmation", response_model=Success)
+async def respond_to_confirmation(request: ConfirmationResponseRequest, events: Events) -> Success:
+    """Answer a conversation waiting for confirmation (OpenHands' route and body).
+
+    ``accept``: a run starts and runs the waiting tool calls (nothing to do
+    if one is going); else each waiting call is answered by a rejection
+    with ``reason`` and the conversation becomes ``idle``.
+    """
+    await events.respond_to_confirmation(request.accept, request.reason)
+    return Success()
 
 
 @event_router.post("/messages", status_code=201, response_model=AnyEvent)

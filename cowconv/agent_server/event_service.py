@@ -56,11 +56,14 @@ from cowconv.agent_server.registry import ConversationRegistry
 from cowconv.backends.wire import agent_to_openhands, event_to_openhands, mask_secrets, unsupported
 from cowconv.conversation import Conversation
 from cowconv.core.agent import Agent
+from cowconv.core.analyzers import SecurityAnalyzerBase
 from cowconv.core.events import Event, MessageEvent, SystemPromptEvent
 from cowconv.core.frozen import thaw
 from cowconv.core.history import EventLog
 from cowconv.core.ids import ConversationID, id_dir_name, id_text
+from cowconv.core.kinds import Kinded
 from cowconv.core.message import Message, TextContent
+from cowconv.core.security import ConfirmationPolicyBase
 from cowconv.core.state import ConversationInfo as ConversationSummary
 from cowconv.core.state import ConversationState, dump_state
 from cowconv.core.workspace import Workspace
@@ -81,7 +84,13 @@ OPENHANDS_KEY = "openhands"
 """The ``agent_state`` key under which the server keeps what OpenHands' SDK sent and cowconv does
 not implement (the agent's JSON, secrets masked, and other request fields), to show it again."""
 
-_NEVER_CONFIRM = "NeverConfirm"
+
+def _validated(family: type[Kinded], data: Mapping[str, Any], field: str) -> Any:
+    """``data`` as the member of ``family`` its ``kind`` names, or a 422 naming ``field``."""
+    try:
+        return family.model_validate(dict(data))
+    except (ValueError, TypeError) as error:
+        raise unsupported(field, f"not a known {family.__name__}: {error}") from None
 
 
 def _kept(state: ConversationState) -> dict[str, Any]:
@@ -165,6 +174,14 @@ def compose_conversation_info(
             "max_iterations": stored.max_iterations,
             "head_is_empty": state.head_is_empty,
             "agent_state": {k: v for k, v in thaw(state.agent_state).items() if k != OPENHANDS_KEY},
+            # The conversation's own (the state's): set at start, changed by their routes.
+            "confirmation_policy": state.confirmation_policy.model_dump(mode="json"),
+            "security_analyzer": None
+            if state.security_analyzer is None
+            else state.security_analyzer.model_dump(mode="json"),
+            "hook_config": None
+            if state.hook_config is None
+            else state.hook_config.model_dump(mode="json"),
         }
     )
 
@@ -406,6 +423,11 @@ class EventService:
             tags=stored.tags,
             max_iteration_per_run=stored.max_iterations,
             agent_state={OPENHANDS_KEY: kept} if kept else None,
+            oversight={
+                "confirmation_policy": stored.confirmation_policy,
+                "security_analyzer": stored.security_analyzer,
+                "hook_config": stored.hook_config,
+            },
         )
         message = stored.initial_message
         if message is not None:
@@ -686,13 +708,38 @@ class EventService:
             raise unsupported("secrets", "cowconv does not inject or mask conversation secrets")
 
     async def set_confirmation_policy(self, policy: Mapping[str, Any]) -> None:
-        """OpenHands' confirmation policy: ``NeverConfirm`` (what cowconv does) is taken, any
-        other refused (:class:`~cowconv.InvalidValueError`, a 422)."""
+        """Set the conversation's confirmation policy (its JSON: OpenHands' ``kind``)."""
         await self.get_state()  # an unknown conversation is a 404 first
-        if policy.get("kind") != _NEVER_CONFIRM:
-            raise unsupported(
-                "policy", "cowconv has no confirmation mode: actions would run unconfirmed"
-            )
+        chosen = _validated(ConfirmationPolicyBase, policy, "policy")
+        await self._call(lambda: self._live().set_confirmation_policy(chosen))
+
+    async def set_security_analyzer(self, analyzer: Mapping[str, Any] | None) -> None:
+        """Set (``None``: remove) the conversation's security analyzer (its JSON)."""
+        await self.get_state()
+        chosen = (
+            None
+            if analyzer is None
+            else _validated(SecurityAnalyzerBase, analyzer, "security_analyzer")
+        )
+        await self._call(lambda: self._live().set_security_analyzer(chosen))
+
+    async def reject_pending_actions(self, reason: str) -> None:
+        """Answer the tool calls waiting for confirmation with a rejection each."""
+        await self.get_state()
+        await self._call(lambda: self._live().reject_pending_actions(reason))
+
+    async def respond_to_confirmation(self, accept: bool, reason: str) -> None:
+        """OpenHands' answer to a waiting conversation: run what waits, or reject it.
+
+        Accepting while a run is going is nothing to do (as OpenHands' server).
+        """
+        if not accept:
+            await self.reject_pending_actions(reason)
+            return
+        try:
+            await self.run()
+        except ConversationConflictError:
+            pass
 
     # -- running -----------------------------------------------------------------
 

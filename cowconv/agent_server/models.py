@@ -25,6 +25,7 @@ from pydantic import (
     Field,
     GetJsonSchemaHandler,
     RootModel,
+    SerializeAsAny,
     StringConstraints,
     WithJsonSchema,
     field_validator,
@@ -43,8 +44,10 @@ from cowconv.backends.wire import (
     unsupported,
 )
 from cowconv.core.agent import Agent
+from cowconv.core.analyzers import SecurityAnalyzerBase
 from cowconv.core.events import AnyEvent, Event, utc_now
 from cowconv.core.frozen import CheckedModel, check_text
+from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationIDField
 from cowconv.core.kinds import kind_names
 from cowconv.core.message import ImageContent, Message, TextContent
@@ -63,6 +66,7 @@ __all__ = [
     "ConversationPage",
     "ConversationResponse",
     "ConversationSearchPage",
+    "ConfirmationResponseRequest",
     "ConversationSortOrder",
     "CreateConversationRequest",
     "ErrorResponse",
@@ -80,6 +84,7 @@ __all__ = [
     "SendMessageRequest",
     "SentMessage",
     "SetConfirmationPolicyRequest",
+    "SetSecurityAnalyzerRequest",
     "StartConversationRequest",
     "StateResponse",
     "StoredConversation",
@@ -158,20 +163,23 @@ _NEVER_CONFIRM = "NeverConfirm"
 
 def _refuse_unsafe(data: dict[str, Any]) -> None:
     """Refuse (422, naming the field) what cowconv cannot honour where ignoring it is unsafe."""
-    policy = data.get("confirmation_policy")
-    if isinstance(policy, BaseModel):  # a policy object (OpenHands' Python clients): its JSON
-        policy = data["confirmation_policy"] = policy.model_dump(mode="json")
-    if policy is not None and (
-        not isinstance(policy, dict) or policy.get("kind") != _NEVER_CONFIRM
-    ):
-        raise unsupported(
-            "confirmation_policy",
-            "cowconv has no confirmation mode: actions would run unconfirmed (send "
-            "NeverConfirm or leave it out)",
-        )
+    # Confirmation policy, security analyzer and hooks are acted on by cowconv's loop: they go
+    # to StoredConversation (which validates them) and on into the conversation's state.
+    oversight: dict[str, type[BaseModel]] = {
+        "confirmation_policy": ConfirmationPolicyBase,
+        "security_analyzer": SecurityAnalyzerBase,
+        "hook_config": HookConfig,
+    }
+    for field, model in oversight.items():
+        value = data.get(field)
+        if isinstance(value, BaseModel):  # an object (OpenHands' Python clients): its JSON
+            value = data[field] = value.model_dump(mode="json")
+        if value is not None:
+            try:
+                model.model_validate(value)
+            except (ValueError, TypeError) as error:
+                raise unsupported(field, f"not a valid {model.__name__}: {error}") from None
     checks = {
-        "security_analyzer": "cowconv has no security analyzer: actions would run unchecked",
-        "hook_config": "cowconv runs no hooks: a hook meant to block an action would not",
         "plugins": "cowconv loads no plugins (they may carry hooks that guard actions)",
         "secrets": "cowconv does not inject or mask conversation secrets",
         "container": "cowconv runs tools on the server's machine, not in a container",
@@ -264,8 +272,9 @@ class StartConversationRequest(BaseModel):
     again by ``GET``. ``workspace.working_dir`` is a directory on the
     server's machine. Request fields cowconv does not implement are kept
     too (:attr:`kept`), except those whose silent omission would be unsafe
-    (a confirmation policy, a security analyzer, hooks, plugins, secrets,
-    containers, worktrees): those are refused with a 422 naming the field.
+    (plugins, secrets, containers, worktrees): those are refused with a 422
+    naming the field. A confirmation policy, a security analyzer and hooks
+    (``hook_config``) are acted on: they become the conversation's state.
 
     The API key in ``agent.llm.api_key`` stays on the server; responses
     never show it.
@@ -597,7 +606,8 @@ class ConversationInfo(ConversationSummary):
     max_iterations: int = Field(default=500, gt=0)
     stuck_detection: bool = True
     confirmation_policy: dict[str, Any] = Field(default_factory=lambda: {"kind": _NEVER_CONFIRM})
-    security_analyzer: None = None
+    security_analyzer: dict[str, Any] | None = None
+    hook_config: dict[str, Any] | None = None
     activated_knowledge_skills: list[str] = []
     invoked_skills: list[str] = []
     blocked_actions: dict[str, str] = {}
@@ -655,7 +665,11 @@ class StoredConversation(BaseModel):
 
     id: ConversationIDField
     workspace: Workspace
-    confirmation_policy: ConfirmationPolicyBase = Field(default_factory=NeverConfirm)
+    confirmation_policy: SerializeAsAny[ConfirmationPolicyBase] = Field(
+        default_factory=NeverConfirm
+    )
+    security_analyzer: SerializeAsAny[SecurityAnalyzerBase] | None = None
+    hook_config: HookConfig | None = None
     initial_message: SendMessageRequest | None = None
     max_iterations: int = Field(default=500, gt=0)
     secrets: dict[str, Any] = Field(
@@ -688,13 +702,6 @@ class StoredConversation(BaseModel):
         if isinstance(workspace, dict) and "kind" in workspace:
             data["workspace"] = {k: v for k, v in workspace.items() if k != "kind"}
         return data
-
-    @field_validator("confirmation_policy")
-    @classmethod
-    def _never_confirm(cls, policy: ConfirmationPolicyBase) -> ConfirmationPolicyBase:
-        if not isinstance(policy, NeverConfirm):
-            raise unsupported("confirmation_policy", "cowconv has no confirmation mode")
-        return policy
 
     @field_validator("secrets")
     @classmethod
@@ -946,20 +953,6 @@ def _no_secrets_schema(schema: dict[str, Any]) -> None:
     }
 
 
-def _never_confirm_schema(schema: dict[str, Any]) -> None:
-    """What the server takes: the ``NeverConfirm`` policy (cowconv has no confirmation mode)."""
-    schema["properties"]["policy"] = {
-        "type": "object",
-        "properties": {
-            "kind": {
-                "const": _NEVER_CONFIRM,
-                "description": "cowconv has no confirmation mode: every action runs",
-            }
-        },
-        "required": ["kind"],
-    }
-
-
 class UpdateSecretsRequest(_Request):
     """OpenHands' ``POST /{id}/secrets`` body: secret name to a value or a secret source's JSON.
 
@@ -985,11 +978,28 @@ class SetConfirmationPolicyRequest(_Request):
     'NeverConfirm'
     """
 
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", defer_build=False, json_schema_extra=_never_confirm_schema
-    )
-
     policy: dict[str, Any]
+
+
+class SetSecurityAnalyzerRequest(_Request):
+    """OpenHands' ``POST /{id}/security_analyzer`` body: the analyzer's JSON, or ``null``.
+
+    >>> SetSecurityAnalyzerRequest(security_analyzer=None).security_analyzer is None
+    True
+    """
+
+    security_analyzer: dict[str, Any] | None
+
+
+class ConfirmationResponseRequest(_Request):
+    """OpenHands' ``POST /{id}/events/respond_to_confirmation`` body: run or reject what waits.
+
+    >>> ConfirmationResponseRequest(accept=False).reason
+    'User rejected the action.'
+    """
+
+    accept: bool
+    reason: str = "User rejected the action."
 
 
 class UpdateConversationRequest(_Request):

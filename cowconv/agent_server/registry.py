@@ -318,8 +318,12 @@ class ConversationRegistry:
         tags: Mapping[str, str] | None = None,
         max_iteration_per_run: int | None = None,
         agent_state: Mapping[str, Any] | None = None,
+        oversight: Mapping[str, Any] | None = None,
     ) -> Conversation:
         """A new conversation; :class:`~cowconv.ConversationExistsError` if the id is taken.
+
+        ``oversight`` holds the first snapshot's ``confirmation_policy``,
+        ``security_analyzer`` and ``hook_config`` (those given).
 
         ``agent_state`` is part of the first snapshot: a value that cannot be stored refuses
         the whole conversation, which is then not stored at all.
@@ -339,6 +343,7 @@ class ConversationRegistry:
                     workspace=Workspace.coerce(workspace),
                     tags=state_tags,
                     agent_state=dict(agent_state or {}),
+                    **dict(oversight or {}),
                 )
             except ValidationError as error:  # a value from the request: the caller's fault
                 raise InvalidValueError(f"the conversation cannot be stored: {error}") from None

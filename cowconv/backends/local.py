@@ -27,16 +27,17 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 from pyrsistent import PMap, pmap
 
 from cowconv._exceptions import EventNotFoundError, InvalidTypeError
-from cowconv.agent.prompt import system_prompt_event
-from cowconv.agent.runtime import Runner
-from cowconv.core.changes import Change, SendMessage
+from cowconv.agent.oversight import submit_prompt
+from cowconv.agent.prompt import local_dir, system_prompt_event, user_message_event
+from cowconv.agent.runtime import Runner, run_hook_agent
+from cowconv.core.changes import ActivateSkill, Change, SendMessage
 from cowconv.core.events import Event, Message, MessageEvent, utc_now
 from cowconv.core.ids import ConversationID, id_text, new_uuid_int
 from cowconv.core.state import (
@@ -46,7 +47,7 @@ from cowconv.core.state import (
     ExecutionStatus,
     check_max_iteration_per_run,
 )
-from cowconv.core.tree import history_to, recorded
+from cowconv.core.tree import extend_active, history_to, recorded
 from cowconv.core.workspace import Workspace
 from cowconv.ports import (
     EventCallback,
@@ -101,7 +102,11 @@ class _PendingFork(NamedTuple):
             branch=events,
             tags=pmap(spec.tags) if spec.tags else _NO_TAGS,
             stats=NO_STATS if spec.reset_metrics else state.stats,
-            execution_status=ExecutionStatus.IDLE,
+            # A whole fork of a conversation waiting for confirmation waits for the same calls.
+            execution_status=ExecutionStatus.WAITING_FOR_CONFIRMATION
+            if state.execution_status == ExecutionStatus.WAITING_FOR_CONFIRMATION
+            and spec.from_event_id is None
+            else ExecutionStatus.IDLE,
             forked_from_conversation_id=state.id,
             # As OpenHands' SDK: the event id of a fork at an event; None for a whole fork.
             forked_from_event_id=spec.from_event_id,
@@ -124,6 +129,10 @@ def _resumed(store: StateStore, state: ConversationState) -> ConversationState:
     resumed = stored._replace(agent=state.agent, workspace=state.workspace, updated_at=utc_now())
     store.save(stored, resumed)
     return resumed
+
+
+def _appended(state: ConversationState, events: Sequence[Event]) -> ConversationState:
+    return state._replace(branch=extend_active(state, events))
 
 
 class LocalBackend:
@@ -287,9 +296,27 @@ class LocalBackend:
             message = Message(role="user", content=message)
         # The prompt first, so that its timestamp is not later than the message it precedes
         # (OpenHands' client orders the events a WebSocket delivers by timestamp).
-        prompt = system_prompt_event(self.snapshot().agent)
-        event = MessageEvent(source="user", llm_message=message, sender=sender)
-        self.commit(SendMessage(event, prompt))
+        snapshot = self.snapshot()
+        prompt = system_prompt_event(snapshot.agent, local_dir(snapshot))
+        event = user_message_event(snapshot, message, sender)
+        # UserPromptSubmit hooks run before the message is recorded: the context they add
+        # goes with it, and their runs (a block included) right after it.
+        event, hook_runs = submit_prompt(snapshot, event, run_hook_agent)
+        send = SendMessage(event, prompt)
+        activations = [ActivateSkill(name) for name in event.activated_skills]
+        if not activations and not hook_runs:
+            self.commit(send)
+        else:
+
+            def send_and_record(state: ConversationState) -> ConversationState:
+                # One commit: the message, the skills it activated (OpenHands' state list)
+                # and the hooks' runs.
+                state = send(state)
+                for activate in activations:
+                    state = activate(state)
+                return _appended(state, hook_runs) if hook_runs else state
+
+            self.commit(send_and_record)
         return recorded(self.snapshot(), event)
 
     def _settle(self, status: ExecutionStatus) -> None:

@@ -213,11 +213,17 @@ def _status_error(response: Any, fallback: str) -> RemoteError:
     return error
 
 
-def answer_json(response: httpx.Response | httpx_sse.ServerSentEvent) -> Any:
-    """The JSON of a server's answer (a response, or an event of the event stream), decoded by
-    :func:`~cowconv.core.frozen.decode_json`: an answer that is not JSON, or is nested deeper
-    than 512 levels, is a :class:`~cowconv.RemoteError` saying why (``json.loads``, which
-    ``response.json()`` calls, would recurse down to the interpreter's limit on it).
+def answer_json(response: Any) -> Any:
+    """The JSON of a server's answer: a response, an event of the event stream, or any object
+    answering ``.json()`` as an ``httpx.Response`` does.
+
+    A real response's bytes are decoded by :func:`~cowconv.core.frozen.decode_json`: an answer
+    that is not JSON, or is nested deeper than 512 levels, is a :class:`~cowconv.RemoteError`
+    saying why (``json.loads``, which ``response.json()`` calls, would recurse down to the
+    interpreter's limit on it). Anything else that stands for a response (a test double built
+    the way OpenHands' SDK's tests build one, with ``.json()`` returning the body, or a
+    response-like object from a client of the user's own) is read through its ``.json()``, as
+    OpenHands' client reads every answer.
 
     >>> import httpx
     >>> answer_json(httpx.Response(200, json={"id": "c1"}))
@@ -227,12 +233,30 @@ def answer_json(response: httpx.Response | httpx_sse.ServerSentEvent) -> Any:
     ... except RemoteError as error:
     ...     print(error)
     agent server answered 200: not JSON (JSON nested deeper than 512 levels)
+    >>> from unittest.mock import Mock
+    >>> double = Mock()
+    >>> double.json.return_value = {"id": "c2"}
+    >>> answer_json(double)
+    {'id': 'c2'}
     """
-    if isinstance(response, httpx.Response):
-        response.read()
-        text, status = response.text, response.status_code
+    status = getattr(response, "status_code", 200)
+    if isinstance(response, httpx_sse.ServerSentEvent):
+        text: Any = response.data
+    elif isinstance(response, httpx.Response) and isinstance(content := response.read(), bytes):
+        text = content
     else:
-        text, status = response.data, 200
+        reader = getattr(response, "json", None)
+        if not callable(reader):
+            raise RemoteError(
+                status if isinstance(status, int) else 200,
+                f"not an answer: {type(response).__name__} has no json()",
+            )
+        try:
+            return reader()
+        except (ValueError, RecursionError) as error:
+            raise RemoteError(
+                status if isinstance(status, int) else 200, f"not JSON ({error})"
+            ) from None
     try:
         return decode_json(text)
     except ValueError as error:
@@ -779,7 +803,9 @@ class _Connection:
 
     def learn(self, response: httpx.Response) -> httpx.Response:
         """Note from an answer which server this is (see :attr:`cowconv`)."""
-        self.cowconv = isinstance(response, httpx.Response) and SERVER_HEADER in response.headers
+        # A test double of a response (even ``Mock(spec=httpx.Response)``) has no real headers.
+        headers = getattr(response, "headers", None)
+        self.cowconv = isinstance(headers, httpx.Headers) and SERVER_HEADER in headers
         return response
 
     def acquire(self) -> _Connection:
@@ -1412,7 +1438,10 @@ class RemoteBackend:
                 "the MessageEvent sent goes)",
             )
         if self._callbacks:
-            prompt_at = response.headers.get(SYSTEM_PROMPT_AT_HEADER)
+            headers = getattr(response, "headers", None)
+            prompt_at = (
+                headers.get(SYSTEM_PROMPT_AT_HEADER) if isinstance(headers, httpx.Headers) else None
+            )
             if prompt_at is not None:
                 for prompt in self.events(offset=int(prompt_at), limit=1):
                     self._deliver(prompt, sent=True)

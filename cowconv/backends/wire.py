@@ -19,10 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cowconv._exceptions import InvalidValueError
+from cowconv._exceptions import InvalidTypeError, InvalidValueError
+from cowconv.agent.tools import registered_tools
 from cowconv.core.changes import ActivateSkill, AppendEvent, NavigateTo, SetTag, UpdateAgentState
 from cowconv.core.error_classification import FailureKind
 from cowconv.core.frozen import decode_json, thaw
+from cowconv.core.mcp import coerce_mcp_config
 
 __all__ = [
     "CHANGE_ROUTES",
@@ -91,9 +93,28 @@ MASK = "**********"
 
 #: cowconv tool name -> OpenHands' tool name, for the tools both have (OpenHands' SDK 1.58
 #: registers its ``TerminalTool`` as ``"terminal"``, cowconv's name).
-TOOL_NAMES: Mapping[str, str] = {"terminal": "terminal"}
+TOOL_NAMES: Mapping[str, str] = {
+    "terminal": "terminal",
+    "file_editor": "file_editor",
+    "task_tracker": "task_tracker",
+    # The sub-agent tools: they run the sub-agents registered in the server's process.
+    "task_tool_set": "task_tool_set",
+    "workflow_tool_set": "workflow_tool_set",
+    "glob": "glob",
+    "grep": "grep",
+    "planning_file_editor": "planning_file_editor",
+}
 #: Other names OpenHands' agents have used for those tools (its class names, older releases).
-_TOOL_ALIASES = {"TerminalTool": "terminal", "BashTool": "terminal"}
+_TOOL_ALIASES = {
+    "TerminalTool": "terminal",
+    "BashTool": "terminal",
+    "FileEditorTool": "file_editor",
+    "str_replace_editor": "file_editor",
+    "TaskTrackerTool": "task_tracker",
+    "GlobTool": "glob",
+    "GrepTool": "grep",
+    "PlanningFileEditorTool": "planning_file_editor",
+}
 _TOOLS_BACK = {**_TOOL_ALIASES, **{theirs: ours for ours, theirs in TOOL_NAMES.items()}}
 
 #: Fields of OpenHands' ``LLM`` that cowconv's :class:`~cowconv.LLM` honours (same names).
@@ -135,19 +156,21 @@ def mask_secrets(data: Any) -> Any:
 def tool_to_openhands(name: str) -> str:
     """OpenHands' name of a cowconv tool (unchanged when OpenHands has no such tool).
 
-    >>> tool_to_openhands("terminal"), tool_to_openhands("FileEditorTool")
-    ('terminal', 'FileEditorTool')
+    >>> tool_to_openhands("terminal"), tool_to_openhands("BrowserToolSet")
+    ('terminal', 'BrowserToolSet')
     """
     return TOOL_NAMES.get(name, name)
 
 
 def tool_from_openhands(name: str) -> str | None:
-    """cowconv's name of an OpenHands tool, ``None`` when cowconv has none.
+    """cowconv's name of an OpenHands tool, ``None`` when cowconv has none (or has not
+    registered it: a tool of this table whose module is not part of this cowconv).
 
-    >>> [tool_from_openhands(name) for name in ("TerminalTool", "terminal", "X")]
-    ['terminal', 'terminal', None]
+    >>> [tool_from_openhands(name) for name in ("TerminalTool", "task_tracker", "X")]
+    ['terminal', 'task_tracker', None]
     """
-    return _TOOLS_BACK.get(name)
+    ours = _TOOLS_BACK.get(name)
+    return ours if ours is not None and ours in registered_tools() else None
 
 
 def _llm_to_openhands(llm: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +198,12 @@ def agent_to_openhands(agent_json: Mapping[str, Any]) -> dict[str, Any]:
     }
     if agent_json.get("system_prompt") is not None:
         data["system_prompt"] = agent_json["system_prompt"]
+    if agent_json.get("agent_context") is not None:
+        data["agent_context"] = agent_json["agent_context"]  # the same JSON in both
+    # The same JSON in both SDKs (a server's secrets as agent_json has them).
+    for key in ("mcp_config", "filter_tools_regex"):
+        if agent_json.get(key):
+            data[key] = agent_json[key]
     condenser = agent_json.get("condenser")
     if condenser is not None:
         data["condenser"] = {
@@ -204,12 +233,13 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
 
     Honoured: ``llm`` (the :data:`LLM_FIELDS`), ``tools`` that cowconv has
     (others are left out: the agent gets fewer tools, never more),
-    ``filter_tools_regex``, ``system_prompt``, an ``LLMSummarizingCondenser``.
+    ``filter_tools_regex``, ``system_prompt``, ``agent_context``, ``mcp_config`` (its servers'
+    tools are run), an ``LLMSummarizingCondenser``.
     Everything else is the caller's to keep. Raises :class:`Unsupported`
     (an :class:`~cowconv.InvalidValueError`) for another kind of agent.
 
     >>> agent_from_openhands({"kind": "Agent", "llm": {"model": "m", "stream": False},
-    ...     "tools": [{"name": "TerminalTool"}, {"name": "FileEditorTool"}], "system_prompt": None})
+    ...     "tools": [{"name": "TerminalTool"}, {"name": "BrowserToolSet"}], "system_prompt": None})
     {'llm': {'model': 'm'}, 'tools': [{'name': 'terminal', 'params': {}}]}
     >>> agent_from_openhands({"kind": "ACPAgent", "llm": {"model": "m"}})
     Traceback (most recent call last):
@@ -247,6 +277,16 @@ def agent_from_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     agent["tools"] = tools
     if data.get("system_prompt") is not None:
         agent["system_prompt"] = data["system_prompt"]
+    if data.get("agent_context") is not None:
+        agent["agent_context"] = data["agent_context"]
+    if data.get("mcp_config"):
+        try:
+            coerce_mcp_config(data["mcp_config"])
+        except (InvalidTypeError, InvalidValueError) as error:
+            raise unsupported("agent.mcp_config", str(error)) from None
+        agent["mcp_config"] = data["mcp_config"]
+    if pattern is not None:
+        agent["filter_tools_regex"] = pattern
     condenser = data.get("condenser")
     if isinstance(condenser, Mapping) and condenser.get("kind", "LLMSummarizingCondenser") == (
         "LLMSummarizingCondenser"
@@ -292,7 +332,9 @@ def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
     Message, pause and condensation events have the same shape; a system
     prompt's text becomes a text part (its tool specs are left out: OpenHands
     types them by its own tool classes); a tool call carries ``tool_call``
-    and an ``MCPToolAction`` with the arguments; a tool result becomes an
+    and an ``MCPToolAction`` with the arguments; a tool result is the
+    observation the tool recorded (an OpenHands-style tool's, such as
+    ``FileEditorObservation`` or ``TaskTrackerObservation``), or else an
     ``MCPToolObservation`` holding the output as text.
 
     >>> event_to_openhands({"kind": "SystemPromptEvent", "id": "e1", "timestamp": "t",
@@ -321,13 +363,16 @@ def event_to_openhands(data: Mapping[str, Any]) -> dict[str, Any]:
         output = str(event.pop("output", ""))
         exit_code = event.pop("exit_code", None)
         event.pop("extra", None)
-        event["observation"] = {
-            "kind": "MCPToolObservation",
-            "content": [_text_part(output)],
-            "is_error": exit_code not in (None, 0),
-            "tool_name": event["tool_name"],
-        }
-        event["action_id"] = event["tool_call_id"]
+        if not isinstance(event.get("observation"), Mapping):
+            event["observation"] = {
+                "kind": "MCPToolObservation",
+                "content": [_text_part(output)],
+                "is_error": exit_code not in (None, 0),
+                "tool_name": event["tool_name"],
+            }
+        # An OpenHands-style tool's own observation (FileEditorObservation...) goes as it
+        # was recorded, with the id of its action: OpenHands' client types it by its kind.
+        event.setdefault("action_id", event["tool_call_id"])
     elif kind == "AgentErrorEvent":
         event.setdefault("tool_name", "")
         event.setdefault("tool_call_id", "")
@@ -368,6 +413,9 @@ def event_from_openhands(data: Mapping[str, Any]) -> dict[str, Any] | None:
         return {**common, **{key: data[key] for key in keep if data.get(key) is not None}}
     if kind == "SystemPromptEvent":
         system_prompt = _texts(data.get("system_prompt"), f"{kind}.system_prompt")
+        if data.get("dynamic_context") is not None:
+            # The agent context's part of the system message (OpenHands' second block).
+            common["dynamic_context"] = data["dynamic_context"]
         return {**common, "system_prompt": system_prompt}
     if kind == "ActionEvent":
         call = _object(data, "tool_call")

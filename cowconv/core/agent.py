@@ -8,12 +8,16 @@
 True
 """
 
-from pydantic import ConfigDict, Field, model_validator
+import re
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pyrsistent import pmap
 
 from cowconv._exceptions import InvalidValueError
+from cowconv.core.context import AgentContext
 from cowconv.core.frozen import CheckedModel, FrozenJSONMap
 from cowconv.core.llm import LLM
+from cowconv.core.mcp import MCPConfig
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Agent", "LLMSummarizingCondenser", "Tool"]
 
@@ -93,9 +97,35 @@ class Agent(CheckedModel):
     tools: tuple[Tool, ...] = ()
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     condenser: LLMSummarizingCondenser | None = None
+    agent_context: AgentContext | None = None
+    """Skills and suffixes that extend the prompts (OpenHands' ``AgentContext``)."""
     tool_concurrency_limit: int = Field(default=1, ge=1)
     """At most this many tool calls of one step run at once (OpenHands' SDK's setting).
 
-    Accepted and kept; cowconv runs a step's tool calls one at a time,
-    which every limit allows.
+    Above 1, a step's calls run on that many threads; calls whose tools
+    declare a shared resource (``ToolDefinition.declared_resources``; by
+    default, calls of one tool) still run one at a time. Results are
+    recorded in the order of the calls.
     """
+    mcp_config: MCPConfig = Field(default_factory=pmap)
+    """MCP servers whose tools the agent may call: name -> :class:`~cowconv.MCPServer`.
+
+    Each conversation connects to them when it first runs (see :mod:`cowconv.mcp`).
+    """
+    filter_tools_regex: str | None = None
+    """Only the tools whose names match this regular expression (MCP tools included).
+
+    Matched from the start of the name (``re.match``), as OpenHands' SDK does.
+    """
+
+    @field_validator("filter_tools_regex")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise InvalidValueError(
+                    f"filter_tools_regex is not a regular expression: {error}"
+                ) from None
+        return pattern

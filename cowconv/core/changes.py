@@ -120,6 +120,8 @@ def same_prompt(recorded: SystemPromptEvent, prompt: SystemPromptEvent) -> bool:
         return True
     if recorded.system_prompt != prompt.system_prompt:
         return False
+    if recorded.dynamic_context != prompt.dynamic_context:
+        return False
     tools = prompt.tools
     if recorded.tools is tools:
         return True

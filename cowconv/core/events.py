@@ -66,6 +66,7 @@ from cowconv.core.message import (
     content_to_str,
 )
 from cowconv.core.schema import Action, Observation
+from cowconv.core.security import SecurityRisk
 
 __all__ = [
     "ROOT_PARENT_ID",
@@ -162,6 +163,10 @@ class Event(Kinded):
 
     __kind_family__: ClassVar[bool] = True
     __omitted_when_none__: ClassVar[tuple[str, ...]] = ()
+    # Fields left out of the JSON while they hold this value (OpenHands' defaults that older
+    # cowconv JSON never carried), and fields a subclass never writes.
+    __omitted_when_default__: ClassVar[tuple[tuple[str, object], ...]] = ()
+    __never_dumped__: ClassVar[tuple[str, ...]] = ()
 
     id: EventID = Field(default_factory=new_event_id)
     timestamp: str = Field(default_factory=timestamp_now)
@@ -195,6 +200,11 @@ class Event(Kinded):
             for name in ("parent_id", *self.__omitted_when_none__):
                 if name in data and data[name] is None:
                     del data[name]
+            for name, default in self.__omitted_when_default__:
+                if name in data and data[name] == default:
+                    del data[name]
+            for name in self.__never_dumped__:
+                data.pop(name, None)
         return data
 
     @classmethod
@@ -339,6 +349,23 @@ class SystemPromptEvent(Event):
     source: SourceType = "agent"
     system_prompt: str
     tools: tuple[FrozenJSONMap, ...] = ()
+    dynamic_context: TextContent | None = None
+    """Per-conversation context after the prompt (OpenHands' second system block): the
+    agent context's repo skills, skills list, suffix, secrets' names and date."""
+
+    __omitted_when_none__: ClassVar[tuple[str, ...]] = ("dynamic_context",)
+
+    @property
+    def full_text(self) -> str:
+        """The system message's text: the prompt, then the dynamic context on its own line.
+
+        >>> SystemPromptEvent(system_prompt="Be brief.", dynamic_context=TextContent(
+        ...     text="Say yay.")).full_text
+        'Be brief.\\nSay yay.'
+        """
+        if self.dynamic_context is None:
+            return self.system_prompt
+        return f"{self.system_prompt}\n{self.dynamic_context.text}"
 
     @field_validator("system_prompt", mode="before")
     @classmethod
@@ -381,6 +408,11 @@ class ActionEvent(Event):
     llm_response_id: str | None = None
     action: SerializeAsAny[Action] | None = None
     tool_call: MessageToolCall | None = None
+    security_risk: SecurityRisk = SecurityRisk.UNKNOWN
+    """The risk the model gave the call (its ``security_risk`` argument), read by
+    :class:`~cowconv.security.LLMSecurityAnalyzer`; ``UNKNOWN`` without an analyzer."""
+    summary: str | None = None
+    reasoning_content: str | None = None
     # cowconv's own: the workspace snapshot (cowconv.workspaces) of the files just before
     # the call ran, on the first call of a step when the workspace records snapshots.
     workspace_snapshot: str | None = None
@@ -388,7 +420,12 @@ class ActionEvent(Event):
     __omitted_when_none__: ClassVar[tuple[str, ...]] = (
         "action",
         "tool_call",
+        "summary",
+        "reasoning_content",
         "workspace_snapshot",
+    )
+    __omitted_when_default__: ClassVar[tuple[tuple[str, object], ...]] = (
+        ("security_risk", SecurityRisk.UNKNOWN),
     )
 
     @model_validator(mode="before")

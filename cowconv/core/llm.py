@@ -21,15 +21,19 @@ stderr (on a terminal, the line ends with how long it took), so a first
 run that waits is not a silent one; ``COWCONV_QUIET=1`` leaves it out.
 """
 
+import contextlib
+import contextvars
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -42,12 +46,61 @@ from pydantic import (
     field_serializer,
 )
 
-from cowconv._exceptions import InvalidValueError, LLMError
+from cowconv._exceptions import FileMissingError, InvalidTypeError, InvalidValueError, LLMError
 from cowconv.core.framing import representable
 from cowconv.core.frozen import CheckedModel
-from cowconv.core.usage import Usage
+from cowconv.core.message import Message, MessageToolCall, chat_content
+from cowconv.core.usage import TokenUsage, Usage
 
-__all__ = ["LLM", "LLMMetrics", "LLMResponse", "LLMToolCall"]
+__all__ = [
+    "LLM",
+    "FallbackStrategy",
+    "LLMMetrics",
+    "LLMResponse",
+    "LLMToolCall",
+    "TokenCallbackType",
+    "streaming_to",
+]
+
+TokenCallbackType = Callable[[Any], None]
+"""Called with each chunk of a streamed answer (litellm's ``ModelResponseStream``)."""
+
+_token_callbacks: contextvars.ContextVar[tuple[TokenCallbackType, ...]] = contextvars.ContextVar(
+    "cowconv_token_callbacks", default=()
+)
+
+
+@contextlib.contextmanager
+def streaming_to(callbacks: Sequence[TokenCallbackType]) -> Iterator[None]:
+    """Within this block (this thread or task), streamed LLM calls pass each chunk to ``callbacks``.
+
+    A conversation's ``token_callbacks`` are set this way around its
+    ``run()``; a call's own ``on_token`` takes their place.
+
+    >>> with streaming_to([print]):
+    ...     pass
+    """
+    for callback in callbacks:
+        if not callable(callback):
+            raise InvalidTypeError(f"a token callback is callable, got {callback!r}")
+    token = _token_callbacks.set(tuple(callbacks))
+    try:
+        yield
+    finally:
+        _token_callbacks.reset(token)
+
+
+def _context_on_token() -> TokenCallbackType | None:
+    callbacks = _token_callbacks.get()
+    if not callbacks:
+        return None
+
+    def on_token(chunk: Any) -> None:
+        for callback in callbacks:
+            callback(chunk)
+
+    return on_token
+
 
 logger = logging.getLogger("cowconv.llm")
 
@@ -174,13 +227,14 @@ class LLMMetrics:
     (0.25,)
     """
 
-    __slots__ = ("_lock", "_totals", "_latencies")
+    __slots__ = ("_lock", "_totals", "_latencies", "_token_usages")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # cost, prompt, completion, cache read, cache write
         self._totals: tuple[float, int, int, int, int] = (0.0, 0, 0, 0, 0)
         self._latencies: list[float] = []
+        self._token_usages: list[TokenUsage] = []
 
     @classmethod
     def of(cls, usage: Usage) -> "LLMMetrics":
@@ -208,9 +262,20 @@ class LLMMetrics:
         latency: float,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        model: str = "",
+        response_id: str = "",
     ) -> None:
-        """Count one answered call."""
+        """Count one answered call (``model`` answered it; it is kept in ``token_usages``)."""
+        record = TokenUsage(
+            model=model,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
+            response_id=response_id,
+        )
         with self._lock:
+            self._token_usages.append(record)
             total_cost, prompt, completion, read, write = self._totals
             self._totals = (
                 total_cost + cost,
@@ -253,6 +318,18 @@ class LLMMetrics:
             return tuple(self._latencies)
 
     @property
+    def token_usages(self) -> tuple[TokenUsage, ...]:
+        """One record per answered call, in order: which model answered and its tokens.
+
+        >>> metrics = LLMMetrics()
+        >>> metrics.add(cost=0.0, prompt_tokens=3, completion_tokens=1, latency=0.1, model="m")
+        >>> [(u.model, u.prompt_tokens) for u in metrics.token_usages]
+        [('m', 3)]
+        """
+        with self._lock:
+            return tuple(self._token_usages)
+
+    @property
     def usage(self) -> Usage:
         """The totals as a :class:`~cowconv.Usage`."""
         return _usage(*self._totals)
@@ -265,15 +342,16 @@ class LLMMetrics:
             f"cache_write_tokens={write}, calls={len(self._latencies)})"
         )
 
-    def __getstate__(self) -> tuple[tuple[float, int, int, int, int], list[float]]:
+    def __getstate__(self) -> tuple[Any, ...]:
         with self._lock:
-            return self._totals, list(self._latencies)
+            return self._totals, list(self._latencies), list(self._token_usages)
 
-    def __setstate__(self, state: tuple[tuple[float, int, int, int, int], list[float]]) -> None:
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
         self._lock = threading.Lock()
-        totals, latencies = state
-        self._totals = tuple(totals)  # type: ignore[assignment]
+        totals, latencies, *rest = state  # a state pickled before token_usages has two parts
+        self._totals = tuple(totals)
         self._latencies = list(latencies)
+        self._token_usages = list(rest[0]) if rest else []
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "LLMMetrics":
         copied = LLMMetrics.__new__(LLMMetrics)
@@ -313,6 +391,30 @@ class LLMResponse:
     latency: float
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reasoning_content: str | None = None
+    """The model's reasoning, where the provider returns it (``reasoning_content``)."""
+    model: str = ""
+    """The model that answered: the LLM's own, or the fallback profile's that took over."""
+
+    @property
+    def message(self) -> Message:
+        """The answer as an assistant :class:`~cowconv.Message` (as OpenHands' LLMResponse has).
+
+        >>> response = LLMResponse(id="r1", content="Hi.", tool_calls=(), cost=0.0,
+        ...                        prompt_tokens=1, completion_tokens=1, latency=0.0)
+        >>> response.message.content[0].text
+        'Hi.'
+        """
+        calls = tuple(
+            MessageToolCall(id=call.id, name=call.name, arguments=call.arguments)
+            for call in self.tool_calls
+        )
+        return Message(
+            role="assistant",
+            content=self.content or None,
+            tool_calls=calls or None,
+            reasoning_content=self.reasoning_content,
+        )
 
     @property
     def usage(self) -> Usage:
@@ -324,6 +426,189 @@ class LLMResponse:
             self.cache_read_tokens,
             self.cache_write_tokens,
         )
+
+
+# Profile names: 1-64 characters, a letter or digit first, then letters, digits, '.', '_', '-'
+# (no path separators, no hidden files), as OpenHands' SDK allows.
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+DEFAULT_PROFILE_DIR = Path("~/.cowconv/profiles")
+
+
+def profile_path(base_dir: str | os.PathLike[str] | None, name: str) -> Path:
+    """The JSON file of profile ``name`` under ``base_dir`` (``foo.json`` names profile ``foo``).
+
+    >>> profile_path("/tmp/profiles", "fast.json").name
+    'fast.json'
+    >>> profile_path("/tmp/profiles", "../etc")
+    Traceback (most recent call last):
+    ...
+    cowconv._exceptions.InvalidValueError: invalid profile name '../etc': ...
+    """
+    if not isinstance(name, str):
+        raise InvalidTypeError(f"a profile name is a str, got {type(name).__name__}")
+    clean = name.removesuffix(".json")
+    if not PROFILE_NAME.match(clean):
+        raise InvalidValueError(
+            f"invalid profile name {name!r}: profile names are 1-64 characters, start with a"
+            " letter or digit, and contain only letters, digits, '.', '_' or '-'"
+        )
+    base = Path(base_dir) if base_dir is not None else DEFAULT_PROFILE_DIR
+    return base.expanduser() / f"{clean}.json"
+
+
+def load_profile(base_dir: str | os.PathLike[str] | None, name: str) -> "LLM":
+    """The :class:`LLM` saved as profile ``name`` under ``base_dir``.
+
+    A masked key (``"**********"``, what a save without secrets writes) loads
+    as no key, as in OpenHands' SDK. Settings of OpenHands' ``LLM`` that
+    cowconv's has no field for (``drop_params``, ``reasoning_effort``, ...)
+    are left out, with a warning naming them, so OpenHands' profiles load.
+    A missing profile is a :class:`~cowconv.FileMissingError`
+    (``FileNotFoundError``); a file that is not a profile an
+    :class:`~cowconv.InvalidValueError`.
+    """
+    path = profile_path(base_dir, name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        existing = (
+            sorted(p.name for p in path.parent.glob("*.json")) if path.parent.is_dir() else []
+        )
+        raise FileMissingError(
+            f"profile {name!r} not found in {path.parent}; profiles there:"
+            f" {', '.join(existing) or 'none'}"
+        ) from None
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise InvalidValueError(f"profile {name!r} ({path}) is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise InvalidValueError(f"profile {name!r} ({path}) does not hold a JSON object")
+    known = {key: value for key, value in data.items() if key in LLM.model_fields}
+    dropped = sorted(set(data) - set(known))
+    if dropped:
+        logger.warning(
+            "profile %r: cowconv's LLM has no setting %s; left out", name, ", ".join(dropped)
+        )
+    if known.get("api_key") == _MASK or known.get("api_key") == "":
+        known["api_key"] = None
+    try:
+        return LLM.model_validate(known)
+    except ValueError as error:
+        raise InvalidValueError(f"profile {name!r} ({path}) is not a valid LLM: {error}") from None
+
+
+# One lock for every strategy: loading a profile is rare, and a lock per strategy would make
+# the LLM holding it impossible to pickle or deep-copy (branch workers do both).
+_FALLBACK_LOADING = threading.Lock()
+
+
+class FallbackStrategy(CheckedModel):
+    """Other LLM profiles to try, in order, when an LLM call fails for a passing reason.
+
+    Set it as ``LLM(fallback_strategy=...)``: when a call still fails after its
+    retries with a rate limit, a timeout, a 5xx answer or a connection error,
+    each profile of ``fallback_llms`` (saved with :class:`~cowconv.LLMProfileStore`
+    under ``profile_store_dir``) is asked in turn, and the first answer is the
+    call's. Fallback is per call: the next call starts with the primary model
+    again. The fallback's cost and tokens are counted in the primary LLM's
+    ``metrics``, and ``LLMResponse.model`` (and ``metrics.token_usages``) say
+    which model answered. An error that another model cannot fix (a bad key, a
+    bad request) is raised at once; if every fallback fails, the primary's error is.
+
+    >>> strategy = FallbackStrategy(fallback_llms=["backup"], profile_store_dir="/tmp/p")
+    >>> LLM(model="openai/gpt-4o", fallback_strategy=strategy).fallback_strategy.fallback_llms
+    ('backup',)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    fallback_llms: tuple[str, ...]
+    """Names of the profiles to try, in order (a list is taken; kept as a tuple)."""
+    profile_store_dir: str | None = None
+    """The profiles' directory (default ``~/.cowconv/profiles``)."""
+
+    # Profiles loaded so far, by name (a copy, a pickle or a fork of the LLM keeps them).
+    _resolved: dict[str, "LLM"] = PrivateAttr(default_factory=dict)
+
+    def __init__(self, **data: Any) -> None:
+        directory = data.get("profile_store_dir")
+        if isinstance(directory, os.PathLike):
+            data["profile_store_dir"] = os.fspath(directory)
+        super().__init__(**data)
+
+    def __eq__(self, other: object) -> bool:
+        # The same profiles in the same place, whichever of them were loaded so far.
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.__dict__.values()))
+
+    def should_fallback(self, error: BaseException) -> bool:
+        """Whether ``error`` (or the provider error under an :class:`~cowconv.LLMError`) is
+        one another model may not have: a rate limit, a timeout, a 5xx, a lost connection.
+
+        >>> FallbackStrategy(fallback_llms=[]).should_fallback(TimeoutError())
+        True
+        >>> FallbackStrategy(fallback_llms=[]).should_fallback(KeyError("x"))
+        False
+        """
+        return any(
+            _is_transient(cause) or _connection_failure(cause) is not None
+            for cause in _error_chain(error)
+        )
+
+    def fallbacks(self) -> Iterator["LLM"]:
+        """The fallback LLMs, loaded from their profiles on first use (and kept).
+
+        A profile that cannot be loaded is logged and skipped.
+        """
+        for name in self.fallback_llms:
+            with _FALLBACK_LOADING:
+                llm = self._resolved.get(name)
+                if llm is None:
+                    try:
+                        llm = load_profile(self.profile_store_dir, name)
+                    except (FileMissingError, InvalidValueError, InvalidTypeError) as error:
+                        logger.error("fallback profile %r cannot be loaded: %s", name, error)
+                        continue
+                    self._resolved[name] = llm
+            yield llm
+
+    def try_fallback(
+        self,
+        primary_model: str,
+        primary_error: BaseException,
+        primary_metrics: LLMMetrics,
+        call_fn: Callable[["LLM"], "LLMResponse"],
+    ) -> "LLMResponse | None":
+        """Ask each fallback with ``call_fn`` until one answers; ``None`` if none does.
+
+        Each fallback runs without a fallback strategy of its own (no chains of
+        chains) and counts into ``primary_metrics``.
+        """
+        total = len(self.fallback_llms)
+        for index, llm in enumerate(self.fallbacks(), start=1):
+            logger.warning(
+                "primary LLM %r failed (%s); trying fallback %d/%d (%r)",
+                primary_model,
+                type(primary_error).__name__,
+                index,
+                total,
+                llm.model,
+            )
+            standby = llm.model_copy(update={"fallback_strategy": None}).with_metrics(
+                primary_metrics
+            )
+            try:
+                return call_fn(standby)
+            except LLMError as error:
+                logger.warning("fallback %r failed: %s", llm.model, error)
+        if total:
+            logger.error("every fallback LLM failed; raising the primary LLM's error")
+        return None
 
 
 class LLM(CheckedModel):
@@ -351,6 +636,8 @@ class LLM(CheckedModel):
     usage_id: str = "default"
     temperature: float | None = None
     max_output_tokens: int | None = Field(default=None, gt=0)
+    max_input_tokens: int | None = Field(default=None, gt=0)
+    """The model's context window, if you know better than litellm's price list (routers use it)."""
     timeout: float | None = Field(default=120.0, gt=0)
     num_retries: int = Field(default=3, ge=0)
     retry_min_wait: float = Field(default=1.0, ge=0)
@@ -361,6 +648,11 @@ class LLM(CheckedModel):
     """Write each answered call (request without the key, response, cost) to a JSON file."""
     log_completions_folder: str = os.path.join("logs", "completions")
     """Where ``log_completions`` writes (created when needed; relative to the working directory)."""
+    stream: bool = False
+    """Ask for the answer as a stream; each chunk goes to the call's ``on_token`` callback
+    (a conversation's ``token_callbacks``) as it arrives."""
+    fallback_strategy: FallbackStrategy | None = None
+    """Other profiles to ask when a call fails for a passing reason (see FallbackStrategy)."""
 
     @staticmethod
     def preload() -> None:
@@ -402,6 +694,42 @@ class LLM(CheckedModel):
     def metrics(self) -> LLMMetrics:
         """Cost, tokens and latencies of every call made through this object."""
         return self._metrics
+
+    @property
+    def effective_max_input_tokens(self) -> int | None:
+        """``max_input_tokens``, else the context window litellm's price list gives the model.
+
+        >>> LLM(model="openai/unknown-model", max_input_tokens=1000).effective_max_input_tokens
+        1000
+        """
+        if self.max_input_tokens is not None:
+            return self.max_input_tokens
+        try:
+            info = _litellm().get_model_info(self.model)
+        except Exception:  # a model litellm does not know: no limit known
+            return None
+        limit = info.get("max_input_tokens") if isinstance(info, Mapping) else None
+        return limit if isinstance(limit, int) and limit > 0 else None
+
+    def get_token_count(self, messages: Sequence[Mapping[str, Any] | Message]) -> int:
+        """How many tokens ``messages`` take for this model (litellm's count).
+
+        >>> LLM(model="openai/gpt-4o").get_token_count([{"role": "user", "content": "Hi"}]) > 0
+        True
+        """
+        chat = [dict(_chat_message(message)) for message in messages]
+        return int(_litellm().token_counter(model=self.model, messages=chat))
+
+    def reset_metrics(self) -> None:
+        """Count this object's next calls in fresh, empty metrics.
+
+        >>> llm = LLM(model="openai/gpt-4o")
+        >>> llm.metrics.add(cost=1.0, prompt_tokens=1, completion_tokens=1, latency=0.0)
+        >>> llm.reset_metrics()
+        >>> llm.metrics.accumulated_cost
+        0.0
+        """
+        self._metrics = LLMMetrics()
 
     def with_metrics(self, metrics: LLMMetrics) -> "LLM":
         """A copy of this LLM (equal to it) whose calls are counted in ``metrics``.
@@ -468,12 +796,21 @@ class LLM(CheckedModel):
 
     def completion(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, Any] | Message],
         tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        on_token: TokenCallbackType | None = None,
     ) -> LLMResponse:
         """Ask the model; return its answer and add what it cost to ``metrics``.
 
-        ``messages`` and ``tools`` are in OpenAI chat format. Rate limits,
+        ``messages`` are in OpenAI chat format or :class:`~cowconv.Message`
+        values, ``tools`` in OpenAI chat format. With ``stream=True`` the answer
+        is asked for as a stream and each chunk (litellm's
+        ``ModelResponseStream``) is passed to ``on_token`` as it arrives; the
+        chunks are then assembled into the answer returned. A call that fails
+        for a passing reason goes to ``fallback_strategy``'s profiles, if set.
+
+        Rate limits,
         timeouts, connection errors and 5xx answers are retried up to
         ``num_retries`` times, waiting ``retry_min_wait`` seconds and doubling
         up to ``retry_max_wait``. Anything else (a bad or missing key, a bad
@@ -489,12 +826,37 @@ class LLM(CheckedModel):
         Cached prompt tokens are counted apart in ``metrics`` and ``usage``,
         and litellm prices them at the provider's cache rates.
         """
+        chat = [_chat_message(message) for message in messages]
+        if on_token is None:
+            on_token = _context_on_token()
+        try:
+            return self._complete(chat, tools, on_token)
+        except LLMError as error:
+            strategy = self.fallback_strategy
+            if strategy is None or not strategy.should_fallback(error):
+                raise
+            answer = strategy.try_fallback(
+                self.model,
+                error,
+                self._metrics,
+                lambda standby: standby.completion(chat, tools, on_token=on_token),
+            )
+            if answer is None:
+                raise
+            return answer
+
+    def _complete(
+        self,
+        messages: list[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        on_token: TokenCallbackType | None,
+    ) -> LLMResponse:
         import tenacity
 
         litellm = _litellm()
         arguments: dict[str, Any] = {
             "model": self.model,
-            "messages": list(messages),
+            "messages": messages,
             "timeout": self.timeout,
             # litellm's OpenAI client retries on its own unless told not to; tenacity does it.
             "max_retries": 0,
@@ -511,6 +873,9 @@ class LLM(CheckedModel):
             arguments["max_tokens"] = self.max_output_tokens
         if self.caching_prompt and needs_cache_marks(self.model):
             arguments["cache_control_injection_points"] = _CACHE_POINTS
+        if self.stream:
+            arguments["stream"] = True
+            arguments["stream_options"] = {"include_usage": True}
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(self.num_retries + 1),
             wait=tenacity.wait_exponential(
@@ -525,11 +890,13 @@ class LLM(CheckedModel):
                 with attempt:
                     started = time.perf_counter()
                     raw = litellm.completion(**arguments)
+                    if self.stream:
+                        raw = _gather_stream(litellm, raw, messages, on_token)
                     latency = time.perf_counter() - started
         except Exception as error:
             attempts = int(retrying.statistics.get("attempt_number", 1))
             raise LLMError(self._describe(error, attempts)) from error
-        response = _response(litellm, raw, latency)
+        response = _response(litellm, raw, latency, self.model)
         self._metrics.add(
             cost=response.cost,
             prompt_tokens=response.prompt_tokens,
@@ -537,6 +904,8 @@ class LLM(CheckedModel):
             latency=latency,
             cache_read_tokens=response.cache_read_tokens,
             cache_write_tokens=response.cache_write_tokens,
+            model=self.model,
+            response_id=response.id,
         )
         if self.log_completions:
             self._log_completion(arguments, raw, response)
@@ -691,7 +1060,47 @@ def _is_transient(error: BaseException) -> bool:
     return isinstance(error, OSError | TimeoutError)
 
 
-def _response(litellm: ModuleType, raw: Any, latency: float) -> LLMResponse:
+def _gather_stream(
+    litellm: ModuleType,
+    stream: Any,
+    messages: Sequence[Mapping[str, Any]],
+    on_token: TokenCallbackType | None,
+) -> Any:
+    """The whole answer of a streamed call, each chunk passed to ``on_token`` on its way.
+
+    A callback that raises stops the call (its error is the call's); an
+    empty stream is an :class:`~cowconv.LLMError`.
+    """
+    chunks = []
+    for chunk in stream:
+        chunks.append(chunk)
+        if on_token is not None:
+            on_token(chunk)
+    built = litellm.stream_chunk_builder(chunks, messages=list(messages)) if chunks else None
+    if built is None:
+        raise LLMError("the model's stream ended without an answer")
+    return built
+
+
+def _chat_message(message: Mapping[str, Any] | Message) -> Mapping[str, Any]:
+    """One message in OpenAI chat format: a :class:`Message` is converted, a mapping kept."""
+    if not isinstance(message, Message):
+        if not isinstance(message, Mapping):
+            raise InvalidTypeError(
+                f"a message is a cowconv.Message or a chat dict, got {type(message).__name__}"
+            )
+        return message
+    chat: dict[str, Any] = {"role": message.role, "content": chat_content(message.content)}
+    if message.tool_calls:
+        chat["tool_calls"] = [call.to_chat_dict() for call in message.tool_calls]
+    if message.tool_call_id is not None:
+        chat["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        chat["name"] = message.name
+    return chat
+
+
+def _response(litellm: ModuleType, raw: Any, latency: float, model: str = "") -> LLMResponse:
     message = raw.choices[0].message
     calls = tuple(
         LLMToolCall(
@@ -723,7 +1132,14 @@ def _response(litellm: ModuleType, raw: Any, latency: float) -> LLMResponse:
         latency=latency,
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
+        reasoning_content=_reasoning(message),
+        model=model,
     )
+
+
+def _reasoning(message: Any) -> str | None:
+    reasoning = getattr(message, "reasoning_content", None)
+    return representable(reasoning) if isinstance(reasoning, str) and reasoning else None
 
 
 def _count(value: Any) -> int:

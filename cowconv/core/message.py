@@ -34,6 +34,7 @@ __all__ = [
     "Role",
     "TextContent",
     "ThinkingBlock",
+    "chat_content",
     "content_to_str",
 ]
 
@@ -100,6 +101,25 @@ def content_to_str(contents: Sequence[TextContent | ImageContent]) -> list[str]:
         part.text if isinstance(part, TextContent) else f"[Image: {len(part.image_urls)} URLs]"
         for part in contents
     ]
+
+
+def chat_content(parts: Sequence[Any]) -> str | list[dict[str, Any]]:
+    """Content parts in OpenAI chat format: one string if all are text, else typed parts.
+
+    >>> chat_content([TextContent(text="a"), TextContent(text="b")])
+    'ab'
+    >>> chat_content([TextContent(text="see"), ImageContent(image_urls=["u"])])[1]
+    {'type': 'image_url', 'image_url': {'url': 'u'}}
+    """
+    if all(isinstance(part, TextContent) for part in parts):
+        return "".join(part.text for part in parts if isinstance(part, TextContent))
+    encoded: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextContent):
+            encoded.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImageContent):
+            encoded.extend({"type": "image_url", "image_url": {"url": u}} for u in part.image_urls)
+    return encoded
 
 
 class MessageToolCall(FrozenValue):

@@ -7,20 +7,21 @@ arguments. An :class:`Observation` is what the tool answered: content parts
 when it is defined, and validating through the base class returns the
 subclass the JSON's ``kind`` names.
 
->>> class GrepAction(Action):
+>>> class SearchAction(Action):
 ...     pattern: str
->>> class GrepObservation(Observation):
+>>> class SearchObservation(Observation):
 ...     pass
->>> action = GrepAction(pattern="fork")
+>>> action = SearchAction(pattern="fork")
 >>> type(Action.model_validate(action.model_dump())).__name__
-'GrepAction'
->>> observation = GrepObservation.from_text("a.py:1: fork", is_error=False)
+'SearchAction'
+>>> observation = SearchObservation.from_text("a.py:1: fork", is_error=False)
 >>> observation.text, observation.is_error
 ('a.py:1: fork', False)
->>> [part.text for part in GrepObservation.from_text("boom", is_error=True).to_llm_content]
+>>> [part.text for part in SearchObservation.from_text("boom", is_error=True).to_llm_content]
 ['[An error occurred during execution.]\\n', 'boom']
 """
 
+import importlib
 from typing import Any, ClassVar, Self
 
 from pydantic import Field
@@ -30,13 +31,49 @@ from cowconv.core.message import ImageContent, TextContent
 
 __all__ = ["Action", "Observation", "Schema"]
 
+# The actions and observations of cowconv's built-in tools -> the module defining them, so a
+# history read before the tool was used in this process (a reopened store, an agent server's
+# client, a worker process) still finds their classes. The name is only imported, never
+# called: the core does not depend on the tools.
+_BUILTIN_KINDS: dict[str, str] = {
+    "FileEditorAction": "cowconv.tools.file_editor",
+    "FileEditorObservation": "cowconv.tools.file_editor",
+    "GlobAction": "cowconv.tools.search",
+    "GlobObservation": "cowconv.tools.search",
+    "GrepAction": "cowconv.tools.search",
+    "GrepObservation": "cowconv.tools.search",
+    "TaskTrackerAction": "cowconv.tools.task_tracker",
+    "TaskTrackerObservation": "cowconv.tools.task_tracker",
+    "TaskAction": "cowconv.tools.task",
+    "TaskObservation": "cowconv.tools.task",
+    "TerminalAction": "cowconv.tools.terminal",
+    "TerminalObservation": "cowconv.tools.terminal",
+    "WorkflowAction": "cowconv.tools.workflow",
+    "WorkflowObservation": "cowconv.tools.workflow",
+}
+
 
 class Schema(Kinded):
     """Base of :class:`Action` and :class:`Observation`: a frozen model with a ``kind``.
 
     >>> issubclass(Action, Schema) and issubclass(Observation, Schema)
     True
+
+    A built-in tool's kind is found before its module was imported:
+
+    >>> type(Observation.model_validate({"kind": "TerminalObservation"})).__name__
+    'TerminalObservation'
     """
+
+    @classmethod
+    def _unknown_kind(cls, kind: str, data: dict[str, Any]) -> tuple[type[Kinded], dict[str, Any]]:
+        module = _BUILTIN_KINDS.get(kind)
+        if module is not None:
+            importlib.import_module(module)
+            target = cls._resolve_kind(kind)
+            if target is not None:
+                return target, data
+        return super()._unknown_kind(kind, data)
 
 
 class Action(Schema):

@@ -18,11 +18,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, SerializeAsAny, model_validator
 from pyrsistent import pmap
 
 from cowconv._exceptions import FrozenInstanceError, InvalidTypeError, InvalidValueError
 from cowconv.core.agent import Agent
+from cowconv.core.analyzers import SecurityAnalyzerBase
 from cowconv.core.events import (
     ActionEvent,
     AgentErrorEvent,
@@ -39,7 +40,9 @@ from cowconv.core.frozen import (
     check_str_map,
 )
 from cowconv.core.history import EventLog
+from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationIDField
+from cowconv.core.oversight import UserRejectObservation  # noqa: F401  (registers the kinds)
 from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
 from cowconv.core.tree import EventTree, active_branch, branches, events_of, head_is_empty
 from cowconv.core.usage import Metrics, TokenUsage, Usage
@@ -99,10 +102,11 @@ def check_max_iteration_per_run(value: object) -> None:
 class ExecutionStatus(StrEnum):
     """Where a conversation's run stands; OpenHands' SDK calls it ``ConversationExecutionStatus``.
 
-    The values are OpenHands' SDK's. cowconv never sets ``waiting_for_confirmation``
-    (it has no confirmation mode) nor ``deleting`` (deleting is one step);
-    they exist so that code written for OpenHands' SDK naming them, and an OpenHands
-    agent server's answers, keep working.
+    The values are OpenHands' SDK's. ``waiting_for_confirmation`` is where a run
+    stops when its confirmation policy holds the step's tool calls back; cowconv
+    never sets ``deleting`` (deleting is one step), which exists so that code
+    written for OpenHands' SDK naming it, and an OpenHands agent server's answers,
+    keep working.
 
     >>> ExecutionStatus("paused") is ExecutionStatus.PAUSED
     True
@@ -283,30 +287,18 @@ class ConversationState(CheckedModel):
     created_at: datetime = Field(default_factory=utc_now)
     updated_at: datetime = Field(default_factory=utc_now)
     other_branches: tuple[EventLog, ...] = ()
+    # Confirmation mode and hooks (OpenHands' fields): state, so a fork and a reopened store
+    # keep them, and a fork made while waiting for confirmation waits too.
+    confirmation_policy: SerializeAsAny[ConfirmationPolicyBase] = NeverConfirm()
+    security_analyzer: SerializeAsAny[SecurityAnalyzerBase] | None = None
+    hook_config: HookConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _events_as_branch(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and "confirmation_policy" in data:
-            data = dict(data)
-            _never_confirm(data.pop("confirmation_policy"))
         if isinstance(data, Mapping) and "events" in data:
             return _with_branch(dict(data))
         return data
-
-    @property
-    def confirmation_policy(self) -> ConfirmationPolicyBase:
-        """Always :class:`~cowconv.NeverConfirm`: cowconv has no confirmation mode (OpenHands'
-        SDK's field; the constructor takes ``confirmation_policy=NeverConfirm()`` and refuses
-        another policy).
-
-        >>> from cowconv import LLM, Agent, NeverConfirm, Workspace
-        >>> ConversationState(id="c1", agent=Agent(llm=LLM(model="m")),
-        ...     workspace=Workspace(working_dir="."), confirmation_policy=NeverConfirm()
-        ...     ).confirmation_policy.kind
-        'NeverConfirm'
-        """
-        return NeverConfirm()
 
     @property
     def events(self) -> EventLog | EventTree:
@@ -538,17 +530,6 @@ class ConversationState(CheckedModel):
         if "events" in changes:
             changes = _with_branch(changes)
         return self.model_copy(update=changes)
-
-
-def _never_confirm(policy: Any) -> None:
-    """Refuse a confirmation policy other than ``NeverConfirm`` (cowconv never asks to confirm)."""
-    if isinstance(policy, Mapping):
-        policy = ConfirmationPolicyBase.model_validate(dict(policy))
-    if not isinstance(policy, NeverConfirm):
-        raise InvalidValueError(
-            f"confirmation_policy: cowconv has no confirmation mode, only NeverConfirm is taken "
-            f"(got {policy!r})"
-        )
 
 
 def _with_branch(changes: dict[str, Any]) -> dict[str, Any]:

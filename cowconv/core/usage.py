@@ -27,8 +27,13 @@ class TokenUsage(CheckedModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
+    model: str = ""
+    """The model that spent them (one answer's record in ``LLMMetrics.token_usages``)."""
     prompt_tokens: int = Field(default=0, ge=0)
     completion_tokens: int = Field(default=0, ge=0)
+    cache_read_tokens: int = Field(default=0, ge=0)
+    cache_write_tokens: int = Field(default=0, ge=0)
+    response_id: str = ""
 
 
 class Usage(CheckedModel):

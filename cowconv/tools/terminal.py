@@ -38,6 +38,7 @@ background processes are not inherited.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import selectors
 import shlex
@@ -49,7 +50,7 @@ import termios
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -57,6 +58,7 @@ from cowconv._exceptions import WorkspaceMissingError
 from cowconv.agent.tools import ToolDefinition, ToolExecutor, ToolResult, register_tool
 from cowconv.core.events import Event, ObservationEvent
 from cowconv.core.framing import representable
+from cowconv.core.logger import get_logger
 from cowconv.core.schema import Action, Observation
 from cowconv.core.workspace import Workspace
 
@@ -69,7 +71,11 @@ __all__ = [
     "TerminalTool",
 ]
 
+logger = get_logger(__name__)
+
 _READ_SIZE = 1 << 16
+# A secret is exported only under a name the shell takes as a variable.
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Output after the command's own may be the end marker line: keep this much back.
 _HOLD_BACK = 8192
 # After the session exits, how long to wait for what it wrote before it did.
@@ -107,6 +113,12 @@ class TerminalSettings(BaseModel):
 
     timeout: float = Field(default=120.0, gt=0)
     max_output_bytes: int = Field(default=30_000, ge=64)
+    no_change_timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="OpenHands' setting: a command that writes nothing new for this many "
+        "seconds is stopped and the model is given what it wrote (cowconv kills it).",
+    )
 
 
 class _Capture:
@@ -321,6 +333,34 @@ class TerminalTool(ToolDefinition[TerminalParams]):
         self._closed_while_running = False
         self._lock = threading.Lock()  # one command at a time
         self._state_lock = threading.Lock()
+        self._secrets: dict[str, Callable[[], str | None]] = {}
+        self._went_quiet = False
+
+    def use_secrets(self, secrets: Mapping[str, Callable[[], str | None]]) -> None:
+        """Export a secret to a command that names it (any case); hide its value in output.
+
+        As OpenHands' SDK: the value is fetched when a command mentions the
+        secret's name, exported into the shell before the command runs, and
+        every occurrence of it in the output reads ``<secret-hidden>``.
+        """
+        self._secrets = dict(secrets)
+
+    def _secret_exports(self, command: str) -> tuple[str, list[str]]:
+        lowered = command.lower()
+        exports: list[str] = []
+        values: list[str] = []
+        for name, get in self._secrets.items():
+            if name.lower() not in lowered or not _VARIABLE_NAME.fullmatch(name):
+                continue
+            try:
+                value = get()
+            except Exception as error:  # a lookup that failed: the command runs without it
+                logger.warning("could not get the secret %s: %s", name, error)
+                continue
+            if value:
+                exports.append(f"export {name}={shlex.quote(value)}\n")
+                values.append(value)
+        return "".join(exports), values
 
     def restore(self, events: Sequence[Event]) -> None:
         """Start the session where the last terminal command of ``events`` left off."""
@@ -362,8 +402,9 @@ class TerminalTool(ToolDefinition[TerminalParams]):
             with self._state_lock:
                 self._running = True
                 self._closed_while_running = False
+            exports, hidden = self._secret_exports(params.command)
             try:
-                session.send(params.command)
+                session.send(exports + params.command)
                 timed_out = self._collect(session, reader, timeout)
             finally:
                 with self._state_lock:
@@ -379,9 +420,17 @@ class TerminalTool(ToolDefinition[TerminalParams]):
             if reader.cwd is not None:
                 self._cwd = reader.cwd
         output = capture.text()
+        for value in sorted(hidden, key=len, reverse=True):
+            output = output.replace(value, "<secret-hidden>")
         cwd = self._cwd
         shown = None if cwd is None else _shown(cwd)
-        if timed_out:
+        if timed_out and self._went_quiet:
+            output += (
+                f"\n[no new output for {self.settings.no_change_timeout_seconds:g} s; the "
+                "command was killed with its process group. The next command starts a new "
+                f"shell in {shown}: variables and functions set before are gone]"
+            )
+        elif timed_out:
             output += (
                 f"\n[command timed out after {timeout:g} s; it was killed with its process "
                 f"group. The next command starts a new shell in {shown}: variables and "
@@ -400,13 +449,25 @@ class TerminalTool(ToolDefinition[TerminalParams]):
         return ToolResult(output=output, exit_code=exit_code, extra=extra)
 
     def _collect(self, session: _Session, reader: _Reader, timeout: float) -> bool:
-        """Read output until the end marker (True if the command had to be killed)."""
+        """Read output until the end marker (True if the command had to be killed).
+
+        With ``no_change_timeout_seconds``, a command silent that long is
+        killed too (``self._went_quiet`` says so).
+        """
         deadline = time.monotonic() + timeout
+        quiet = self.settings.no_change_timeout_seconds
+        last_output = time.monotonic()
         exited_at: float | None = None
+        self._went_quiet = False
         with selectors.DefaultSelector() as selector:
             selector.register(session.fd, selectors.EVENT_READ)
             while True:
                 now = time.monotonic()
+                if quiet is not None and exited_at is None and now - last_output >= quiet:
+                    self._went_quiet = True
+                    session.kill()
+                    reader.flush()
+                    return True
                 if now >= deadline:
                     session.kill()
                     reader.flush()
@@ -426,6 +487,7 @@ class TerminalTool(ToolDefinition[TerminalParams]):
                     reader.flush()
                     session.process.wait()
                     return False
+                last_output = time.monotonic()
                 if reader.add(data):
                     return False
 
