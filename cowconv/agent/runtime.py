@@ -558,15 +558,18 @@ class Runner:
                     tool.restore(state.branch)
                     if agent.agent_context is not None and agent.agent_context.secrets:
                         tool.use_secrets(agent.agent_context.secret_getters())
-            for tool in _mcp_tools(agent):
+            pattern = agent.filter_tools_regex
+            for name in [name for name in tools if pattern and not re.match(pattern, name)]:
+                tools.pop(name).close()
+            served = _mcp_tools(agent)
+            wanted = [tool for tool in served if not pattern or re.match(pattern, tool.name)]
+            if served and not wanted:
+                served[0].close()  # their shared client: none of its tools is used
+            for tool in wanted:
                 if tool.name in tools:
                     tool.close()
                     raise InvalidValueError(f"the agent has two tools named {tool.name!r}")
                 tools[tool.name] = tool
-            if agent.filter_tools_regex is not None:
-                pattern = re.compile(agent.filter_tools_regex)
-                for name in [name for name in tools if not pattern.match(name)]:
-                    tools.pop(name).close()
         except BaseException:
             for made in tools.values():
                 made.close()
