@@ -181,6 +181,7 @@ _LAZY = {
     "MemoryStore": "cowconv.stores",
     "SQLiteStore": "cowconv.stores",
     "Store": "cowconv.stores",
+    "SnapshotStore": "cowconv.workspaces",
     "ToolDefinition": "cowconv.agent.tools",
     "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
@@ -327,6 +328,7 @@ if TYPE_CHECKING:
         register_agent,
     )
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
+    from cowconv.workspaces import SnapshotStore
 
 
 __getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
@@ -458,6 +460,7 @@ __all__ = [
     "ServiceError",
     "SharedPrefix",
     "SkillValidationError",
+    "SnapshotStore",
     "SourceType",
     "StartError",
     "StateSink",

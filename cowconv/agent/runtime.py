@@ -79,6 +79,7 @@ from cowconv.core.state import (
 from cowconv.core.tree import extend_active
 from cowconv.core.usage import Usage
 from cowconv.core.workspace import Workspace
+from cowconv.workspaces.recording import record_snapshot
 
 __all__ = ["Runner", "build_messages", "run_hook_agent"]
 
@@ -109,7 +110,11 @@ def _user_message_since(events: EventLog, position: int) -> bool:
 
 
 def _action(
-    response: LLMResponse, call: LLMToolCall, thought: str, analyzed: bool = False
+    response: LLMResponse,
+    call: LLMToolCall,
+    thought: str,
+    analyzed: bool = False,
+    workspace_snapshot: str | None = None,
 ) -> tuple[ActionEvent, ToolArgumentError | None]:
     """The event recording a tool call, and why its arguments are unusable (``None``: usable).
 
@@ -136,6 +141,7 @@ def _action(
         thought=thought,
         llm_response_id=response.id,
         security_risk=risk,
+        workspace_snapshot=workspace_snapshot,
     )
     return action, problem
 
@@ -445,8 +451,11 @@ class Runner:
                 llm_response_id=response.id,
             )
             return [message], False, False
+        # The files before the step's calls run (a workspace that records snapshots): what a
+        # fork from an event before them gets, direct edits since the last call included.
+        before = record_snapshot(self._snapshot().workspace)
         calls = [
-            _action(response, call, response.content if index == 0 else "", analyzed)
+            _action(response, call, response.content if index == 0 else "", analyzed, before)
             for index, call in enumerate(response.tool_calls)
         ]
         actions = [action for action, _ in calls]
@@ -469,6 +478,7 @@ class Runner:
         calls before it done), else on up to ``concurrency`` threads.
         """
         hooks = self._hooks
+        workspace = self._snapshot().workspace
         if hooks is None and concurrency > 1 and len(calls) > 1:
             concurrent = self._act_concurrently(calls, tools, spent, concurrency)
             crashed = any(isinstance(result, AgentErrorEvent) for result in concurrent)
@@ -500,7 +510,7 @@ class Runner:
                 if blocked is not None:
                     results.extend(rejections([action], blocked, "hook"))
                     continue
-            result = _execute(tools, action, problem, spent)
+            result = _execute(tools, action, problem, spent, workspace)
             crashed = isinstance(result, AgentErrorEvent)
             results.append(result)
             if hooks is not None:
@@ -519,6 +529,7 @@ class Runner:
         for key in (key for held in keys for key in held):
             locks.setdefault(key, threading.Lock())
         spent_by_call: list[dict[str, Usage]] = [{} for _ in calls]
+        workspace = self._snapshot().workspace
 
         def run(index: int) -> Event:
             action, problem = calls[index]
@@ -532,7 +543,7 @@ class Runner:
                         tool_call_id=action.tool_call_id,
                         tool_name=action.tool_name,
                     )
-                return _execute(tools, action, problem, spent_by_call[index])
+                return _execute(tools, action, problem, spent_by_call[index], workspace)
             finally:
                 for lock in reversed(held):
                     lock.release()
@@ -638,11 +649,14 @@ def _execute(
     action: ActionEvent,
     problem: ToolArgumentError | None = None,
     spent: dict[str, Usage] | None = None,
+    workspace: Workspace | None = None,
 ) -> Event:
     """The result of one tool call: an observation, or an error if the tool crashed.
 
     ``problem`` is why the call's arguments did not decode (see :func:`_action`);
     what the tool spent on LLMs of its own (:attr:`ToolResult.usage`) is added to ``spent``.
+    A ``workspace`` that records snapshots is snapshotted after the call, and the
+    observation names that snapshot.
     """
 
     def observation(output: str, error: str) -> ObservationEvent:
@@ -684,6 +698,7 @@ def _execute(
         extra=dict(result.extra) if result.extra is not None else None,
         observation=result.observation,
         action_id=action.id if result.observation is not None else None,
+        workspace_snapshot=None if workspace is None else record_snapshot(workspace),
     )
 
 

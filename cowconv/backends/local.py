@@ -49,6 +49,7 @@ from cowconv.core.state import (
 )
 from cowconv.core.tree import extend_active, history_to, recorded
 from cowconv.core.usage import Usage
+from cowconv.core.workspace import Workspace
 from cowconv.ports import (
     EventCallback,
     ForkSpec,
@@ -111,6 +112,7 @@ class _PendingFork(NamedTuple):
             # As OpenHands' SDK: the event id of a fork at an event; None for a whole fork.
             forked_from_event_id=spec.from_event_id,
             forked_from_event_count=len(events),
+            workspace=spec.workspace if isinstance(spec.workspace, Workspace) else state.workspace,
             created_at=created,
             updated_at=created,
             other_branches=state.other_branches if spec.from_event_id is None else (),
