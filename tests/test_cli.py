@@ -424,6 +424,24 @@ class TestBench:
         assert "source checkout" in result.stderr and "Traceback" not in result.stderr
         assert sorted(tmp_path.iterdir()) == [site]
 
+    def test_bench_from_any_directory_suite_module_from_the_checkout(self, tmp_path):
+        """With cowconv installed from a checkout (here: a site dir linking to it, as an
+        editable install does), ``cowconv bench`` runs in any directory, while
+        ``python -m benchmarks`` runs only in the checkout (what the README says)."""
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "cowconv").symlink_to(ROOT / "cowconv", target_is_directory=True)
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        result = cowconv("bench", "--help", cwd=elsewhere, pythonpath=site)
+        assert result.returncode == 0, result.stderr
+        assert "usage: cowconv bench" in result.stdout
+        outside = cowconv("--help", cwd=elsewhere, module="benchmarks", pythonpath=site)
+        assert outside.returncode == 1 and "No module named benchmarks" in outside.stderr
+        inside = cowconv("--help", cwd=ROOT, module="benchmarks", pythonpath=site)
+        assert inside.returncode == 0 and "--quick" in inside.stdout, inside.stderr
+        assert sorted(elsewhere.iterdir()) == []
+
 
 class TestWrongArguments:
     @pytest.mark.parametrize(

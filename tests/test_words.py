@@ -6,6 +6,9 @@ tests alike. Left out: this file, and ``tests/test_seed_compat.py`` and mentions
 file name, which another change renames. The CHANGELOG is checked too: its history says
 "OpenHands' SDK" as well. Seeding a random generator (``random.seed(...)``,
 ``_reseed``) is another word and is allowed.
+
+Nor does the project point at its tracker's numbered threads: code, docs, tests and the
+CHANGELOG say what the code does, not which thread asked for it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ INSIDER_PHRASES = (
     "the reported cases",
     "faheemcode",  # a package that does not exist; OpenHands imports are openhands.sdk
 )
+# The word, an optional "s", space or "#", then a number; spelt in parts to pass itself.
+ISSUE_NUMBER = re.compile("iss" + r"ues? ?#?[0-9]+", re.IGNORECASE)
+ISSUE_TREES = ("cowconv", "docs", "benchmarks", "tests", "examples")
+ISSUE_FILES = ("pyproject.toml", "README.md", "CHANGELOG.md")
 
 
 def _tracked() -> list[Path]:
@@ -68,3 +75,32 @@ def test_no_insider_phrases() -> None:
         if phrase in text and path.name != "test_words.py"
     ]
     assert found == []
+
+
+def _in_issue_scope(name: str) -> bool:
+    return name in ISSUE_FILES or name.split("/", 1)[0] in ISSUE_TREES
+
+
+def test_issue_number_pattern() -> None:
+    """The pattern finds each spelling of a numbered thread, and ordinary use of the word."""
+    word = "iss" + "ue"
+    for text in (f"{word} 12", f"{word.title()}s 3", f"{word} #40", f"{word}7"):
+        assert ISSUE_NUMBER.search(text), text
+    for text in (f"a known {word}", f"{word}s with 2 forks", "tissue"):
+        assert not ISSUE_NUMBER.search(text), text
+
+
+def test_no_issue_numbers() -> None:
+    """Code, docs, tests and the CHANGELOG say what the code does, never "issue N"."""
+    found = []
+    for path in _tracked():
+        name = str(path.relative_to(ROOT))
+        if not _in_issue_scope(name):
+            continue
+        text = _text(path)
+        if text is None:
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
+            if ISSUE_NUMBER.search(line):
+                found.append(f"{name}:{number}: {line.strip()[:100]}")
+    assert found == [], "say what the code does instead of naming a tracker thread"

@@ -45,6 +45,16 @@ ConversationID: TypeAlias = uuid.UUID | str
 def id_text(conversation_id: object, *, name: str = "conversation_id") -> str:
     """The text of an id: a UUID in its canonical form, a non-empty string as it is.
 
+    The JSON-safe form of any id (a ``uuid.UUID`` is not JSON, a name is): write
+    ``id_text(id)``, read it back with :func:`public_id`, and get an equal id.
+
+    >>> import json
+    >>> ids = [uuid.UUID(int=7), "my-fork-1"]
+    >>> text = json.dumps([id_text(i) for i in ids])
+    >>> text
+    '["00000000-0000-0000-0000-000000000007", "my-fork-1"]'
+    >>> [public_id(t) for t in json.loads(text)] == ids
+    True
     >>> id_text("")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -75,7 +85,13 @@ def id_dir_name(conversation_id: ConversationID) -> str:
 
 
 def public_id(text: ConversationID) -> ConversationID:
-    """The id a conversation hands out: a ``uuid.UUID`` if ``text`` is one's canonical form."""
+    """The id a conversation hands out: a ``uuid.UUID`` if ``text`` is one's canonical form.
+
+    The inverse of :func:`id_text` for the ids conversations hand out.
+
+    >>> public_id("00000000-0000-0000-0000-000000000007"), public_id("my-fork-1")
+    (UUID('00000000-0000-0000-0000-000000000007'), 'my-fork-1')
+    """
     if isinstance(text, uuid.UUID):
         return text
     if len(text) == 36:
