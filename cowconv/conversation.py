@@ -38,9 +38,11 @@ from cowconv._exceptions import (
     ConversationRunError,
     InvalidTypeError,
     InvalidValueError,
+    LLMError,
     MessageRoleError,
     RemoteError,
 )
+from cowconv.agent.messages import build_messages
 from cowconv.backends.local import LocalBackend
 from cowconv.core.agent import Agent
 from cowconv.core.analyzers import SecurityAnalyzerBase
@@ -897,6 +899,39 @@ class Conversation:
             self.interrupt()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({running}, timeout=0.05)
+
+    def ask_agent(self, question: str) -> str:
+        """The agent's LLM's answer to ``question`` about the history; nothing is recorded.
+
+        As OpenHands' ``ask_agent``: one LLM call over the active branch (the
+        messages a step would send) with the question appended, asking for a
+        plain answer; no event, status or state changes, so it may be called
+        while ``run()`` goes in another thread (it reads the snapshot of the
+        moment). The call's cost counts on the agent's LLM's ``metrics``.
+        A question that is not a ``str`` is an :class:`~cowconv.InvalidTypeError`;
+        a failed call raises :class:`~cowconv.LLMError`.
+
+        >>> from cowconv import Agent, Conversation, Message
+        >>> from cowconv.testing import TestLLM
+        >>> llm = TestLLM.from_messages([Message(role="assistant", content="Nothing yet.")])
+        >>> conversation = Conversation(agent=Agent(llm=llm), workspace=".")
+        >>> conversation.ask_agent("What have you done?"), len(conversation.state.events)
+        ('Nothing yet.', 0)
+        """
+        if not isinstance(question, str):
+            raise InvalidTypeError(f"question must be a str, got {question!r:.100}")
+        check_text(question, "question")
+        state = self.state
+        prompt = (
+            "Answer this question about the work in this conversation so far.\n\n"
+            f"Question: {question}\n\n"
+            "Only answer in text: do not call any tool."
+        )
+        messages = [*build_messages(state.branch), {"role": "user", "content": prompt}]
+        response = state.agent.llm.completion(messages)
+        if not response.content:
+            raise LLMError(f"the model gave no text answer to the question {question!r:.100}")
+        return response.content
 
     @property
     def conversation_stats(self) -> Any:

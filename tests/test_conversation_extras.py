@@ -7,6 +7,7 @@ terminal tool, the scripted :class:`cowconv.testing.TestLLM` in process.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from cowconv import (
     Conversation,
     ConversationRunError,
     ExecutionStatus,
+    InvalidTypeError,
     ObservationEvent,
     PauseEvent,
 )
@@ -132,3 +134,46 @@ class TestArun:
         with pytest.raises(ConversationRunError):
             asyncio.run(asyncio.wait_for(conversation.arun(), 120))
         assert conversation.state.execution_status is ExecutionStatus.ERROR
+
+
+class TestAskAgent:
+    def test_answers_over_the_history_and_records_nothing(self, stub, stub_agent, tmp_path):
+        """ask_agent() sends the history plus the question; no event or status changes."""
+        stub.script(StubReply.text("first answer"), StubReply.text("the summary"))
+        conversation = Conversation(stub_agent, tmp_path)
+        conversation.send_message("say something")
+        conversation.run()
+        before = conversation.state
+        assert conversation.ask_agent("Summarize the activity so far.") == "the summary"
+        assert conversation.state is before  # nothing recorded
+        sent = stub.requests[-1].messages
+        assert any("say something" in str(m["content"]) for m in sent)
+        assert any("first answer" in str(m["content"]) for m in sent)
+        assert "Summarize the activity so far." in str(sent[-1]["content"])
+
+    def test_while_a_run_goes_in_another_thread(self, stub, stub_agent, tmp_path):
+        """ask_agent() answers during a run in a thread; the run's history is untouched."""
+        marker = tmp_path / "started"
+        stub.script(
+            StubReply.tool_call("terminal", command=f"touch {marker}; sleep 2; echo slept"),
+            StubReply.text("side answer"),
+            StubReply.text("run done"),
+        )
+        conversation = Conversation(stub_agent, tmp_path)
+        conversation.send_message("go")
+        runner = threading.Thread(target=conversation.run)
+        runner.start()
+        wait_for(marker.exists, "the command to start")
+        assert conversation.ask_agent("How is it going?") == "side answer"
+        runner.join(60)
+        assert not runner.is_alive()
+        state = conversation.state
+        assert state.execution_status is ExecutionStatus.FINISHED
+        assert state.events[-1].text == "run done"
+        assert not any("How is it going?" in str(getattr(e, "text", "")) for e in state.events)
+
+    def test_bad_question(self, stub_agent, tmp_path):
+        """A question that is not a str is an InvalidTypeError, before any call."""
+        conversation = Conversation(stub_agent, tmp_path)
+        with pytest.raises(InvalidTypeError):
+            conversation.ask_agent(42)  # type: ignore[arg-type]
