@@ -160,6 +160,13 @@ _LAZY = {
     "MultimodalRouter": "cowconv.core.llm_router",
     "RandomRouter": "cowconv.core.llm_router",
     "RouterLLM": "cowconv.core.llm_router",
+    "GoalContinue": "cowconv.goal",
+    "GoalController": "cowconv.goal",
+    "GoalDone": "cowconv.goal",
+    "GoalOutcome": "cowconv.goal",
+    "GoalVerdict": "cowconv.goal",
+    "judge_goal": "cowconv.goal",
+    "run_goal": "cowconv.goal",
     # litellm's class (OpenHands' openhands.sdk.llm.streaming name): loads litellm when used.
     "ModelResponseStream": "cowconv.streaming",
     "StateSink": "cowconv.ports",
@@ -174,6 +181,7 @@ _LAZY = {
     "MemoryStore": "cowconv.stores",
     "SQLiteStore": "cowconv.stores",
     "Store": "cowconv.stores",
+    "SnapshotStore": "cowconv.workspaces",
     "ToolDefinition": "cowconv.agent.tools",
     "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
@@ -297,6 +305,15 @@ if TYPE_CHECKING:
     from cowconv.core.usage import Metrics
     from cowconv.core.view import CondensationSummaryEvent, View
     from cowconv.core.workspace import LocalWorkspace, RemoteWorkspace, Workspace
+    from cowconv.goal import (
+        GoalContinue,
+        GoalController,
+        GoalDone,
+        GoalOutcome,
+        GoalVerdict,
+        judge_goal,
+        run_goal,
+    )
     from cowconv.logger import get_logger
     from cowconv.mcp.client import MCPClient, create_mcp_tools
     from cowconv.mcp.tool import MCPToolDefinition
@@ -311,6 +328,7 @@ if TYPE_CHECKING:
         register_agent,
     )
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
+    from cowconv.workspaces import SnapshotStore
 
 
 __getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
@@ -382,6 +400,11 @@ __all__ = [
     "FileMissingError",
     "FileValidationError",
     "FrozenInstanceError",
+    "GoalContinue",
+    "GoalController",
+    "GoalDone",
+    "GoalOutcome",
+    "GoalVerdict",
     "GroupTotals",
     "HookExecutionEvent",
     "ImageContent",
@@ -437,6 +460,7 @@ __all__ = [
     "ServiceError",
     "SharedPrefix",
     "SkillValidationError",
+    "SnapshotStore",
     "SourceType",
     "StartError",
     "StateSink",
@@ -474,6 +498,7 @@ __all__ = [
     "freeze",
     "get_logger",
     "iter_branches",
+    "judge_goal",
     "load_agents_from_dir",
     "load_memory",
     "load_project_agents",
@@ -487,5 +512,6 @@ __all__ = [
     "resolve_tool",
     "resume_suite",
     "run_branches",
+    "run_goal",
     "thaw",
 ]

@@ -13,6 +13,7 @@ cowconv ...
 
 # No ``from __future__ import annotations``: Typer reads the annotations at runtime.
 
+import json
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
@@ -28,6 +29,7 @@ from cowconv.core.compare import compare
 from cowconv.core.history import VECTOR_IMPLEMENTATION
 from cowconv.core.ids import ConversationID, public_id
 from cowconv.core.state import ConversationInfo
+from cowconv.workspaces.recording import file_changes
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -453,12 +455,16 @@ def _diff(path: Path, a: str, b: str, as_json: bool, width: int | None) -> int:
                 except ConversationNotFoundError:
                     raise fail(f"no conversation {given!r} in {path}") from None
             comparison = compare(*states)
+            files = file_changes(*states)  # each side's file changes, where snapshots say
             if as_json:
-                typer.echo(comparison.to_json(indent=2))
+                typer.echo(json.dumps({**comparison.to_dict(), "files": files}, indent=2))
             else:
                 if width is None:
                     width = _terminal_width()
                 typer.echo(comparison.text(width or None))
+                for name, changed in files.items():
+                    for changed_path, how in sorted((changed or {}).items()):
+                        typer.echo(f"{name} {how} {changed_path}")
         finally:
             store.close()
     except (CowconvError, OSError) as error:

@@ -483,6 +483,7 @@ _MIRRORED: dict[str, type[CowconvError]] = {
         EventNotFoundError,
         ConversationConflictError,
         ConversationExistsError,
+        InvalidValueError,
     )
 }
 _REMOTE_CLASSES: dict[type[CowconvError], type[RemoteError]] = {}

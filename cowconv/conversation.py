@@ -74,6 +74,7 @@ from cowconv.core.history import EventLog
 from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationID, id_dir_name, id_text, public_id
 from cowconv.core.llm import LLM, LLMMetrics, TokenCallbackType, streaming_to
+from cowconv.core.llm_profiles import LLMProfileStore
 from cowconv.core.secrets import SecretSource
 from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
 from cowconv.core.state import DEFAULT_MAX_ITERATION_PER_RUN, ConversationState, check_tags
@@ -88,6 +89,7 @@ from cowconv.visualizer import (
     VisualizerSetting,
     make_visualizer,
 )
+from cowconv.workspaces.recording import fork_workspace, restore_snapshot
 
 if TYPE_CHECKING:
     import httpx
@@ -689,6 +691,31 @@ class Conversation:
             )
         self._backend.commit(_SwitchLLM(llm))
 
+    def switch_profile(
+        self, profile_name: str, *, profile_store: LLMProfileStore | None = None
+    ) -> None:
+        """Run the agent with the LLM saved as profile ``profile_name`` from now on.
+
+        As OpenHands' SDK's ``switch_profile``: the profile is loaded from
+        ``profile_store`` (default: an :class:`~cowconv.LLMProfileStore` in its
+        default directory), its ``usage_id`` becomes ``"profile:<name>"`` (so
+        the stats keep its calls apart), and :meth:`switch_llm` installs it.
+        A missing profile is a :class:`~cowconv.FileMissingError`
+        (``FileNotFoundError``).
+
+        >>> import tempfile
+        >>> from cowconv import LLM, Agent, Conversation, LLMProfileStore
+        >>> store = LLMProfileStore(tempfile.mkdtemp())
+        >>> store.save("mini", LLM(model="openai/gpt-4o-mini"))
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> conversation.switch_profile("mini", profile_store=store)
+        >>> conversation.agent.llm.model, conversation.agent.llm.usage_id
+        ('openai/gpt-4o-mini', 'profile:mini')
+        """
+        store = profile_store if profile_store is not None else LLMProfileStore()
+        loaded = store.load(profile_name)
+        self.switch_llm(loaded.model_copy(update={"usage_id": f"profile:{profile_name}"}))
+
     def navigate_to(self, event_id: str | None) -> None:
         """Move the active branch to end at ``event_id`` (``None``: empty), in O(b log n).
 
@@ -725,6 +752,7 @@ class Conversation:
         reset_metrics: bool = True,
         from_event_id: str | None = None,
         callbacks: Iterable[EventCallback] = (),
+        workspace: str | os.PathLike[str] = "shared",
     ) -> Self:
         """A new, independent conversation with this one's history, in O(1).
 
@@ -736,6 +764,10 @@ class Conversation:
         including that event (:class:`~cowconv.EventNotFoundError` if there is
         none). Nothing done to either side afterwards is seen by the other.
         ``callbacks`` are the fork's own (the source's are not inherited).
+        ``workspace="copy"`` (or a path) gives the fork its own directory with
+        the files as they were at the fork point, now or at ``from_event_id``
+        (:mod:`cowconv.workspaces`; ``docs/workspaces.md``); ``"shared"``, the
+        default, shares the source's directory as OpenHands' SDK does.
 
         >>> from cowconv import LLM, Agent, Conversation
         >>> source = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
@@ -752,12 +784,15 @@ class Conversation:
             and tags is None
             and reset_metrics is True
             and from_event_id is None
+            and isinstance(workspace, str)
+            and workspace == "shared"
         ):
             spec = _PLAIN_FORK  # the plain fork (the one the benchmark times): nothing to check
         else:
             spec = self._fork_spec(
                 conversation_id, agent, title, tags, reset_metrics, from_event_id
             )
+            spec = spec._replace(workspace=self._fork_workspace(workspace, from_event_id))
         if self._fork_extras is None and not self._forks_its_own_way:
             return type(self)._holding(self._backend.fork(spec, callbacks))
         return self._fork_as(spec, callbacks)
@@ -791,6 +826,12 @@ class Conversation:
             fork_tags = given
         return ForkSpec(fork_id, agent, fork_tags, None, bool(reset_metrics), from_event_id)
 
+    def _fork_workspace(
+        self, workspace: str | os.PathLike[str], from_event_id: str | None
+    ) -> Workspace | str | None:
+        # fork(workspace=...): the copy is made here, of the files this process sees.
+        return fork_workspace(self._backend.snapshot(), workspace, from_event_id)
+
     def _fork_as(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> Self:
         extras = self._fork_extras
         if extras is None:
@@ -806,6 +847,27 @@ class Conversation:
         if delete_on_close is not None:
             fork.delete_on_close = delete_on_close
         return fork
+
+    def restore_workspace(self, event_id: str | None = None) -> str:
+        """Put the workspace's files back as they were at ``event_id``; the snapshot id of the
+        files just before (``restore_workspace`` of an event after it undoes this).
+
+        Needs a workspace that records snapshots (``Workspace(snapshot_store=...)``);
+        ``event_id`` ``None`` is the last snapshot of the active branch. The events do
+        not change, and ``navigate_to`` never moves files: this is the one call that does.
+
+        >>> import tempfile
+        >>> from cowconv import LLM, Agent, Conversation, Workspace
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=Workspace(
+        ...     working_dir=tempfile.mkdtemp(), snapshot_store=tempfile.mkdtemp()))
+        >>> conversation.restore_workspace()
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.InvalidValueError: no workspace snapshot is recorded at or before...
+        """
+        if event_id is not None and not isinstance(event_id, str):
+            raise InvalidTypeError(f"event_id must be a str or None, got {type(event_id).__name__}")
+        return restore_snapshot(self._backend.snapshot(), event_id)
 
     # -- running -------------------------------------------------------------
 
@@ -1401,6 +1463,17 @@ class RemoteConversation(Conversation):
         assert isinstance(fork, type(self))
         return fork
 
+    def _fork_workspace(
+        self, workspace: str | os.PathLike[str], from_event_id: str | None
+    ) -> Workspace | str | None:
+        # The files are on the server: it makes the copy (a path there is its to choose).
+        if isinstance(workspace, str) and workspace in ("shared", "copy"):
+            return None if workspace == "shared" else workspace
+        raise InvalidValueError(
+            "a fork on an agent server takes workspace='shared' or 'copy': the server "
+            f"chooses where its copy goes, got {workspace!r}"
+        )
+
     @property
     def workspace(self) -> Workspace:
         """The workspace: the server's URL and the working directory there (no request)."""
@@ -1494,8 +1567,8 @@ class RemoteConversation(Conversation):
         """Set OpenHands' confirmation policy on the server (``POST /confirmation_policy``).
 
         ``policy`` is a :class:`~cowconv.AlwaysConfirm`, :class:`~cowconv.NeverConfirm`
-        or :class:`~cowconv.ConfirmRisky` (or its JSON). cowconv's own server
-        refuses a policy that asks for confirmation: it has no confirmation mode.
+        or :class:`~cowconv.ConfirmRisky` (or its JSON); the server's runs act on it
+        (cowconv's as OpenHands').
         """
         self._remote().request("POST", "/confirmation_policy", json={"policy": _json_of(policy)})
 

@@ -29,6 +29,7 @@ from cowconv.core.changes import Change
 from cowconv.core.events import Event, MessageEvent
 from cowconv.core.ids import ConversationID
 from cowconv.core.state import ConversationState
+from cowconv.core.workspace import Workspace
 
 if TYPE_CHECKING:
     from cowconv.branches.wire import BranchJob, SharedPrefix
@@ -308,6 +309,9 @@ class ForkSpec(NamedTuple):
     title: str | None = None
     reset_metrics: bool = True
     from_event_id: str | None = None
+    # The fork's own workspace (a copy of the files: cowconv.workspaces); None shares the
+    # source's; "copy" asks an agent server to make the copy there.
+    workspace: Workspace | str | None = None
 
 
 @runtime_checkable

@@ -96,11 +96,17 @@ class StubReply:
     status: int = 200
     error_message: str = ""
     delay: float = 0.0
+    reasoning: str | None = None
+    """The model's reasoning, sent as ``reasoning_content`` (as reasoning models' APIs do)."""
 
     @classmethod
-    def text(cls, content: str, *, delay: float = 0.0) -> StubReply:
-        """An assistant message without tool calls."""
-        return cls(content=content, delay=delay)
+    def text(cls, content: str, *, delay: float = 0.0, reasoning: str | None = None) -> StubReply:
+        """An assistant message without tool calls (with ``reasoning``, if given).
+
+        >>> StubReply.text("42.", reasoning="Six times seven.").reasoning
+        'Six times seven.'
+        """
+        return cls(content=content, delay=delay, reasoning=reasoning)
 
     @classmethod
     def tool_call(
@@ -207,6 +213,8 @@ def _completion(
     request: Mapping[str, Any], reply: StubReply, cached_messages: int = 0
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.reasoning is not None:
+        message["reasoning_content"] = reply.reasoning
     if reply.tool_calls:
         message["tool_calls"] = [
             {
@@ -270,6 +278,8 @@ def _stream_chunks(completion: Mapping[str, Any], with_usage: bool) -> list[dict
         return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
     chunks = [chunk({"role": "assistant", "content": ""})]
+    reasoning = message.get("reasoning_content") or ""
+    chunks.extend(chunk({"reasoning_content": piece}) for piece in _pieces(reasoning) if piece)
     chunks.extend(chunk({"content": piece}) for piece in _pieces(message.get("content") or ""))
     for index, call in enumerate(message.get("tool_calls") or ()):
         function = call["function"]

@@ -367,6 +367,7 @@ class TestAgentHooks:
         assert run.blocked and run.reason == "reads /etc/passwd"
         assert run.hook_command == "agent-hook:reviewer"
         assert conversation.state.events[-1].text == "understood"
+        assert "agent-hook:reviewer" in conversation.state.stats.by_usage_id
 
     def test_agent_hook_that_cannot_decide_allows(self, tmp_path: Path) -> None:
         """An answer without a decision allows the call, marked unsuccessful."""
@@ -414,3 +415,30 @@ class TestOnTheAgentServer:
                 assert (tmp_path / "keep").exists()
             finally:
                 remote.close()
+
+
+class TestHookSpend:
+    def test_prompt_hook_spend_is_in_the_stats(
+        self, tmp_path: Path, stub: StubLLMServer, stub_agent: Agent
+    ) -> None:
+        """What a prompt hook's LLM call cost is recorded under prompt-hook:<name>."""
+        stub.script(
+            StubReply.tool_call("terminal", command="echo ran >> log.txt"),
+            StubReply.text('{"decision": "allow", "reason": "harmless"}'),
+            StubReply.text("done"),
+        )
+        config = HookConfig(
+            pre_tool_use=[
+                HookMatcher(
+                    hooks=[HookDefinition(type=HookType.PROMPT, name="guard", prompt="Allow echo.")]
+                )
+            ]
+        )
+        conversation = Conversation(agent=stub_agent, workspace=str(tmp_path), hook_config=config)
+        conversation.send_message("go")
+        conversation.run()
+        assert (tmp_path / "log.txt").read_text() == "ran\n"
+        spent = conversation.state.stats.by_usage_id["prompt-hook:guard"]
+        assert spent.prompt_tokens > 0
+        hook_request = stub.requests[1].body
+        assert "Allow echo." in hook_request["messages"][0]["content"]

@@ -4,7 +4,9 @@
 
     _exceptions, _lazy          error classes; lazy package attributes (import nothing)
     core/                       imports nothing of cowconv but _exceptions
-    agent/, ports, tools/, mcp/ import only core (and _exceptions); tools/ and mcp/ also agent/
+    workspaces/                 imports only core: the workspace snapshot store
+    agent/, ports, tools/, mcp/ import only core and workspaces (and _exceptions); tools/ and
+                                mcp/ also agent/
     backends/, stores/          import ports, core and agent; not each other
     everything else             the top: branches/, distributed/, agent_server/,
                                 conversation, guards, visualizer, testing, the CLI,
@@ -109,13 +111,15 @@ RULES: dict[str, tuple[str, ...]] = {
     "_exceptions": (),
     "_lazy": (),
     "core": ("_exceptions", "_lazy", "core"),
-    "agent": ("_exceptions", "_lazy", "core", "agent"),
+    # The runtime records a workspace snapshot around each tool call (cowconv.workspaces).
+    "agent": ("_exceptions", "_lazy", "core", "agent", "workspaces"),
+    "workspaces": ("_exceptions", "_lazy", "core", "workspaces"),
     "ports": ("_exceptions", "_lazy", "core"),
-    "tools": ("_exceptions", "_lazy", "core", "agent", "tools"),
+    "tools": ("_exceptions", "_lazy", "core", "agent", "workspaces", "tools"),
     # MCP servers' tools: a tools layer of its own (the agent loop loads it by name).
-    "mcp": ("_exceptions", "_lazy", "core", "agent", "mcp"),
-    "backends": ("_exceptions", "_lazy", "core", "agent", "ports", "backends"),
-    "stores": ("_exceptions", "_lazy", "core", "agent", "ports", "stores"),
+    "mcp": ("_exceptions", "_lazy", "core", "agent", "workspaces", "mcp"),
+    "backends": ("_exceptions", "_lazy", "core", "agent", "workspaces", "ports", "backends"),
+    "stores": ("_exceptions", "_lazy", "core", "agent", "workspaces", "ports", "stores"),
 }
 
 # Tool packages on the top floor: a sub-agent tool runs a child Conversation (and shows it with

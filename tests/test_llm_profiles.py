@@ -295,3 +295,43 @@ class TestFallback:
                 with pytest.raises(LLMError, match="503"):
                     primary.completion(HELLO)
                 assert len(server.requests) == len(models)
+
+
+class TestSwitchProfile:
+    def test_conversation_switches_to_a_saved_profile(self, tmp_path):
+        """As example 44: after switch_profile(name) the next run calls the profile's server,
+        and the stats count its calls under 'profile:<name>'."""
+        from cowconv import Agent, Conversation, Tool
+
+        with StubLLMServer() as first, StubLLMServer() as second:
+            store = LLMProfileStore(tmp_path / "profiles")
+            store.save("gpt", _stub_llm(second, "openai/gpt"), include_secrets=True)
+            agent = Agent(llm=_stub_llm(first, "openai/first"), tools=[Tool(name="terminal")])
+            conversation = Conversation(agent=agent, workspace=tmp_path, visualizer=None)
+            conversation.send_message("Say hello in one sentence.")
+            conversation.run()
+            conversation.switch_profile("gpt", profile_store=store)
+            assert conversation.agent.llm.model == "openai/gpt"
+            conversation.send_message("Say goodbye in one sentence.")
+            conversation.run()
+            assert (len(first.requests), len(second.requests)) == (1, 1)
+            assert set(conversation.state.stats.usage_to_metrics) == {"first", "profile:gpt"}
+            with pytest.raises(FileNotFoundError):
+                conversation.switch_profile("missing", profile_store=store)
+            assert conversation.agent.llm.model == "openai/gpt"
+
+
+class TestStrategyIsAValue:
+    def test_an_llm_with_a_strategy_pickles_and_copies(self):
+        """Branch workers pickle and deep-copy agents: an LLM with a fallback strategy survives
+        both, equal and with an equal hash."""
+        import copy
+        import pickle
+
+        llm = LLM(
+            model="openai/gpt-4o",
+            fallback_strategy=FallbackStrategy(fallback_llms=["a", "b"], profile_store_dir="/p"),
+        )
+        for copied in (pickle.loads(pickle.dumps(llm)), copy.deepcopy(llm)):
+            assert copied == llm and hash(copied) == hash(llm)
+            assert copied.fallback_strategy.fallback_llms == ("a", "b")

@@ -208,3 +208,36 @@ class TestConversationTokenCallbacks:
                 workspace=RemoteWorkspace(host="http://127.0.0.1:9", working_dir="/tmp"),
                 token_callbacks=[print],
             )
+
+
+class TestReasoning:
+    def test_reasoning_is_answered_streamed_and_recorded(self, stub, tmp_path):
+        """A model's reasoning_content comes back on the answer (whole or streamed, where
+        example 29 reads it from each chunk's delta) and is recorded on the agent's message."""
+        stub.script(
+            StubReply.text("42.", reasoning="Six times seven."),
+            StubReply.text("43.", reasoning="Plus one."),
+            StubReply.text("44.", reasoning="Plus one again."),
+        )
+        plain = LLM(**stub.llm_settings(), num_retries=0)
+        assert plain.completion(HELLO).message.reasoning_content == "Six times seven."
+        chunks: list = []
+        streaming = LLM(**stub.llm_settings(), num_retries=0, stream=True)
+        answer = streaming.completion(HELLO, on_token=chunks.append)
+        thought = "".join(
+            getattr(choice.delta, "reasoning_content", None) or ""
+            for chunk in chunks
+            for choice in chunk.choices
+        )
+        assert (answer.reasoning_content, thought, answer.content) == (
+            "Plus one.",
+            "Plus one.",
+            "43.",
+        )
+        conversation = Conversation(
+            agent=Agent(llm=plain, tools=[Tool(name="terminal")]), workspace=tmp_path
+        )
+        conversation.send_message("What next?")
+        conversation.run()
+        reply = conversation.state.events[-1]
+        assert (reply.reasoning_content, reply.llm_message.text) == ("Plus one again.", "44.")

@@ -46,6 +46,7 @@ from cowconv import (
 from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.mcp import MCPOAuthAuthCredential, MCPToolAction, coerce_mcp_config
 from cowconv.testing import StubLLMServer, StubReply, TestLLM
+from tests.openhands.venv import openhands_python
 
 from .conftest import Backend
 from .strategies import mcp_configs
@@ -410,6 +411,21 @@ class TestConversationWithMCP:
             source.close()
         assert process_gone(source_pid)
 
+    def test_parallel_calls_share_one_session(self, tmp_path: Path):
+        """tool_concurrency_limit=2: a step's two calls run at once on the one session."""
+        calls = [MessageToolCall(id=f"c{i}", name="session_calls", arguments="{}") for i in (1, 2)]
+        llm = TestLLM.from_messages(
+            [Message(role="assistant", content="", tool_calls=calls), answer("two")]
+        )
+        agent = Agent(llm=llm, mcp_config={"test": test_server()}, tool_concurrency_limit=2)
+        with Conversation(agent=agent, workspace=str(tmp_path)) as conversation:
+            conversation.send_message("Count twice.")
+            conversation.run()
+            outputs = sorted(observation.output for observation in observations(conversation))
+            pids = {output.rsplit(" ", 1)[1] for output in outputs}
+            assert [output.split(" in ")[0][-6:] for output in outputs] == ["call 1", "call 2"]
+            assert len(pids) == 1
+
     def test_interrupt_ends_a_call_in_flight(self, tmp_path: Path):
         """interrupt() closes the sessions: the call in flight ends as an error, the run pauses."""
         marker = tmp_path / "call-started"
@@ -567,3 +583,72 @@ class TestRemoteServer:
                 conversation.run()
                 assert conversation.state.events[-1].text == "No Notion today."
         assert "MCP server startup failed for Notion" in caplog.text
+
+
+# Run by OpenHands' SDK (1.58.2): an OpenHands user's agent with an MCP server, on cowconv's
+# agent server. The server (cowconv) starts the MCP server and runs its tool.
+OPENHANDS_CLIENT = """
+import json, os, sys
+from pydantic import SecretStr
+from openhands.sdk import LLM, Agent, Conversation
+from openhands.sdk.mcp import MCPServer
+from openhands.sdk.workspace import RemoteWorkspace
+
+url, base_url, working_dir, python, server_script = sys.argv[1:6]
+agent = Agent(
+    llm=LLM(model="openai/stub", base_url=base_url, api_key=SecretStr("sk-stub"),
+            usage_id="agent", num_retries=0),
+    mcp_config={"test": MCPServer(command=python, args=[server_script])},
+)
+workspace = RemoteWorkspace(host=url, working_dir=working_dir)
+conversation = Conversation(agent=agent, workspace=workspace, visualizer=None)
+conversation.send_message("What is 6 + 7?")
+conversation.run()
+events = [e for e in conversation.state.events if e.kind != "ConversationStateUpdateEvent"]
+out = {
+    "kinds": [e.kind for e in events],
+    "observations": [
+        [part.text for part in e.observation.content]
+        for e in events if e.kind == "ObservationEvent"
+    ],
+    "observation_kinds": [e.observation.kind for e in events if e.kind == "ObservationEvent"],
+    "status": conversation.state.execution_status.value,
+}
+conversation.close()
+print("RESULT " + json.dumps(out))
+"""
+
+
+class TestOpenHandsClient:
+    # The OpenHands environment is built on a machine's first run (minutes, then cached), by
+    # the worker that runs the other tests needing it.
+    @pytest.mark.timeout(3600)
+    @pytest.mark.xdist_group("openhands")
+    def test_openhands_client_agent_with_mcp_config(self, stub: StubLLMServer, tmp_path: Path):
+        """OpenHands' own RemoteConversation sends mcp_config; cowconv's server runs the tool."""
+        openhands = openhands_python(timeout=3000)
+        stub.script(StubReply.tool_call("add", a=6, b=7), StubReply.text("13."))
+        script = tmp_path / "openhands_client.py"
+        script.write_text(OPENHANDS_CLIENT)
+        with BackgroundServer(create_app(data_dir=tmp_path / "data")) as server:
+            done = subprocess.run(
+                [
+                    str(openhands),
+                    str(script),
+                    server.url,
+                    stub.base_url,
+                    str(tmp_path),
+                    sys.executable,
+                    SERVER_SCRIPT,
+                ],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+                timeout=900,
+            )
+        assert done.returncode == 0, done.stderr[-4000:]
+        result = json.loads(done.stdout.split("RESULT ", 1)[1])
+        assert result["kinds"][-3:] == ["ActionEvent", "ObservationEvent", "MessageEvent"]
+        assert result["observation_kinds"] == ["MCPToolObservation"]
+        assert "".join(result["observations"][0]).endswith("13")
+        assert result["status"] == "finished"

@@ -21,6 +21,7 @@ from benchmarks.scenarios.remote_latency import RemoteLatency
 from benchmarks.scenarios.rest_fork import RestFork
 from benchmarks.scenarios.store_bytes import StoreBytes
 from benchmarks.scenarios.vector_implementation import VectorImplementation
+from benchmarks.scenarios.workspace_fork import WorkspaceFork
 
 SCENARIOS: tuple[Scenario, ...] = (
     ForkLatency(),
@@ -37,6 +38,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     DistributedSuite(),
     BranchRuntime(),
     StoreBytes(),
+    WorkspaceFork(),
 )
 
 for _number, _scenario in enumerate(SCENARIOS, start=1):

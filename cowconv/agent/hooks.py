@@ -33,11 +33,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from cowconv._exceptions import LLMError
 from cowconv.core.hooks import HookConfig, HookDecision, HookDefinition, HookEventType, HookType
 from cowconv.core.llm import LLM
+from cowconv.core.usage import Usage
 
 __all__ = [
     "AgentHookRunner",
@@ -58,8 +59,9 @@ _TRUNCATED = "\n<TRUNCATED>"
 _SECRET_MARKERS = ("API_KEY", "SECRET", "TOKEN", "PASSWORD")
 
 
-AgentHookRunner = Callable[[HookDefinition, "HookEvent", LLM, str], str]
-"""Runs an agent hook: (the hook, the event, the LLM, the working dir) -> the agent's last answer.
+AgentHookRunner = Callable[[HookDefinition, "HookEvent", LLM, str], tuple[str, Mapping[str, Usage]]]
+"""Runs an agent hook: (the hook, the event, the LLM, the working dir) -> the agent's last answer
+and what its run spent, by ``usage_id``.
 
 The agent loop provides one (:func:`cowconv.agent.runtime.run_hook_agent`): this module sits
 below the loop and cannot start a run itself.
@@ -114,6 +116,17 @@ class HookResult(BaseModel):
     additional_context: str | None = None
     error: str | None = None
     async_started: bool = False
+    # What a prompt or agent hook spent on its LLM, by usage_id (for the conversation's stats).
+    _spent: dict[str, Usage] = PrivateAttr(default_factory=dict)
+
+    @property
+    def spent(self) -> dict[str, Usage]:
+        """What this hook spent on LLM calls, by ``usage_id`` (prompt and agent hooks).
+
+        >>> HookResult().spent
+        {}
+        """
+        return dict(self._spent)
 
     @property
     def should_continue(self) -> bool:
@@ -332,11 +345,16 @@ class HookExecutor:
                 ),
             },
         ]
+        hook_llm = llm.model_copy(
+            update={"usage_id": f"prompt-hook:{hook.name or 'default'}", "timeout": hook.timeout}
+        )
         try:
-            answer = llm.completion(messages).content
+            response = hook_llm.completion(messages)
         except LLMError as error:
             return _fall_open("Prompt hook execution failed — defaulting to allow", str(error))
-        return _decision(answer, "Prompt hook")
+        result = _decision(response.content, "Prompt hook")
+        result._spent = {hook_llm.usage_id: response.usage}
+        return result
 
     def _agent(self, hook: HookDefinition, event: HookEvent) -> HookResult:
         # A small agent run on the event; its last answer is the verdict. Anything that keeps
@@ -347,11 +365,13 @@ class HookExecutor:
         if self.agent_runner is None:
             return _fall_open("No agent runtime for agent hook — defaulting to allow")
         try:
-            answer = self.agent_runner(hook, event, llm, self.working_dir)
+            answer, spent = self.agent_runner(hook, event, llm, self.working_dir)
         except Exception as error:
             logger.warning("agent hook %s failed: %s", hook.display_command, error)
             return _fall_open("Agent hook execution failed — defaulting to allow", str(error))
-        return _decision(answer, "Agent hook")
+        result = _decision(answer, "Agent hook")
+        result._spent = dict(spent)
+        return result
 
     def execute_all(
         self,

@@ -44,6 +44,7 @@ from cowconv.core.hooks import HookConfig, HookDefinition, HookEventType
 from cowconv.core.oversight import HookExecutionEvent, SecurityAnalysisEvent
 from cowconv.core.security import SecurityRisk
 from cowconv.core.state import ConversationState
+from cowconv.core.usage import Usage
 
 __all__ = [
     "STOP_HOOK_FEEDBACK_PREFIX",
@@ -213,6 +214,16 @@ class Hooks:
             agent_runner=agent_runner,
         )
         self.session_started = False
+        self._spent: list[tuple[str, Usage]] = []
+
+    def take_spent(self) -> list[tuple[str, Usage]]:
+        """What prompt and agent hooks spent since the last call, by ``usage_id``, once."""
+        spent, self._spent = self._spent, []
+        return spent
+
+    def _note(self, results: Sequence[HookResult]) -> None:
+        for result in results:
+            self._spent.extend(result.spent.items())
 
     @classmethod
     def of(
@@ -239,6 +250,7 @@ class Hooks:
         if not hooks:
             return []
         results = self.manager.run_session_start()
+        self._note(results)
         events = _record(HookEventType.SESSION_START, hooks, results)
         context = [result.additional_context for result in results if result.additional_context]
         if context:
@@ -249,6 +261,7 @@ class Hooks:
         """``SessionEnd`` hooks; background hooks still running are killed."""
         hooks = self.config.get_hooks_for_event(HookEventType.SESSION_END)
         results = self.manager.run_session_end()
+        self._note(results)
         return _record(HookEventType.SESSION_END, hooks, results)
 
     def pre_tool_use(self, action: ActionEvent) -> tuple[list[Event], str | None]:
@@ -258,6 +271,7 @@ class Hooks:
             return [], None
         tool_input = _thawed(action.arguments)
         go_on, results = self.manager.run_pre_tool_use(action.tool_name, tool_input)
+        self._note(results)
         events = _record(
             HookEventType.PRE_TOOL_USE,
             hooks,
@@ -280,6 +294,7 @@ class Hooks:
         else:
             response = {"content": result.output, "exit_code": result.exit_code}
         results = self.manager.run_post_tool_use(action.tool_name, tool_input, response)
+        self._note(results)
         return _record(
             HookEventType.POST_TOOL_USE,
             hooks,
@@ -301,6 +316,7 @@ class Hooks:
             return message, []
         text = message.text
         _, context, results = self.manager.run_user_prompt_submit(text)
+        self._note(results)
         if context:
             message = message.model_copy(
                 update={"extended_content": (*message.extended_content, TextContent(text=context))}
@@ -324,6 +340,7 @@ class Hooks:
         if not hooks:
             return True, []
         may_stop, results = self.manager.run_stop(reason="agent_finished")
+        self._note(results)
         events = _record(
             HookEventType.STOP, hooks, results, hook_input={"reason": "agent_finished"}
         )
@@ -339,15 +356,18 @@ def submit_prompt(
     state: ConversationState,
     message: MessageEvent,
     agent_runner: AgentHookRunner | None = None,
-) -> tuple[MessageEvent, list[Event]]:
-    """A user message as ``UserPromptSubmit`` hooks leave it, and their runs to record after it.
+) -> tuple[MessageEvent, list[Event], list[tuple[str, Usage]]]:
+    """A user message as ``UserPromptSubmit`` hooks leave it, their runs to record after it, and
+    what prompt or agent hooks among them spent.
 
     Without such hooks: ``message`` itself and nothing.
     """
     config = state.hook_config
     if config is None or not config.has_hooks_for_event(HookEventType.USER_PROMPT_SUBMIT):
-        return message, []
-    return Hooks(state, config, agent_runner).user_prompt_submit(message)
+        return message, [], []
+    hooks = Hooks(state, config, agent_runner)
+    message, events = hooks.user_prompt_submit(message)
+    return message, events, hooks.take_spent()
 
 
 def _environment_message(text: str) -> MessageEvent:

@@ -72,12 +72,14 @@ from cowconv.core.security import SecurityRisk
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
     ConversationState,
+    ConversationStats,
     ExecutionStatus,
     check_max_iteration_per_run,
 )
 from cowconv.core.tree import extend_active
 from cowconv.core.usage import Usage
 from cowconv.core.workspace import Workspace
+from cowconv.workspaces.recording import record_snapshot
 
 __all__ = ["Runner", "build_messages", "run_hook_agent"]
 
@@ -108,7 +110,11 @@ def _user_message_since(events: EventLog, position: int) -> bool:
 
 
 def _action(
-    response: LLMResponse, call: LLMToolCall, thought: str, analyzed: bool = False
+    response: LLMResponse,
+    call: LLMToolCall,
+    thought: str,
+    analyzed: bool = False,
+    workspace_snapshot: str | None = None,
 ) -> tuple[ActionEvent, ToolArgumentError | None]:
     """The event recording a tool call, and why its arguments are unusable (``None``: usable).
 
@@ -135,6 +141,7 @@ def _action(
         thought=thought,
         llm_response_id=response.id,
         security_risk=risk,
+        workspace_snapshot=workspace_snapshot,
     )
     return action, problem
 
@@ -234,8 +241,14 @@ class Runner:
         self._commit_change(change)
 
     def _finish(self, status: ExecutionStatus, *events: Event) -> None:
+        spent = self._hook_spend()
+
         def change(state: ConversationState) -> ConversationState:
-            return state._replace(branch=extend_active(state, events), execution_status=status)
+            return state._replace(
+                branch=extend_active(state, events),
+                execution_status=status,
+                stats=_with_spend(state, spent),
+            )
 
         self._commit(change)
 
@@ -332,6 +345,7 @@ class Runner:
             status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
             if waits:
                 status = ExecutionStatus.WAITING_FOR_CONFIRMATION
+            hook_spent = self._hook_spend()
 
             def record(
                 state: ConversationState,
@@ -340,8 +354,9 @@ class Runner:
                 usage_id: str = agent.llm.usage_id,
                 usage: Usage = response.usage,
                 spent: Mapping[str, Usage] = spent,
+                hook_spent: list[tuple[str, Usage]] = hook_spent,
             ) -> ConversationState:
-                stats = state.stats.record(usage_id, usage)
+                stats = _with_spend(state, hook_spent).record(usage_id, usage)
                 for tool_usage_id, tool_usage in spent.items():
                     stats = stats.record(tool_usage_id, tool_usage)
                 return state._replace(
@@ -358,11 +373,21 @@ class Runner:
     def _record_step(self, produced: Sequence[Event], crashed: bool) -> None:
         """Record events a step produced without an LLM call (no cost)."""
         status = ExecutionStatus.ERROR if crashed else ExecutionStatus.RUNNING
+        spent = self._hook_spend()
 
         def record(state: ConversationState) -> ConversationState:
-            return state._replace(branch=extend_active(state, produced), execution_status=status)
+            return state._replace(
+                branch=extend_active(state, produced),
+                execution_status=status,
+                stats=_with_spend(state, spent),
+            )
 
         self._commit(record)
+
+    def _hook_spend(self) -> list[tuple[str, Usage]]:
+        """What prompt and agent hooks spent since last asked (recorded with the step)."""
+        hooks = self._hooks
+        return hooks.take_spent() if hooks is not None else []
 
     def _messages(self, agent: Agent) -> list[dict[str, Any]]:
         """What the model sees this step: the history, or the condenser's view of it.
@@ -418,12 +443,19 @@ class Runner:
         if not response.tool_calls:
             message = MessageEvent(
                 source="agent",
-                llm_message=Message(role="assistant", content=response.content),
+                llm_message=Message(
+                    role="assistant",
+                    content=response.content,
+                    reasoning_content=response.reasoning_content,
+                ),
                 llm_response_id=response.id,
             )
             return [message], False, False
+        # The files before the step's calls run (a workspace that records snapshots): what a
+        # fork from an event before them gets, direct edits since the last call included.
+        before = record_snapshot(self._snapshot().workspace)
         calls = [
-            _action(response, call, response.content if index == 0 else "", analyzed)
+            _action(response, call, response.content if index == 0 else "", analyzed, before)
             for index, call in enumerate(response.tool_calls)
         ]
         actions = [action for action, _ in calls]
@@ -446,6 +478,7 @@ class Runner:
         calls before it done), else on up to ``concurrency`` threads.
         """
         hooks = self._hooks
+        workspace = self._snapshot().workspace
         if hooks is None and concurrency > 1 and len(calls) > 1:
             concurrent = self._act_concurrently(calls, tools, spent, concurrency)
             crashed = any(isinstance(result, AgentErrorEvent) for result in concurrent)
@@ -477,7 +510,7 @@ class Runner:
                 if blocked is not None:
                     results.extend(rejections([action], blocked, "hook"))
                     continue
-            result = _execute(tools, action, problem, spent)
+            result = _execute(tools, action, problem, spent, workspace)
             crashed = isinstance(result, AgentErrorEvent)
             results.append(result)
             if hooks is not None:
@@ -496,6 +529,7 @@ class Runner:
         for key in (key for held in keys for key in held):
             locks.setdefault(key, threading.Lock())
         spent_by_call: list[dict[str, Usage]] = [{} for _ in calls]
+        workspace = self._snapshot().workspace
 
         def run(index: int) -> Event:
             action, problem = calls[index]
@@ -509,7 +543,7 @@ class Runner:
                         tool_call_id=action.tool_call_id,
                         tool_name=action.tool_name,
                     )
-                return _execute(tools, action, problem, spent_by_call[index])
+                return _execute(tools, action, problem, spent_by_call[index], workspace)
             finally:
                 for lock in reversed(held):
                     lock.release()
@@ -543,15 +577,18 @@ class Runner:
                     tool.restore(state.branch)
                     if agent.agent_context is not None and agent.agent_context.secrets:
                         tool.use_secrets(agent.agent_context.secret_getters())
-            for tool in _mcp_tools(agent):
+            pattern = agent.filter_tools_regex
+            for name in [name for name in tools if pattern and not re.match(pattern, name)]:
+                tools.pop(name).close()
+            served = _mcp_tools(agent)
+            wanted = [tool for tool in served if not pattern or re.match(pattern, tool.name)]
+            if served and not wanted:
+                served[0].close()  # their shared client: none of its tools is used
+            for tool in wanted:
                 if tool.name in tools:
                     tool.close()
                     raise InvalidValueError(f"the agent has two tools named {tool.name!r}")
                 tools[tool.name] = tool
-            if agent.filter_tools_regex is not None:
-                pattern = re.compile(agent.filter_tools_regex)
-                for name in [name for name in tools if not pattern.match(name)]:
-                    tools.pop(name).close()
         except BaseException:
             for made in tools.values():
                 made.close()
@@ -612,11 +649,14 @@ def _execute(
     action: ActionEvent,
     problem: ToolArgumentError | None = None,
     spent: dict[str, Usage] | None = None,
+    workspace: Workspace | None = None,
 ) -> Event:
     """The result of one tool call: an observation, or an error if the tool crashed.
 
     ``problem`` is why the call's arguments did not decode (see :func:`_action`);
     what the tool spent on LLMs of its own (:attr:`ToolResult.usage`) is added to ``spent``.
+    A ``workspace`` that records snapshots is snapshotted after the call, and the
+    observation names that snapshot.
     """
 
     def observation(output: str, error: str) -> ObservationEvent:
@@ -658,17 +698,30 @@ def _execute(
         extra=dict(result.extra) if result.extra is not None else None,
         observation=result.observation,
         action_id=action.id if result.observation is not None else None,
+        workspace_snapshot=None if workspace is None else record_snapshot(workspace),
     )
 
 
-def run_hook_agent(hook: HookDefinition, event: HookEvent, llm: LLM, working_dir: str) -> str:
-    """Run an agent hook's small agent on ``event``; its last answer (``""`` if none).
+def _with_spend(state: ConversationState, spent: Sequence[tuple[str, Usage]]) -> ConversationStats:
+    stats = state.stats
+    for usage_id, usage in spent:
+        stats = stats.record(usage_id, usage)
+    return stats
+
+
+def run_hook_agent(
+    hook: HookDefinition, event: HookEvent, llm: LLM, working_dir: str
+) -> tuple[str, Mapping[str, Usage]]:
+    """Run an agent hook's small agent on ``event``: its last answer (``""`` if none) and what
+    it spent, by ``usage_id``.
 
     The agent is ``llm`` (its usage counted as ``agent-hook:<name>``) with the
     hook's ``tools`` and ``system_prompt``, in ``working_dir``, for at most the
     hook's ``max_iterations`` steps, in memory and without hooks of its own.
     """
-    hook_llm = llm.model_copy(update={"usage_id": f"agent-hook:{hook.name or 'default'}"})
+    hook_llm = llm.model_copy(
+        update={"usage_id": f"agent-hook:{hook.name or 'default'}", "timeout": hook.timeout}
+    )
     agent = Agent(
         llm=hook_llm,
         tools=tuple(Tool(name=name) for name in hook.tools),
@@ -695,7 +748,9 @@ def run_hook_agent(hook: HookDefinition, event: HookEvent, llm: LLM, working_dir
         runner.run()
     finally:
         runner.close()
-    for recorded_event in reversed(holder[0].branch):
+    final = holder[0]
+    spent = dict(final.stats.by_usage_id)
+    for recorded_event in reversed(final.branch):
         if isinstance(recorded_event, MessageEvent) and recorded_event.role == "assistant":
-            return recorded_event.text
-    return ""
+            return recorded_event.text, spent
+    return "", spent

@@ -32,6 +32,7 @@ from cowconv._exceptions import (
     ConversationConflictError,
     ConversationNotFoundError,
     EventNotFoundError,
+    InvalidValueError,
 )
 from cowconv.agent_server.conversation_service import ConversationService
 from cowconv.agent_server.decoding import DecodingRoute
@@ -430,9 +431,12 @@ async def fork_conversation(
             tags=request.tags,
             reset_metrics=request.reset_metrics,
             from_event_id=request.from_event_id,
+            workspace=request.workspace or "shared",
         )
     except (ConversationConflictError, EventNotFoundError, ConversationNotFoundError) as error:
         raise _api_error(error) from None
+    except InvalidValueError as error:  # e.g. a copy from an event no snapshot covers
+        raise ApiError(422, error) from None
     except ValueError as error:  # an OpenHands-style service says why in a ValueError
         if "already exists" in str(error):
             raise ApiError(409, error) from None

@@ -63,6 +63,7 @@ from cowconv.core.state import (
 )
 from cowconv.core.state import ConversationInfo as ConversationSummary
 from cowconv.stores import SQLiteStore, Store
+from cowconv.workspaces.recording import copy_workspace
 
 __all__ = ["ConversationService"]
 
@@ -96,8 +97,12 @@ class ConversationService:
     ``<dir>/<id hex>/meta.json`` too, as OpenHands' server does.
 
     Use it as an async context manager, or call :meth:`close`, to close what
-    it opened. ``conversation_worktree_root`` is OpenHands' argument, taken
-    and unused (cowconv runs no git worktrees).
+    it opened. A conversation started with ``worktree=True`` (OpenHands'
+    field) works in its own copy of the workspace's files, made from a
+    snapshot (:mod:`cowconv.workspaces`) under
+    ``<conversation_worktree_root>/<id>/<directory name>`` (OpenHands' place,
+    ``/tmp/conversation-worktrees`` by default); the user's repository and
+    branches are not touched.
 
     >>> import asyncio
     >>> asyncio.run(ConversationService().search_conversations()).items
@@ -122,7 +127,11 @@ class ConversationService:
                 self._store = SQLiteStore(self._conversations_dir)
             registry = ConversationRegistry(self._store)
         self._registry = registry
-        self.conversation_worktree_root = conversation_worktree_root
+        self.conversation_worktree_root = Path(
+            "/tmp/conversation-worktrees"
+            if conversation_worktree_root is None
+            else conversation_worktree_root
+        )
         self._event_services: dict[ConversationID, EventService] | None = {}
 
     @property
@@ -319,11 +328,18 @@ class ConversationService:
             if existing is not None:
                 return existing, False
         kept = mask_secrets(request.kept)
+        chosen = check_conversation_id(request.id)
+        workspace = request.workspace
+        if kept.get("worktree") is True:
+            # As OpenHands' server: <root>/<id>/<the workspace's directory name>.
+            target = self.conversation_worktree_root / id_text(chosen)
+            target = target / (Path(workspace.working_dir).resolve().name or "workspace")
+            workspace = await asyncio.to_thread(copy_workspace, workspace, None, target)
         stored = StoredConversation.model_validate(
             {
                 **{key: value for key, value in kept.items() if key not in SERVER_FIELDS},
-                "id": check_conversation_id(request.id),
-                "workspace": request.workspace,
+                "id": chosen,
+                "workspace": workspace,
                 "initial_message": message,
                 "max_iterations": request.max_iteration_per_run or DEFAULT_MAX_ITERATION_PER_RUN,
                 "tags": request.tags or {},
@@ -422,8 +438,12 @@ class ConversationService:
         tags: Mapping[str, str] | None = None,
         reset_metrics: bool = True,
         from_event_id: str | None = None,
+        workspace: str = "shared",
     ) -> ConversationInfo | None:
         """Fork in O(1): same history and agent (credentials included), new id, idle.
+
+        ``workspace="copy"``: the fork works in its own copy of the files (at the
+        fork point), whose directory its info's ``workspace`` names.
 
         ``None`` for an unknown source;
         :class:`~cowconv.ConversationExistsError` (a ``ValueError``: "already
@@ -443,6 +463,7 @@ class ConversationService:
                 tags=tags,
                 reset_metrics=reset_metrics,
                 from_event_id=from_event_id,
+                workspace=workspace,
             )
 
         forked = await self._call(fork)

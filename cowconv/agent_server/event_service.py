@@ -66,6 +66,7 @@ from cowconv.core.message import Message, TextContent
 from cowconv.core.security import ConfirmationPolicyBase
 from cowconv.core.state import ConversationInfo as ConversationSummary
 from cowconv.core.state import ConversationState, dump_state
+from cowconv.core.workspace import Workspace
 
 __all__ = [
     "OPENHANDS_KEY",
@@ -169,7 +170,7 @@ def compose_conversation_info(
             "forked_from_conversation_id": stored.forked_from_conversation_id,
             "forked_from_event_id": stored.forked_from_event_id,
             "agent": mask_secrets(agent),
-            "workspace": {"kind": "LocalWorkspace", "working_dir": state.workspace.working_dir},
+            "workspace": _workspace_json(state.workspace),
             "max_iterations": stored.max_iterations,
             "head_is_empty": state.head_is_empty,
             "agent_state": {k: v for k, v in thaw(state.agent_state).items() if k != OPENHANDS_KEY},
@@ -183,6 +184,15 @@ def compose_conversation_info(
             else state.hook_config.model_dump(mode="json"),
         }
     )
+
+
+def _workspace_json(workspace: Workspace) -> dict[str, Any]:
+    # OpenHands' LocalWorkspace JSON; a conversation with its own copy of the files (a fork
+    # with workspace="copy", worktree=True) also names where they were copied from.
+    shown: dict[str, Any] = {"kind": "LocalWorkspace", "working_dir": workspace.working_dir}
+    if workspace.copied_from:
+        shown["copied_from"] = list(workspace.copied_from)
+    return shown
 
 
 def conversation_info(conversation: Conversation) -> ConversationInfo:

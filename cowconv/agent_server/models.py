@@ -141,6 +141,10 @@ _SERVER_WORKSPACE_SCHEMA: dict[str, Any] = {
         "api_key": {"type": "null"},
         # OpenHands' client names the kind; a server-side conversation runs in this one.
         "kind": {"const": "LocalWorkspace"},
+        # cowconv's own: where the server records the workspace's snapshots (a directory
+        # there), and the directories a copy's files came from.
+        "snapshot_store": {"type": ["string", "null"]},
+        "copied_from": {"type": "array", "items": {"type": "string"}},
     },
     "required": ["working_dir"],
     "additionalProperties": False,
@@ -179,13 +183,13 @@ def _refuse_unsafe(data: dict[str, Any]) -> None:
         "plugins": "cowconv loads no plugins (they may carry hooks that guard actions)",
         "secrets": "cowconv does not inject or mask conversation secrets",
         "container": "cowconv runs tools on the server's machine, not in a container",
-        "worktree_options": "cowconv does not isolate a conversation in a git worktree",
+        "worktree_options": "cowconv's worktree is a copy of the files now, not a git branch "
+        "from a ref",
     }
     for field, reason in checks.items():
         if data.get(field):
             raise unsupported(field, reason)
-    if data.get("worktree"):
-        raise unsupported("worktree", checks["worktree_options"])
+    # worktree=True is honoured: the conversation gets its own copy of the files (the service).
     if data.get("conversation_runtime") not in (None, "local"):
         raise unsupported("conversation_runtime", checks["container"])
 
@@ -405,9 +409,14 @@ class ForkConversationRequest(_Request):
     ``id`` names the fork (a new UUID when left out), ``title`` becomes
     ``tags["title"]``, ``reset_metrics`` starts the fork's stats at zero and
     ``from_event_id`` forks the history up to and including that event.
+    ``workspace`` is cowconv's own: ``"copy"`` gives the fork its own copy of
+    the files at the fork point (``None`` or ``"shared"``: OpenHands' behaviour).
 
-    >>> ForkConversationRequest().model_dump()
-    {'id': None, 'title': None, 'tags': None, 'reset_metrics': True, 'from_event_id': None}
+    >>> sorted(ForkConversationRequest().model_dump().items())  # doctest: +NORMALIZE_WHITESPACE
+    [('from_event_id', None), ('id', None), ('reset_metrics', True), ('tags', None),
+     ('title', None), ('workspace', None)]
+    >>> ForkConversationRequest(workspace="copy").workspace
+    'copy'
     """
 
     id: ConversationId | None = _ID
@@ -415,6 +424,7 @@ class ForkConversationRequest(_Request):
     tags: dict[str, str] | None = None
     reset_metrics: bool = True
     from_event_id: str | None = None
+    workspace: Literal["shared", "copy"] | None = None
 
 
 class NavigateConversationRequest(_Request):

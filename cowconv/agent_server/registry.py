@@ -368,8 +368,12 @@ class ConversationRegistry:
         tags: Mapping[str, str] | None = None,
         reset_metrics: bool = True,
         from_event_id: str | None = None,
+        workspace: str = "shared",
     ) -> Conversation:
-        """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials."""
+        """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials.
+
+        ``workspace="copy"`` gives the fork its own directory on this machine
+        (``Conversation.fork(workspace="copy")``)."""
         source = self.get(conversation_id)
 
         def make(chosen: ConversationID) -> Conversation:
@@ -380,6 +384,7 @@ class ConversationRegistry:
                 reset_metrics=reset_metrics,
                 from_event_id=from_event_id,
                 callbacks=[self._hub(id_text(chosen)).notify],
+                workspace=workspace,
             )
 
         return self._adopt(make, fork_id)

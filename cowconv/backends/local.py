@@ -48,6 +48,8 @@ from cowconv.core.state import (
     check_max_iteration_per_run,
 )
 from cowconv.core.tree import extend_active, history_to, recorded
+from cowconv.core.usage import Usage
+from cowconv.core.workspace import Workspace
 from cowconv.ports import (
     EventCallback,
     ForkSpec,
@@ -110,6 +112,7 @@ class _PendingFork(NamedTuple):
             # As OpenHands' SDK: the event id of a fork at an event; None for a whole fork.
             forked_from_event_id=spec.from_event_id,
             forked_from_event_count=len(events),
+            workspace=spec.workspace if isinstance(spec.workspace, Workspace) else state.workspace,
             created_at=created,
             updated_at=created,
             other_branches=state.other_branches if spec.from_event_id is None else (),
@@ -129,8 +132,13 @@ def _resumed(store: StateStore, state: ConversationState) -> ConversationState:
     return resumed
 
 
-def _appended(state: ConversationState, events: Sequence[Event]) -> ConversationState:
-    return state._replace(branch=extend_active(state, events))
+def _appended(
+    state: ConversationState, events: Sequence[Event], spent: Sequence[tuple[str, Usage]]
+) -> ConversationState:
+    stats = state.stats
+    for usage_id, usage in spent:
+        stats = stats.record(usage_id, usage)
+    return state._replace(branch=extend_active(state, events), stats=stats)
 
 
 class LocalBackend:
@@ -298,8 +306,8 @@ class LocalBackend:
         prompt = system_prompt_event(snapshot.agent, local_dir(snapshot))
         event = user_message_event(snapshot, message, sender)
         # UserPromptSubmit hooks run before the message is recorded: the context they add
-        # goes with it, and their runs (a block included) right after it.
-        event, hook_runs = submit_prompt(snapshot, event, run_hook_agent)
+        # goes with it, and their runs (a block included) right after it, in the same commit.
+        event, hook_runs, spent = submit_prompt(snapshot, event, run_hook_agent)
         send = SendMessage(event, prompt)
         activations = [ActivateSkill(name) for name in event.activated_skills]
         if not activations and not hook_runs:
@@ -308,11 +316,11 @@ class LocalBackend:
 
             def send_and_record(state: ConversationState) -> ConversationState:
                 # One commit: the message, the skills it activated (OpenHands' state list)
-                # and the hooks' runs.
+                # and the hooks' runs (with what prompt or agent hooks spent).
                 state = send(state)
                 for activate in activations:
                     state = activate(state)
-                return _appended(state, hook_runs) if hook_runs else state
+                return _appended(state, hook_runs, spent) if hook_runs else state
 
             self.commit(send_and_record)
         return recorded(self.snapshot(), event)

@@ -887,6 +887,7 @@ class RemoteBackend:
         self.max_iteration_per_run = max_iteration_per_run
         self._connection = connection.acquire()
         self._client = connection.client
+        self._own_workspace: Workspace | None = None  # a fork's own copy of the files
         self._id = conversation_id
         self._agent = agent
         self._callbacks = tuple(callbacks)
@@ -1120,6 +1121,8 @@ class RemoteBackend:
             "max_iterations": max_iteration_per_run,
             "tags": dict(tags or {}),
         }
+        if workspace.snapshot_store is not None:  # cowconv's: the server records the files
+            body["workspace"]["snapshot_store"] = workspace.snapshot_store
         body.update(request_extras or {})
         if conversation_id is not None:
             body["conversation_id"] = conversation_id
@@ -1240,7 +1243,7 @@ class RemoteBackend:
     @property
     def workspace(self) -> Workspace:
         """The workspace: the server's URL and the working directory there."""
-        return self._connection.workspace
+        return self._own_workspace or self._connection.workspace
 
     @property
     def callbacks(self) -> tuple[EventCallback, ...]:
@@ -1494,13 +1497,23 @@ class RemoteBackend:
     def fork(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> RemoteBackend:
         """Fork on the server (O(1) there); the fork shares this connection."""
         info = self.fork_on_server(spec)
-        return RemoteBackend(
+        fork = RemoteBackend(
             self._connection,
             str(info["id"]),
             agent=self._agent,
             callbacks=callbacks,
             max_iteration_per_run=self.max_iteration_per_run,
         )
+        shown = info.get("workspace")
+        if spec.workspace is not None and isinstance(shown, dict):
+            # Its own copy of the files, on the server: the directory the server answered.
+            fork._own_workspace = self.workspace.model_copy(
+                update={
+                    "working_dir": str(shown.get("working_dir")),
+                    "copied_from": tuple(shown.get("copied_from") or ()),
+                }
+            )
+        return fork
 
     def fork_on_server(self, spec: ForkSpec) -> dict[str, Any]:
         """Ask the server for the fork (``POST /fork``); its answer, the fork's info.
@@ -1526,6 +1539,8 @@ class RemoteBackend:
             body["tags"] = tags
         if spec.from_event_id is not None:
             body["from_event_id"] = spec.from_event_id
+        if spec.workspace is not None:  # cowconv's server: the fork gets its own copy there
+            body["workspace"] = "copy"
         info = answer_json(send_request(self._client, "POST", self._path("/fork"), json=body))
         if not isinstance(info, dict) or not info.get("id"):
             raise RemoteError(0, f"the server answered no fork: {info!r}")

@@ -222,7 +222,10 @@ def run_branches(
     workspace is missing fails before any LLM call
     (:class:`~cowconv.BranchWorkspaceError`). With time limits or a
     ``workspace``, the thread pool runs each branch as the executors do: on
-    a copy of the fork, committed to it when the run ends.
+    a copy of the fork, committed to it when the run ends. ``workspace="copy"``
+    gives every fork its own directory holding the source's files at the fork
+    point (``fork(workspace="copy")``), where its branch runs; the workers must
+    see this machine's files (threads, processes, a local Dask or Ray cluster).
 
     ``raise_on_error=True`` also raises the errors runs recorded (a failed
     LLM call, a crashed tool, missing credentials) as
@@ -601,6 +604,11 @@ class _Suite:
                 ledger.record(store, suite_id, "", (), {})  # raises SuiteExistsError
         elif resume:
             raise InvalidValueError("resume=True resumes a recorded suite: give its suite_id")
+        # workspace="copy": every fork gets its own directory with the source's files at the
+        # fork point (cowconv.workspaces), and each branch runs in its fork's directory.
+        own_directory = isinstance(workspace, str) and workspace == "copy"
+        if own_directory:
+            workspace = None
         forks: list[Conversation] = []
         inherited: EventLog | None = None
         for spec in specs:
@@ -611,6 +619,7 @@ class _Suite:
                 reset_metrics=reset_metrics,
                 from_event_id=from_event_id,
                 callbacks=callbacks,
+                workspace="copy" if own_directory else "shared",
             )
             if inherited is None:
                 inherited = fork.state.branch

@@ -413,12 +413,16 @@ class ActionEvent(Event):
     :class:`~cowconv.security.LLMSecurityAnalyzer`; ``UNKNOWN`` without an analyzer."""
     summary: str | None = None
     reasoning_content: str | None = None
+    # cowconv's own: the workspace snapshot (cowconv.workspaces) of the files just before
+    # the call ran, on the first call of a step when the workspace records snapshots.
+    workspace_snapshot: str | None = None
 
     __omitted_when_none__: ClassVar[tuple[str, ...]] = (
         "action",
         "tool_call",
         "summary",
         "reasoning_content",
+        "workspace_snapshot",
     )
     __omitted_when_default__: ClassVar[tuple[tuple[str, object], ...]] = (
         ("security_risk", SecurityRisk.UNKNOWN),
@@ -460,8 +464,15 @@ class ObservationEvent(Event):
     extra: FrozenJSON = None
     observation: SerializeAsAny[Observation] | None = None
     action_id: EventID | None = None
+    # cowconv's own: the workspace snapshot (cowconv.workspaces) of the files just after
+    # the call, when the workspace records snapshots.
+    workspace_snapshot: str | None = None
 
-    __omitted_when_none__: ClassVar[tuple[str, ...]] = ("observation", "action_id")
+    __omitted_when_none__: ClassVar[tuple[str, ...]] = (
+        "observation",
+        "action_id",
+        "workspace_snapshot",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -498,6 +498,11 @@ def load_profile(base_dir: str | os.PathLike[str] | None, name: str) -> "LLM":
         raise InvalidValueError(f"profile {name!r} ({path}) is not a valid LLM: {error}") from None
 
 
+# One lock for every strategy: loading a profile is rare, and a lock per strategy would make
+# the LLM holding it impossible to pickle or deep-copy (branch workers do both).
+_FALLBACK_LOADING = threading.Lock()
+
+
 class FallbackStrategy(CheckedModel):
     """Other LLM profiles to try, in order, when an LLM call fails for a passing reason.
 
@@ -523,8 +528,8 @@ class FallbackStrategy(CheckedModel):
     profile_store_dir: str | None = None
     """The profiles' directory (default ``~/.cowconv/profiles``)."""
 
+    # Profiles loaded so far, by name (a copy, a pickle or a fork of the LLM keeps them).
     _resolved: dict[str, "LLM"] = PrivateAttr(default_factory=dict)
-    _resolving: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, **data: Any) -> None:
         directory = data.get("profile_store_dir")
@@ -561,7 +566,7 @@ class FallbackStrategy(CheckedModel):
         A profile that cannot be loaded is logged and skipped.
         """
         for name in self.fallback_llms:
-            with self._resolving:
+            with _FALLBACK_LOADING:
                 llm = self._resolved.get(name)
                 if llm is None:
                     try:

@@ -1,12 +1,12 @@
 """Security risk levels and confirmation policies, under OpenHands' SDK's names.
 
 A confirmation policy says whether an action of a given :class:`SecurityRisk`
-must wait for the user's confirmation before it runs. cowconv's own agent
-loop has no confirmation mode (every tool call runs), so these policies are
-values: a :class:`~cowconv.RemoteConversation` sends one to an OpenHands agent
-server (``set_confirmation_policy``), and code written for OpenHands' SDK can
-build and inspect them. cowconv's agent server refuses a policy that would
-ask it to confirm, since it would run the action unconfirmed.
+must wait for the user's confirmation before it runs. A conversation holds
+one in its state (``conversation.set_confirmation_policy(...)``) and its runs
+act on it: a step whose tool calls must wait records them and stops
+``waiting_for_confirmation`` (see ``docs/confirmation.md``). A
+:class:`~cowconv.RemoteConversation` sends it to its agent server, cowconv's or
+OpenHands'.
 
 Each policy dumps a ``kind`` naming its class, the JSON OpenHands' server
 reads:
@@ -104,7 +104,7 @@ class AlwaysConfirm(ConfirmationPolicyBase):
 
 
 class NeverConfirm(ConfirmationPolicyBase):
-    """No action waits for confirmation (what cowconv's own loop does).
+    """No action waits for confirmation (the default policy).
 
     >>> NeverConfirm().should_confirm(SecurityRisk.HIGH)
     False

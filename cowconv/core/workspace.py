@@ -15,8 +15,10 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     SerializationInfo,
+    SerializerFunctionWrapHandler,
     field_serializer,
     field_validator,
+    model_serializer,
 )
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError
@@ -42,11 +44,40 @@ class Workspace(CheckedModel):
     working_dir: str
     host: str | None = None
     api_key: SecretStr | None = None
+    # cowconv's own: the directory of the workspace snapshot store (cowconv.workspaces); set,
+    # the runtime records the files around every tool call. Omitted from the JSON when None.
+    snapshot_store: str | None = None
+    # cowconv's own: the directories this one's files were copied from (a fork's source
+    # first), so a terminal's recorded directory in one of them is taken to mean this one.
+    copied_from: tuple[str, ...] = ()
 
-    @field_validator("working_dir", mode="before")
+    @field_validator("working_dir", "snapshot_store", mode="before")
     @classmethod
     def _path_to_str(cls, value: object) -> object:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_store(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            if data.get("snapshot_store", False) is None:
+                del data["snapshot_store"]
+            if not data.get("copied_from", True):
+                del data["copied_from"]
+        return data
+
+    def relocate(self, path: str) -> str:
+        """``path`` in this workspace: one inside a directory the files were copied from is
+        the same place in this one; any other path is returned as it is.
+
+        >>> Workspace(working_dir="/w/fork", copied_from=("/w/src",)).relocate("/w/src/pkg")
+        '/w/fork/pkg'
+        """
+        for origin in self.copied_from:
+            if path == origin or path.startswith(origin.rstrip(os.sep) + os.sep):
+                inside = os.path.relpath(path, origin)
+                return self.working_dir if inside == "." else os.path.join(self.working_dir, inside)
+        return path
 
     @field_validator("host", mode="after")
     @classmethod
@@ -92,7 +123,11 @@ class Workspace(CheckedModel):
         'Workspace'
         """
         if isinstance(value, LocalWorkspace):
-            return Workspace(working_dir=value.working_dir)
+            return Workspace(
+                working_dir=value.working_dir,
+                snapshot_store=value.snapshot_store,
+                copied_from=value.copied_from,
+            )
         if isinstance(value, Workspace):
             return value
         if isinstance(value, str | os.PathLike):

@@ -95,6 +95,7 @@ class _Session:
         self.task: asyncio.Task[None] | None = None
         self.stop: asyncio.Event | None = None
         self.tools: list[mcp.types.Tool] = []
+        self.reopening: dict[int, asyncio.Lock] = {}
 
     @property
     def open(self) -> bool:
@@ -270,10 +271,15 @@ class MCPClient:
             raise MCPError(f"no MCP server named {server!r}")
 
         async def call() -> mcp.types.CallToolResult:
-            if not session.open:
-                await self._shut(session)
-                logger.info("MCP server %r: opening its session again", server)
-                await self._open(session)
+            # Calls may run on several threads (tool_concurrency_limit): one reopens, the others
+            # wait for it. A lock belongs to one event loop, and close() ends the loop.
+            loop_id = id(asyncio.get_running_loop())
+            lock = session.reopening.setdefault(loop_id, asyncio.Lock())
+            async with lock:
+                if not session.open:
+                    await self._shut(session)
+                    logger.info("MCP server %r: opening its session again", server)
+                    await self._open(session)
             assert session.client is not None
             return await session.client.call_tool(
                 name, dict(arguments), read_timeout_seconds=timeout
@@ -305,6 +311,8 @@ class MCPClient:
             asyncio.run_coroutine_threadsafe(shut_all(), loop).result(30)
         except Exception as error:
             logger.warning("MCP sessions did not close cleanly: %s", _describe(error))
+        for session in self._sessions.values():
+            session.reopening.clear()  # its locks belong to the loop that ends here
         loop.call_soon_threadsafe(loop.stop)
         thread.join(30)
         if not thread.is_alive():

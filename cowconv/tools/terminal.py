@@ -373,7 +373,9 @@ class TerminalTool(ToolDefinition[TerminalParams]):
         if not os.path.isdir(working_dir):
             raise WorkspaceMissingError(f"the workspace directory {working_dir!r} does not exist")
         if self._cwd is None:
-            self._cwd = _last_directory(self._history) or working_dir
+            last = _last_directory(self._history)
+            # A fork with its own copy of the files goes on in the copy, not in the source's.
+            self._cwd = working_dir if last is None else self.workspace.relocate(last)
             self._history = ()
         return self._cwd if os.path.isdir(self._cwd) else working_dir
 
