@@ -18,6 +18,8 @@ differences an agent server brings are listed in ``docs/remote.md``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import logging
 import os
@@ -33,11 +35,14 @@ from pydantic import SecretStr
 from cowconv import backends, stores
 from cowconv._exceptions import (
     ConversationExistsError,
+    ConversationRunError,
     InvalidTypeError,
     InvalidValueError,
+    LLMError,
     MessageRoleError,
     RemoteError,
 )
+from cowconv.agent.messages import build_messages
 from cowconv.backends.local import LocalBackend
 from cowconv.core.agent import Agent
 from cowconv.core.analyzers import SecurityAnalyzerBase
@@ -914,6 +919,81 @@ class Conversation:
                 self._background = _BackgroundRun(self._backend, str(self.id))
                 return
         self._raise_if_run_failed()
+
+    async def arun(self) -> None:
+        """Run as :meth:`run` does, awaitable: the run goes in a worker thread, the loop stays free.
+
+        As OpenHands' ``arun()``: :meth:`interrupt` (from a callback, another
+        task, a signal handler) ends it, and so does cancelling the task that
+        awaits it: the run is interrupted, ends ``paused``, and the
+        cancellation is absorbed (``arun()`` returns; OpenHands' SDK does the
+        same, so the conversation can be resumed with ``run()`` or ``arun()``).
+        A run that ends in ``error`` or ``stuck`` raises
+        :class:`~cowconv.ConversationRunError`, as :meth:`run`.
+
+        >>> import asyncio
+        >>> from cowconv import LLM, Agent, Conversation
+        >>> conversation = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".")
+        >>> asyncio.run(conversation.arun())  # nothing to answer yet: no LLM call
+        >>> conversation.state.execution_status.value
+        'finished'
+        """
+        # to_thread copies the context, so streaming_to and call contexts reach the run.
+        running = asyncio.ensure_future(asyncio.to_thread(self.run))
+        while True:
+            try:
+                # asyncio.wait never cancels what it waits for: a cancelled arun() lets the
+                # run end by interrupt() below instead of abandoning its thread.
+                await asyncio.wait({running})
+                break
+            except asyncio.CancelledError:
+                await self._interrupt_until_done(running)
+                failure = running.exception()
+                if failure is None or isinstance(failure, ConversationRunError):
+                    return  # the caller cancelled: no result wanted; the status says how it ended
+                break
+        running.result()
+
+    async def _interrupt_until_done(self, running: asyncio.Future[None]) -> None:
+        # The thread may not have started the run yet when the task is cancelled (interrupt()
+        # on a conversation that is not running does nothing): ask again until it ends.
+        while not running.done():
+            self.interrupt()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({running}, timeout=0.05)
+
+    def ask_agent(self, question: str) -> str:
+        """The agent's LLM's answer to ``question`` about the history; nothing is recorded.
+
+        As OpenHands' ``ask_agent``: one LLM call over the active branch (the
+        messages a step would send) with the question appended, asking for a
+        plain answer; no event, status or state changes, so it may be called
+        while ``run()`` goes in another thread (it reads the snapshot of the
+        moment). The call's cost counts on the agent's LLM's ``metrics``.
+        A question that is not a ``str`` is an :class:`~cowconv.InvalidTypeError`;
+        a failed call raises :class:`~cowconv.LLMError`.
+
+        >>> from cowconv import Agent, Conversation, Message
+        >>> from cowconv.testing import TestLLM
+        >>> llm = TestLLM.from_messages([Message(role="assistant", content="Nothing yet.")])
+        >>> conversation = Conversation(agent=Agent(llm=llm), workspace=".")
+        >>> conversation.ask_agent("What have you done?"), len(conversation.state.events)
+        ('Nothing yet.', 0)
+        """
+        if not isinstance(question, str):
+            raise InvalidTypeError(f"question must be a str, got {question!r:.100}")
+        check_text(question, "question")
+        state = self.state
+        prompt = (
+            "Answer this question about the work in this conversation so far.\n\n"
+            f"Question: {question}\n\n"
+            "Only answer in text: do not call any tool."
+        )
+        messages = [*build_messages(state.branch), {"role": "user", "content": prompt}]
+        response = state.agent.llm.completion(messages)
+        if not response.content:
+            raise LLMError(f"the model gave no text answer to the question {question!r:.100}")
+        return response.content
 
     @property
     def conversation_stats(self) -> Any:
