@@ -28,6 +28,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from cowconv.agent_server.conversation_router import errors
+from cowconv.agent_server.decoding import DecodingRoute
 from cowconv.core.commands import run_command
 
 __all__ = ["BashOutput", "ExecuteBashRequest", "bash_router"]
@@ -75,7 +76,12 @@ class BashOutput(BaseModel):
     stderr: str | None = None
 
 
-bash_router = APIRouter(prefix="/bash", tags=["bash"], responses=errors(422))
+bash_router = APIRouter(
+    prefix="/bash",
+    route_class=DecodingRoute,  # bodies decoded without recursing, as every JSON door
+    tags=["bash"],
+    responses=errors(422),
+)
 
 
 @bash_router.post("/execute_bash_command")
