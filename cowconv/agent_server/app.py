@@ -37,11 +37,13 @@ from cowconv._exceptions import (
     StoreError,
     StoreLockedError,
 )
+from cowconv.agent_server.bash_router import bash_router
 from cowconv.agent_server.config import Config
 from cowconv.agent_server.conversation_router import conversation_router
 from cowconv.agent_server.conversation_service import ConversationService
 from cowconv.agent_server.dependencies import ApiError
 from cowconv.agent_server.event_router import event_router
+from cowconv.agent_server.file_router import file_router
 from cowconv.agent_server.models import (
     ID_WHITESPACE,
     ErrorResponse,
@@ -163,7 +165,7 @@ def create_app(
 
     # The same routers OpenHands' tests mount, under /api, behind the session key.
     unauthorized = (401,) if session_api_key is not None else ()
-    for router in (conversation_router, event_router):
+    for router in (conversation_router, event_router, bash_router, file_router):
         app.include_router(
             router,
             prefix="/api",

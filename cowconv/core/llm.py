@@ -227,7 +227,7 @@ class LLMMetrics:
     (0.25,)
     """
 
-    __slots__ = ("_lock", "_totals", "_latencies", "_token_usages")
+    __slots__ = ("_lock", "_totals", "_latencies", "_token_usages", "_costs")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -235,6 +235,7 @@ class LLMMetrics:
         self._totals: tuple[float, int, int, int, int] = (0.0, 0, 0, 0, 0)
         self._latencies: list[float] = []
         self._token_usages: list[TokenUsage] = []
+        self._costs: list[tuple[str, float, float]] = []  # model, cost, unix time
 
     @classmethod
     def of(cls, usage: Usage) -> "LLMMetrics":
@@ -276,6 +277,7 @@ class LLMMetrics:
         )
         with self._lock:
             self._token_usages.append(record)
+            self._costs.append((model, cost, time.time()))
             total_cost, prompt, completion, read, write = self._totals
             self._totals = (
                 total_cost + cost,
@@ -334,6 +336,66 @@ class LLMMetrics:
         """The totals as a :class:`~cowconv.Usage`."""
         return _usage(*self._totals)
 
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        """These metrics as a dict shaped like OpenHands' SDK's ``Metrics.model_dump()``.
+
+        Code written for OpenHands' SDK prints ``llm.metrics.model_dump()``; the
+        keys are its (``accumulated_token_usage``, ``costs``,
+        ``response_latencies``, ``token_usages``); keyword arguments are accepted
+        and ignored, as the dump is already plain JSON data.
+
+        >>> metrics = LLMMetrics()
+        >>> metrics.add(cost=0.5, prompt_tokens=10, completion_tokens=2, latency=0.25,
+        ...             model="m", response_id="r1")
+        >>> dump = metrics.model_dump()
+        >>> dump["accumulated_cost"], dump["accumulated_token_usage"]["prompt_tokens"]
+        (0.5, 10)
+        >>> dump["response_latencies"]
+        [{'model': 'm', 'latency': 0.25, 'response_id': 'r1'}]
+        """
+        with self._lock:
+            totals, usages = self._totals, list(self._token_usages)
+            latencies, costs = list(self._latencies), list(self._costs)
+        cost, prompt, completion, read, write = totals
+        models = {usage.model for usage in usages}
+        model_name = models.pop() if len(models) == 1 else "default"
+
+        def token_usage(usage: TokenUsage) -> dict[str, Any]:
+            return {
+                "model": usage.model,
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_write_tokens": usage.cache_write_tokens,
+                "reasoning_tokens": 0,
+                "context_window": 0,
+                "per_turn_token": usage.prompt_tokens + usage.completion_tokens,
+                "response_id": usage.response_id,
+            }
+
+        total = TokenUsage(
+            model=model_name,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cache_read_tokens=read,
+            cache_write_tokens=write,
+        )
+        return {
+            "model_name": model_name,
+            "accumulated_cost": cost,
+            "max_budget_per_task": None,
+            "accumulated_token_usage": token_usage(total),
+            "costs": [
+                {"model": model, "cost": amount, "timestamp": stamp}
+                for model, amount, stamp in costs
+            ],
+            "response_latencies": [
+                {"model": usage.model, "latency": latency, "response_id": usage.response_id}
+                for usage, latency in zip(usages, latencies, strict=False)
+            ],
+            "token_usages": [token_usage(usage) for usage in usages],
+        }
+
     def __repr__(self) -> str:
         cost, prompt, completion, read, write = self._totals
         return (
@@ -344,7 +406,12 @@ class LLMMetrics:
 
     def __getstate__(self) -> tuple[Any, ...]:
         with self._lock:
-            return self._totals, list(self._latencies), list(self._token_usages)
+            return (
+                self._totals,
+                list(self._latencies),
+                list(self._token_usages),
+                list(self._costs),
+            )
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         self._lock = threading.Lock()
@@ -352,6 +419,7 @@ class LLMMetrics:
         self._totals = tuple(totals)
         self._latencies = list(latencies)
         self._token_usages = list(rest[0]) if rest else []
+        self._costs = list(rest[1]) if len(rest) > 1 else []  # and before costs, three
 
     def __deepcopy__(self, memo: dict[int, Any]) -> "LLMMetrics":
         copied = LLMMetrics.__new__(LLMMetrics)

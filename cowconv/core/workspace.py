@@ -6,7 +6,9 @@ False
 '/tmp'
 """
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import (
@@ -22,6 +24,15 @@ from pydantic import (
 )
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError
+from cowconv.core.commands import (
+    CommandResult,
+    FileOperationResult,
+    copy_file,
+    remote_command,
+    remote_download,
+    remote_upload,
+    run_command,
+)
 from cowconv.core.frozen import CheckedModel
 from cowconv.core.llm import dump_secret
 
@@ -113,6 +124,85 @@ class Workspace(CheckedModel):
                 "existing directory"
             )
         return self
+
+    def execute_command(
+        self,
+        command: str,
+        cwd: "str | os.PathLike[str] | None" = None,
+        timeout: float = 30.0,
+    ) -> CommandResult:
+        """Run a bash command in this workspace (in ``cwd``, else ``working_dir``).
+
+        Locally a subprocess (its process group is killed at ``timeout``: exit
+        code -1 and ``timeout_occurred``); on an agent server its
+        ``/api/bash/execute_bash_command`` route. As in OpenHands' SDK, a
+        command that cannot reach the server is reported in the result (exit
+        code -1, ``stderr`` says why) rather than raised.
+
+        >>> Workspace(working_dir=".").execute_command("echo hello").stdout
+        'hello\\n'
+        """
+        directory = self.working_dir if cwd is None else os.fspath(cwd)
+        if not self.is_remote:
+            return run_command(command, cwd=directory, timeout=timeout)
+        with self._http() as client:
+            return remote_command(client, command, cwd=directory, timeout=timeout)
+
+    def file_upload(
+        self,
+        source_path: "str | os.PathLike[str]",
+        destination_path: "str | os.PathLike[str]",
+    ) -> FileOperationResult:
+        """Put a file of this machine into the workspace (locally, a copy).
+
+        On an agent server a relative ``destination_path`` is taken in ``working_dir``.
+
+        A failure is in the result (``success`` false, ``error``), as in
+        OpenHands' SDK.
+
+        >>> Workspace(working_dir=".").file_upload("/no/such/file", "copy.txt").success
+        False
+        """
+        if not self.is_remote:
+            return copy_file(source_path, destination_path)
+        with self._http() as client:
+            return remote_upload(client, source_path, self._on_server(destination_path))
+
+    def file_download(
+        self,
+        source_path: "str | os.PathLike[str]",
+        destination_path: "str | os.PathLike[str]",
+    ) -> FileOperationResult:
+        """Fetch a file of the workspace to this machine (locally, a copy).
+
+        >>> Workspace(working_dir=".").file_download("/no/such/file", "copy.txt").success
+        False
+        """
+        if not self.is_remote:
+            return copy_file(source_path, destination_path)
+        with self._http() as client:
+            return remote_download(client, self._on_server(source_path), destination_path)
+
+    def _on_server(self, path: "str | os.PathLike[str]") -> str:
+        """A server path: a relative one is taken in ``working_dir`` (the server wants it whole)."""
+        text = os.fspath(path)
+        return text if text.startswith("/") else f"{self.working_dir.rstrip('/')}/{text}"
+
+    @contextlib.contextmanager
+    def _http(self) -> Iterator[Any]:
+        """An ``httpx.Client`` for the server: a remote workspace's own, else one for the call."""
+        if isinstance(self, RemoteWorkspace):
+            yield self.client
+            return
+        import httpx  # loaded here: a workspace value alone never loads httpx
+
+        headers = {}
+        if self.api_key is not None:
+            headers["X-Session-API-Key"] = self.api_key.get_secret_value()
+        with httpx.Client(
+            base_url=self.host or "", headers=headers, timeout=httpx.Timeout(60.0)
+        ) as client:
+            yield client
 
     @classmethod
     def coerce(cls, value: "Workspace | str | os.PathLike[str]") -> "Workspace":
