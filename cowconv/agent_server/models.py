@@ -161,6 +161,59 @@ class _Request(CheckedModel):
 _NEVER_CONFIRM = "NeverConfirm"
 
 
+def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
+    """``schema`` with its ``#/$defs/`` references replaced by what they name (no titles)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        return {
+            key: _inlined(value, defs)
+            for key, value in schema.items()
+            if key not in ("title", "description", "$defs", "default")
+        }
+    if isinstance(schema, list):
+        return [_inlined(item, defs) for item in schema]
+    return schema
+
+
+def kinds_json_schema(base: type[BaseModel]) -> JsonSchemaValue:
+    """The published schema of a family's JSON (a policy, an analyzer): one object per kind.
+
+    Each registered kind but the family's root is an object whose ``kind`` names it, with the
+    fields its class takes and no others, which is what the server accepts.
+
+    >>> [option["properties"]["kind"]["const"] for option in
+    ...  kinds_json_schema(ConfirmationPolicyBase)["oneOf"]]
+    ['AlwaysConfirm', 'ConfirmRisky', 'NeverConfirm']
+    """
+    options = []
+    for name, kind in sorted(kind_names(base).items()):  # type: ignore[arg-type]
+        if kind is base:
+            continue
+        schema = kind.model_json_schema()
+        schema = _inlined(schema, schema.get("$defs", {}))
+        fields = schema.setdefault("properties", {})
+        if name == "ConfirmRisky":  # its validator refuses UNKNOWN as a threshold
+            fields["threshold"] = {"enum": ["LOW", "MEDIUM", "HIGH"], "type": "string"}
+        for patterns in fields.values():  # a pattern analyzer's (regex, description, id)
+            items = patterns.get("items", {}) if isinstance(patterns, dict) else {}
+            if isinstance(items, dict) and len(items.get("prefixItems", ())) == 3:
+                items["prefixItems"][0] = {"type": "string", "format": "regex"}
+        schema["properties"] = {"kind": {"const": name}, **fields}
+        schema["required"] = ["kind", *schema.get("required", [])]
+        options.append(schema)
+    for option in options:  # an ensemble holds analyzers of the other kinds
+        analyzers = option["properties"].get("analyzers")
+        if isinstance(analyzers, dict) and analyzers.get("type") == "array":
+            analyzers["items"] = {"oneOf": [other for other in options if other is not option]}
+    return {"oneOf": options}
+
+
+PolicyJSON = Annotated[dict[str, Any], WithJsonSchema(kinds_json_schema(ConfirmationPolicyBase))]
+AnalyzerJSON = Annotated[dict[str, Any], WithJsonSchema(kinds_json_schema(SecurityAnalyzerBase))]
+
+
 def _refuse_unsafe(data: dict[str, Any]) -> None:
     """Refuse (422, naming the field) what cowconv cannot honour where ignoring it is unsafe."""
     # Confirmation policy, security analyzer and hooks are acted on by cowconv's loop: they go
@@ -605,8 +658,8 @@ class ConversationInfo(ConversationSummary):
     persistence_dir: str | None = None
     max_iterations: int = Field(default=500, gt=0)
     stuck_detection: bool = True
-    confirmation_policy: dict[str, Any] = Field(default_factory=lambda: {"kind": _NEVER_CONFIRM})
-    security_analyzer: dict[str, Any] | None = None
+    confirmation_policy: PolicyJSON = Field(default_factory=lambda: {"kind": _NEVER_CONFIRM})
+    security_analyzer: AnalyzerJSON | None = None
     hook_config: dict[str, Any] | None = None
     activated_knowledge_skills: list[str] = []
     invoked_skills: list[str] = []
@@ -978,7 +1031,7 @@ class SetConfirmationPolicyRequest(_Request):
     'NeverConfirm'
     """
 
-    policy: dict[str, Any]
+    policy: PolicyJSON
 
 
 class SetSecurityAnalyzerRequest(_Request):
@@ -988,7 +1041,7 @@ class SetSecurityAnalyzerRequest(_Request):
     True
     """
 
-    security_analyzer: dict[str, Any] | None
+    security_analyzer: AnalyzerJSON | None
 
 
 class ConfirmationResponseRequest(_Request):

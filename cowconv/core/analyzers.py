@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, SerializeAsAny
 
 from cowconv.core.events import ActionEvent, Event
 from cowconv.core.frozen import CheckedModel, FrozenJSONMap
@@ -352,7 +352,8 @@ class EnsembleSecurityAnalyzer(SecurityAnalyzerBase):
     'UNKNOWN'
     """
 
-    analyzers: tuple[SecurityAnalyzerBase, ...] = Field(min_length=1)
+    # SerializeAsAny: each member dumps as its own kind (its fields), not as the base.
+    analyzers: tuple[SerializeAsAny[SecurityAnalyzerBase], ...] = Field(min_length=1)
     propagate_unknown: bool = False
 
     def security_risk(self, action: ActionEvent) -> SecurityRisk:
