@@ -205,6 +205,8 @@ def _poisoned(value: Any, data: st.DataObject) -> Any:
 positive = schemathesis.openapi.from_asgi("/openapi.json", serve_without_lifespan)
 positive.config.generation.update(modes=[schemathesis.GenerationMode.POSITIVE])
 positive = positive.exclude(path_regex=r"/events/stream$").exclude(path_regex=r"/run$")
+# Commands and files: tests/test_workspace_commands.py (a fuzzer must not run or write them).
+positive = positive.exclude(path_regex=r"^/api/(bash|file)/")
 
 
 def _mostly_valid(body: Any) -> Any:

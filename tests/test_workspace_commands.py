@@ -198,3 +198,19 @@ def test_output_comes_back_as_written(tmp_path: Path, text: str) -> None:
     (tmp_path / "text.txt").write_text(text, encoding="utf-8", newline="")
     result = LocalWorkspace(working_dir=tmp_path).execute_command("cat text.txt")
     assert (result.exit_code, result.stdout) == (0, text)
+
+
+def test_a_command_that_is_not_valid_unicode_is_refused():
+    """A lone surrogate in a command or its directory is a 422 naming the field, not a 500."""
+    from fastapi.testclient import TestClient
+
+    app = create_app(allowed_hosts=["testserver"], allow_unauthenticated=True)
+    with TestClient(app) as client:
+        for body in (b'{"command": "echo \\ud800"}', b'{"command": "ls", "cwd": "\\udfff"}'):
+            answer = client.post(
+                "/api/bash/execute_bash_command",
+                content=body,
+                headers={"Content-Type": "application/json"},
+            )
+            assert answer.status_code == 422, answer.text
+            assert "not valid Unicode" in answer.text

@@ -25,11 +25,12 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from cowconv.agent_server.conversation_router import errors
 from cowconv.agent_server.decoding import DecodingRoute
 from cowconv.core.commands import run_command
+from cowconv.core.frozen import check_text
 
 __all__ = ["BashOutput", "ExecuteBashRequest", "bash_router"]
 
@@ -54,6 +55,12 @@ class ExecuteBashRequest(BaseModel):
         le=MAX_TIMEOUT,
         description="The max number of seconds a command may be permitted to run.",
     )
+
+    @field_validator("command", "cwd")
+    @classmethod
+    def _encodable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # A lone surrogate cannot go to a process (arguments are bytes): a 422, not a 500.
+        return None if value is None else check_text(value, str(info.field_name))
 
 
 class BashOutput(BaseModel):

@@ -49,7 +49,7 @@ from cowconv.core.events import AnyEvent, Event, utc_now
 from cowconv.core.frozen import CheckedModel, check_text
 from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationIDField
-from cowconv.core.kinds import kind_names
+from cowconv.core.kinds import kind_names, kinds_json_schema
 from cowconv.core.message import ImageContent, Message, TextContent
 from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
 from cowconv.core.state import ConversationInfo as ConversationSummary
@@ -161,57 +161,31 @@ class _Request(CheckedModel):
 _NEVER_CONFIRM = "NeverConfirm"
 
 
-def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
-    """``schema`` with its ``#/$defs/`` references replaced by what they name (no titles)."""
-    if isinstance(schema, dict):
-        ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
-        return {
-            key: _inlined(value, defs)
-            for key, value in schema.items()
-            if key not in ("title", "description", "$defs", "default")
-        }
-    if isinstance(schema, list):
-        return [_inlined(item, defs) for item in schema]
-    return schema
-
-
-def kinds_json_schema(base: type[BaseModel]) -> JsonSchemaValue:
+def family_json_schema(base: type[BaseModel]) -> JsonSchemaValue:
     """The published schema of a family's JSON (a policy, an analyzer): one object per kind.
 
     Each registered kind but the family's root is an object whose ``kind`` names it, with the
     fields its class takes and no others, which is what the server accepts.
 
     >>> [option["properties"]["kind"]["const"] for option in
-    ...  kinds_json_schema(ConfirmationPolicyBase)["oneOf"]]
+    ...  family_json_schema(ConfirmationPolicyBase)["oneOf"]]
     ['AlwaysConfirm', 'ConfirmRisky', 'NeverConfirm']
     """
-    options = []
-    for name, kind in sorted(kind_names(base).items()):  # type: ignore[arg-type]
-        if kind is base:
-            continue
-        schema = kind.model_json_schema()
-        schema = _inlined(schema, schema.get("$defs", {}))
-        fields = schema.setdefault("properties", {})
-        if name == "ConfirmRisky":  # its validator refuses UNKNOWN as a threshold
+    kinds = {name: kind for name, kind in kind_names(base).items() if kind is not base}  # type: ignore[arg-type]
+    schema = kinds_json_schema(kinds)
+    options = schema["oneOf"]
+    for option in options:
+        fields = option["properties"]
+        if fields["kind"]["const"] == "ConfirmRisky":  # its validator refuses UNKNOWN
             fields["threshold"] = {"enum": ["LOW", "MEDIUM", "HIGH"], "type": "string"}
-        for patterns in fields.values():  # a pattern analyzer's (regex, description, id)
-            items = patterns.get("items", {}) if isinstance(patterns, dict) else {}
-            if isinstance(items, dict) and len(items.get("prefixItems", ())) == 3:
-                items["prefixItems"][0] = {"type": "string", "format": "regex"}
-        schema["properties"] = {"kind": {"const": name}, **fields}
-        schema["required"] = ["kind", *schema.get("required", [])]
-        options.append(schema)
-    for option in options:  # an ensemble holds analyzers of the other kinds
-        analyzers = option["properties"].get("analyzers")
+        analyzers = fields.get("analyzers")  # an ensemble holds analyzers of the other kinds
         if isinstance(analyzers, dict) and analyzers.get("type") == "array":
             analyzers["items"] = {"oneOf": [other for other in options if other is not option]}
-    return {"oneOf": options}
+    return schema
 
 
-PolicyJSON = Annotated[dict[str, Any], WithJsonSchema(kinds_json_schema(ConfirmationPolicyBase))]
-AnalyzerJSON = Annotated[dict[str, Any], WithJsonSchema(kinds_json_schema(SecurityAnalyzerBase))]
+PolicyJSON = Annotated[dict[str, Any], WithJsonSchema(family_json_schema(ConfirmationPolicyBase))]
+AnalyzerJSON = Annotated[dict[str, Any], WithJsonSchema(family_json_schema(SecurityAnalyzerBase))]
 
 
 def _refuse_unsafe(data: dict[str, Any]) -> None:

@@ -112,7 +112,7 @@ class Agent(CheckedModel):
 
     Each conversation connects to them when it first runs (see :mod:`cowconv.mcp`).
     """
-    filter_tools_regex: str | None = None
+    filter_tools_regex: str | None = Field(default=None, json_schema_extra={"format": "regex"})
     """Only the tools whose names match this regular expression (MCP tools included).
 
     Matched from the start of the name (``re.match``), as OpenHands' SDK does.

@@ -48,7 +48,7 @@ from cowconv.core.frozen import CheckedModel, FrozenJSON
 from cowconv.core.llm import dump_secret
 from cowconv.core.logger import get_logger
 from cowconv.core.message import Message, TextContent
-from cowconv.core.secrets import SecretSource
+from cowconv.core.secrets import SecretSource, SecretSourceJSON
 from cowconv.core.skills import (
     Skill,
     SkillKnowledge,
@@ -111,7 +111,7 @@ class AgentContext(CheckedModel):
     load_memory: bool = False
     memory_context: str | None = Field(default=None, exclude=True)
     disabled_skills: tuple[str, ...] = ()
-    secrets: Mapping[str, SecretStr | SecretSource] | None = None
+    secrets: Mapping[str, SecretStr | SecretSourceJSON] | None = None
     current_datetime: datetime | str | None = Field(
         default_factory=lambda: datetime.now().astimezone()
     )

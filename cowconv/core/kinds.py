@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
     ModelWrapValidatorHandler,
     ValidationInfo,
@@ -40,7 +41,7 @@ from pydantic import (
 from cowconv._exceptions import FrozenInstanceError, InvalidValueError
 from cowconv.core.frozen import CheckedModel
 
-__all__ = ["FrozenValue", "Kinded", "kind_names"]
+__all__ = ["FrozenValue", "Kinded", "inlined_json_schema", "kind_names", "kinds_json_schema"]
 
 
 class FrozenValue(CheckedModel):
@@ -172,3 +173,57 @@ class Kinded(FrozenValue):
         if not issubclass(target, cls):
             raise InvalidValueError(f"kind {kind!r} is not a {cls.__name__}")
         return target.model_validate(rest, context=info.context)
+
+
+def inlined_json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema with its ``$defs`` references replaced by what they name.
+
+    Titles, descriptions and defaults are left out: the result is what a published
+    schema embeds where pydantic's own definitions are not in scope.
+
+    >>> from pydantic import BaseModel
+    >>> class Inner(BaseModel):
+    ...     n: int
+    >>> class Outer(BaseModel):
+    ...     inner: Inner
+    >>> inlined_json_schema(Outer)["properties"]["inner"]["properties"]
+    {'n': {'type': 'integer'}}
+    """
+    schema = model.model_json_schema()
+    inlined: dict[str, Any] = _inlined(schema, schema.get("$defs", {}))
+    return inlined
+
+
+def kinds_json_schema(kinds: Mapping[str, type[BaseModel]]) -> dict[str, Any]:
+    """A published schema for JSON told apart by ``kind``: one object per name in ``kinds``.
+
+    Each is the class's own schema (inlined) with ``kind`` required and naming it.
+
+    >>> from pydantic import BaseModel
+    >>> class Ping(BaseModel):
+    ...     host: str
+    >>> kinds_json_schema({"Ping": Ping})["oneOf"][0]["required"]
+    ['kind', 'host']
+    """
+    options = []
+    for name in sorted(kinds):
+        schema = inlined_json_schema(kinds[name])
+        schema["properties"] = {"kind": {"const": name}, **schema.get("properties", {})}
+        schema["required"] = ["kind", *schema.get("required", [])]
+        options.append(schema)
+    return {"oneOf": options}
+
+
+def _inlined(schema: Any, defs: Mapping[str, Any]) -> Any:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        return {
+            key: _inlined(value, defs)
+            for key, value in schema.items()
+            if key not in ("title", "description", "$defs", "default", "discriminator")
+        }
+    if isinstance(schema, list):
+        return [_inlined(item, defs) for item in schema]
+    return schema

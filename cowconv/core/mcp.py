@@ -43,6 +43,7 @@ from pyrsistent import PMap, pmap
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.core.frozen import CheckedModel, FrozenJSONMap, thaw
+from cowconv.core.kinds import inlined_json_schema
 from cowconv.core.llm import dump_secret
 from cowconv.core.message import ImageContent, TextContent
 from cowconv.core.schema import Action, Observation
@@ -485,11 +486,78 @@ def _dump_mcp_config(config: Mapping[str, MCPServer], info: SerializationInfo) -
     }
 
 
+_REMOTE = ("http", "streamable-http", "sse", "shttp")
+
+
+def mcp_config_json_schema() -> dict[str, Any]:
+    """The published JSON schema of an ``mcp_config``: what :func:`coerce_mcp_config` takes.
+
+    A name -> server map, or the same inside ``{"mcpServers": ...}``. A server names a
+    ``command`` or a ``url`` (the one its transport needs); ``type`` stands for
+    ``transport`` when that is absent; fields of other tools' files are allowed (dropped);
+    ``auth`` and an ``Authorization`` header do not go together.
+
+    >>> schema = mcp_config_json_schema()
+    >>> sorted(schema["anyOf"][1]["additionalProperties"]["properties"])[:3]
+    ['args', 'auth', 'command']
+    """
+    server = inlined_json_schema(MCPServer)
+    fields = server["properties"]
+    secrets = {
+        "anyOf": [{"type": "object", "additionalProperties": {"type": "string"}}, {"type": "null"}]
+    }
+    fields["env"] = fields["headers"] = secrets
+    transport = {"anyOf": [{"enum": ["stdio", *_REMOTE], "type": "string"}, {"type": "null"}]}
+    fields["transport"] = transport
+    server["additionalProperties"] = True  # dropped, as OpenHands' SDK drops them
+
+    def needs(key: str, kinds: list[str], field: str, alone: bool) -> dict[str, Any]:
+        condition: dict[str, Any] = {"properties": {key: {"enum": kinds}}, "required": [key]}
+        if alone:  # "type" counts only without "transport"
+            condition["not"] = {"required": ["transport"]}
+        return {
+            "if": condition,
+            "then": {"properties": {field: {"type": "string"}}, "required": [field]},
+        }
+
+    authorization = {"pattern": "^[Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn]$"}
+    server["allOf"] = [
+        {
+            "anyOf": [
+                {"properties": {"command": {"type": "string"}}, "required": ["command"]},
+                {"properties": {"url": {"type": "string"}}, "required": ["url"]},
+            ]
+        },
+        needs("transport", ["stdio"], "command", False),
+        needs("transport", list(_REMOTE), "url", False),
+        {"if": {"not": {"required": ["transport"]}}, "then": {"properties": {"type": transport}}},
+        needs("type", ["stdio"], "command", True),
+        needs("type", list(_REMOTE), "url", True),
+        {
+            "not": {
+                "properties": {
+                    "auth": {"type": "object"},
+                    "headers": {"type": "object", "not": {"propertyNames": {"not": authorization}}},
+                },
+                "required": ["auth", "headers"],
+            }
+        },
+    ]
+    names = {"minLength": 1, "not": {"const": "mcpServers"}}
+    servers = {"type": "object", "propertyNames": names, "additionalProperties": server}
+    wrapped = {
+        "type": "object",
+        "properties": {"mcpServers": {"anyOf": [servers, {"type": "null"}]}},
+        "required": ["mcpServers"],
+    }
+    return {"anyOf": [wrapped, servers]}
+
+
 MCPConfig: TypeAlias = Annotated[
     PMap[str, MCPServer],
     PlainValidator(coerce_mcp_config),
     PlainSerializer(_dump_mcp_config),
-    WithJsonSchema({"type": "object", "additionalProperties": {"type": "object"}}),
+    WithJsonSchema(mcp_config_json_schema()),
 ]
 """An agent's ``mcp_config``: server name -> :class:`MCPServer`, in any form OpenHands accepts."""
 

@@ -70,7 +70,11 @@ class UserRejectObservation(ObservationEvent):
     def _output_of_reason(cls, data: Any) -> Any:
         if isinstance(data, dict):
             reason = data.get("rejection_reason", "User rejected the action")
-            return {**data, "output": f"{_REJECTED}{reason}"}
+            # The fields never dumped are derived, not taken: a value given for them would
+            # not load back (the store checks that what it keeps reads back unchanged).
+            derived = ("exit_code", "extra", "observation")
+            kept = {key: value for key, value in data.items() if key not in derived}
+            return {**kept, "output": f"{_REJECTED}{reason}"}
         return data
 
 

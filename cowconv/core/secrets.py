@@ -15,13 +15,15 @@ with ``context={"expose_secrets": True}``.
 
 from __future__ import annotations
 
+import inspect
 import urllib.request
 from abc import abstractmethod
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     SecretStr,
     SerializationInfo,
+    WithJsonSchema,
     field_serializer,
     model_serializer,
     model_validator,
@@ -29,9 +31,17 @@ from pydantic import (
 
 from cowconv._exceptions import InvalidValueError
 from cowconv.core.frozen import CheckedModel
+from cowconv.core.kinds import kinds_json_schema
 from cowconv.core.llm import dump_secret
 
-__all__ = ["LookupSecret", "SecretSource", "SecretValue", "StaticSecret"]
+__all__ = [
+    "LookupSecret",
+    "SecretSource",
+    "SecretSourceJSON",
+    "SecretValue",
+    "StaticSecret",
+    "secret_source_json_schema",
+]
 
 _SECRET_HEADER_WORDS = ("authorization", "key", "secret", "token", "password", "cookie")
 
@@ -70,6 +80,12 @@ class SecretSource(CheckedModel):
             data = {key: value for key, value in data.items() if key != "kind"}
             if target is not cls:
                 return target.model_validate(data)
+        if inspect.isabstract(cls) and not isinstance(data, cls):
+            # The base names no way to get a value: JSON must say which kind it is.
+            kinds = sorted(
+                name for name, kind in SecretSource._kinds.items() if not inspect.isabstract(kind)
+            )
+            raise InvalidValueError(f"a secret source needs a 'kind', one of {kinds}")
         return handler(data)
 
     @model_serializer(mode="wrap")
@@ -137,3 +153,21 @@ class LookupSecret(SecretSource):
 
 SecretValue = str | SecretSource
 """A secret as OpenHands' SDK takes it: its value, or a source of it."""
+
+
+def secret_source_json_schema() -> dict[str, Any]:
+    """The published schema of a secret source's JSON: one object per kind defined so far.
+
+    >>> kinds = {option["properties"]["kind"]["const"] for option in
+    ...          secret_source_json_schema()["oneOf"]}
+    >>> {"LookupSecret", "StaticSecret"} <= kinds
+    True
+    """
+    concrete = {
+        name: kind for name, kind in SecretSource._kinds.items() if not inspect.isabstract(kind)
+    }
+    return kinds_json_schema(concrete)
+
+
+#: A :class:`SecretSource` in a model's fields, published as the kinds it can be.
+SecretSourceJSON = Annotated[SecretSource, WithJsonSchema(secret_source_json_schema())]

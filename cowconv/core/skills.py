@@ -55,6 +55,12 @@ logger = get_logger(__name__)
 _MODEL = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
+def _type_required(schema: dict[str, Any]) -> None:
+    # A trigger is told apart by its "type" (the skill's union is discriminated on it), so
+    # JSON without it is refused: the published schema says it is required.
+    schema["required"] = ["type", *(name for name in schema.get("required", ()) if name != "type")]
+
+
 class BaseTrigger(CheckedModel):
     """What the three kinds of trigger have in common (OpenHands' ``BaseTrigger``).
 
@@ -62,7 +68,9 @@ class BaseTrigger(CheckedModel):
     True
     """
 
-    model_config = _MODEL
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", defer_build=True, json_schema_extra=_type_required
+    )
 
 
 class KeywordTrigger(BaseTrigger):

@@ -57,7 +57,12 @@ def _difference(original: BaseModel, loaded: BaseModel) -> str:
         except (RecursionError, TypeError, ValueError):
             same = False
         if not same:
-            return f"field {name!r} holds {getattr(original, name)!r:.80}"
+            inner_original, inner_loaded = getattr(original, name), getattr(loaded, name)
+            if isinstance(inner_original, BaseModel) and isinstance(inner_loaded, BaseModel):
+                inner = _difference(inner_original, inner_loaded)
+                if inner.startswith("field "):  # the nested field that differs, by its path
+                    return f"field '{name}.{inner.removeprefix('field ').lstrip(chr(39))}"
+            return f"field {name!r} holds {inner_original!r:.80}"
     return "its fields differ"
 
 
