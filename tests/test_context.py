@@ -570,3 +570,32 @@ class TestErrors:
         """An agent without context records the prompt event as before (no new key)."""
         event = system_prompt_event(Agent(llm=LLM(model="openai/gpt-4o")))
         assert "dynamic_context" not in event.model_dump(mode="json")
+
+
+class TestSecurityPolicyFile:
+    def test_a_custom_policy_reaches_the_system_prompt(self, tmp_path):
+        """A custom policy file's text follows the system prompt in the event the model gets."""
+        from cowconv import LLM, Agent, Conversation
+
+        policy = tmp_path / "policy.md"
+        policy.write_text("# Custom Security Risk Policy\nEscalate network access.\n")
+        agent = Agent(llm=LLM(model="openai/gpt-4o"), security_policy_filename=str(policy))
+        assert agent.static_system_message.endswith("Escalate network access.\n")
+        conversation = Conversation(agent=agent, workspace=tmp_path, visualizer=None)
+        conversation.send_message("hi")
+        prompt = conversation.state.events[0]
+        assert "# Custom Security Risk Policy" in prompt.system_prompt
+        default = Agent(llm=LLM(model="openai/gpt-4o"))
+        assert default.security_policy_filename == "security_policy.j2"
+        assert default.static_system_message == default.system_prompt
+        assert (
+            Agent(llm=LLM(model="m"), security_policy_filename=None).security_policy_filename == ""
+        )
+
+    def test_a_policy_file_that_cannot_be_read_is_a_clear_error(self, tmp_path):
+        """A missing policy file is an InvalidValueError naming it, when the prompt is built."""
+        from cowconv import LLM, Agent, InvalidValueError
+
+        agent = Agent(llm=LLM(model="m"), security_policy_filename=str(tmp_path / "missing.md"))
+        with pytest.raises(InvalidValueError, match="missing.md"):
+            _ = agent.static_system_message

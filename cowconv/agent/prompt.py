@@ -103,11 +103,12 @@ def system_prompt_event(agent: Agent, working_dir: str | None = None) -> SystemP
     (['terminal'], True)
     """
     specs = _tool_specs(agent)
-    key = (agent.system_prompt, tuple(id(spec) for spec in specs))  # specs are cached per tool
+    prompt = agent.static_system_message
+    key = (prompt, tuple(id(spec) for spec in specs))  # specs are cached per tool
     with _templates_lock:
         template = _templates.get(key)
     if template is None:
-        template = SystemPromptEvent(system_prompt=agent.system_prompt, tools=specs)
+        template = SystemPromptEvent(system_prompt=prompt, tools=specs)
         with _templates_lock:
             _templates[key] = template
             while len(_templates) > _TEMPLATES_KEPT:

@@ -9,6 +9,7 @@ True
 """
 
 import re
+from pathlib import Path
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pyrsistent import pmap
@@ -20,6 +21,9 @@ from cowconv.core.llm import LLM
 from cowconv.core.mcp import MCPConfig
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Agent", "LLMSummarizingCondenser", "Tool"]
+
+DEFAULT_SECURITY_POLICY = "security_policy.j2"
+"""OpenHands' SDK's name for its built-in security policy (not a file cowconv reads)."""
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful software agent. Use the tools you are given to act in the "
@@ -112,11 +116,46 @@ class Agent(CheckedModel):
 
     Each conversation connects to them when it first runs (see :mod:`cowconv.mcp`).
     """
+    security_policy_filename: str = DEFAULT_SECURITY_POLICY
+    """A file whose text is added, verbatim, to the system prompt as its security policy.
+
+    OpenHands' SDK's setting. The default names OpenHands' built-in policy, which
+    cowconv's own prompt does not carry; ``""`` (or ``None``) is no policy. A relative
+    name is read from the process's working directory (cowconv has no prompt
+    directory), when the system message is built.
+    """
     filter_tools_regex: str | None = Field(default=None, json_schema_extra={"format": "regex"})
     """Only the tools whose names match this regular expression (MCP tools included).
 
     Matched from the start of the name (``re.match``), as OpenHands' SDK does.
     """
+
+    @field_validator("security_policy_filename", mode="before")
+    @classmethod
+    def _none_is_no_policy(cls, value: object) -> object:
+        return "" if value is None else value
+
+    @property
+    def static_system_message(self) -> str:
+        """The system prompt the model is sent before any per-conversation context.
+
+        ``system_prompt``, then the custom security policy file's text if one is set.
+
+        >>> from cowconv import LLM
+        >>> agent = Agent(llm=LLM(model="openai/gpt-4o"), system_prompt="Be brief.")
+        >>> agent.static_system_message
+        'Be brief.'
+        """
+        name = self.security_policy_filename
+        if not name or name == DEFAULT_SECURITY_POLICY:
+            return self.system_prompt
+        try:
+            policy = Path(name).read_text(encoding="utf-8")
+        except OSError as error:
+            raise InvalidValueError(
+                f"security_policy_filename {name!r} cannot be read: {error.strerror or error}"
+            ) from None
+        return f"{self.system_prompt}\n\n{policy}"
 
     @field_validator("filter_tools_regex")
     @classmethod
