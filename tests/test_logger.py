@@ -172,10 +172,15 @@ class TestSetupLogging:
         assert len(root_state.handlers) == count and mine in root_state.handlers
 
     def test_a_root_without_one_gets_a_console_handler(self, root_state: logging.Logger):
-        """With no stream handler, one console handler (Rich, here) is added at the level."""
+        """With no stream handler, one console handler is added at the level: JSON lines under
+        ``LOG_JSON`` or in CI (``CI`` set, as CI runs this suite), Rich otherwise."""
+        import cowconv.core.logger as logger_module
+
         root_state.handlers[:] = []
         setup_logging(level=logging.ERROR)
-        assert [type(h).__name__ for h in root_state.handlers] == ["RichHandler"]
+        json_lines = logger_module.ENV_JSON or logger_module.IN_CI
+        expected = "StreamHandler" if json_lines else "RichHandler"
+        assert [type(h).__name__ for h in root_state.handlers] == [expected]
         assert root_state.handlers[0].level == logging.ERROR
 
     def test_file_with_format_and_directory(self, root_state: logging.Logger, tmp_path: Path):
