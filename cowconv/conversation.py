@@ -18,7 +18,6 @@ differences an agent server brings are listed in ``docs/remote.md``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import logging
@@ -92,6 +91,8 @@ from cowconv.visualizer import (
 from cowconv.workspaces.recording import fork_workspace, restore_snapshot
 
 if TYPE_CHECKING:
+    import asyncio
+
     import httpx
 
 __all__ = [
@@ -938,6 +939,10 @@ class Conversation:
         >>> conversation.state.execution_status.value
         'finished'
         """
+        # A coroutine runs on an event loop, so asyncio is loaded by now; importing it at the
+        # top would cost every first use of cowconv ~30 ms for a method few call.
+        import asyncio
+
         # to_thread copies the context, so streaming_to and call contexts reach the run.
         running = asyncio.ensure_future(asyncio.to_thread(self.run))
         while True:
@@ -957,6 +962,8 @@ class Conversation:
     async def _interrupt_until_done(self, running: asyncio.Future[None]) -> None:
         # The thread may not have started the run yet when the task is cancelled (interrupt()
         # on a conversation that is not running does nothing): ask again until it ends.
+        import asyncio  # loaded already: this runs on an event loop (see arun)
+
         while not running.done():
             self.interrupt()
             with contextlib.suppress(asyncio.CancelledError):

@@ -49,7 +49,7 @@ from cowconv.core.events import AnyEvent, Event, utc_now
 from cowconv.core.frozen import CheckedModel, check_text
 from cowconv.core.hooks import HookConfig
 from cowconv.core.ids import ConversationIDField
-from cowconv.core.kinds import kind_names, kinds_json_schema
+from cowconv.core.kinds import LazyJsonSchema, kind_names, kinds_json_schema
 from cowconv.core.message import ImageContent, Message, TextContent
 from cowconv.core.security import ConfirmationPolicyBase, NeverConfirm
 from cowconv.core.state import ConversationInfo as ConversationSummary
@@ -184,8 +184,12 @@ def family_json_schema(base: type[BaseModel]) -> JsonSchemaValue:
     return schema
 
 
-PolicyJSON = Annotated[dict[str, Any], WithJsonSchema(family_json_schema(ConfirmationPolicyBase))]
-AnalyzerJSON = Annotated[dict[str, Any], WithJsonSchema(family_json_schema(SecurityAnalyzerBase))]
+PolicyJSON = Annotated[
+    dict[str, Any], LazyJsonSchema(lambda: family_json_schema(ConfirmationPolicyBase))
+]
+AnalyzerJSON = Annotated[
+    dict[str, Any], LazyJsonSchema(lambda: family_json_schema(SecurityAnalyzerBase))
+]
 
 
 def _refuse_unsafe(data: dict[str, Any]) -> None:

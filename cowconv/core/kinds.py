@@ -26,7 +26,7 @@ cowconv._exceptions.FrozenInstanceError: Square is immutable (it may be shared b
 """
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from pydantic import (
@@ -41,7 +41,14 @@ from pydantic import (
 from cowconv._exceptions import FrozenInstanceError, InvalidValueError
 from cowconv.core.frozen import CheckedModel
 
-__all__ = ["FrozenValue", "Kinded", "inlined_json_schema", "kind_names", "kinds_json_schema"]
+__all__ = [
+    "FrozenValue",
+    "Kinded",
+    "LazyJsonSchema",
+    "inlined_json_schema",
+    "kind_names",
+    "kinds_json_schema",
+]
 
 
 class FrozenValue(CheckedModel):
@@ -192,6 +199,27 @@ def inlined_json_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema()
     inlined: dict[str, Any] = _inlined(schema, schema.get("$defs", {}))
     return inlined
+
+
+class LazyJsonSchema:
+    """An ``Annotated`` marker: the field's JSON schema is ``make()``, made when asked for.
+
+    ``WithJsonSchema`` takes a finished schema, so a schema built from other models would
+    be built when the module is imported (milliseconds of every first use, for a schema
+    only a server or a tool asks for).
+
+    >>> from typing import Annotated
+    >>> from pydantic import TypeAdapter
+    >>> Port = Annotated[int, LazyJsonSchema(lambda: {"maximum": 65535, "type": "integer"})]
+    >>> TypeAdapter(Port).json_schema()
+    {'maximum': 65535, 'type': 'integer'}
+    """
+
+    def __init__(self, make: Callable[[], dict[str, Any]]) -> None:
+        self._make = make
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return self._make()
 
 
 def kinds_json_schema(kinds: Mapping[str, type[BaseModel]]) -> dict[str, Any]:

@@ -34,7 +34,6 @@ from pydantic import (
     SecretStr,
     SerializationInfo,
     ValidationError,
-    WithJsonSchema,
     field_serializer,
     field_validator,
     model_validator,
@@ -43,7 +42,7 @@ from pyrsistent import PMap, pmap
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError
 from cowconv.core.frozen import CheckedModel, FrozenJSONMap, thaw
-from cowconv.core.kinds import inlined_json_schema
+from cowconv.core.kinds import LazyJsonSchema, inlined_json_schema
 from cowconv.core.llm import dump_secret
 from cowconv.core.message import ImageContent, TextContent
 from cowconv.core.schema import Action, Observation
@@ -557,7 +556,7 @@ MCPConfig: TypeAlias = Annotated[
     PMap[str, MCPServer],
     PlainValidator(coerce_mcp_config),
     PlainSerializer(_dump_mcp_config),
-    WithJsonSchema(mcp_config_json_schema()),
+    LazyJsonSchema(mcp_config_json_schema),
 ]
 """An agent's ``mcp_config``: server name -> :class:`MCPServer`, in any form OpenHands accepts."""
 

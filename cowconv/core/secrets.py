@@ -16,14 +16,12 @@ with ``context={"expose_secrets": True}``.
 from __future__ import annotations
 
 import inspect
-import urllib.request
 from abc import abstractmethod
 from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     SecretStr,
     SerializationInfo,
-    WithJsonSchema,
     field_serializer,
     model_serializer,
     model_validator,
@@ -31,7 +29,7 @@ from pydantic import (
 
 from cowconv._exceptions import InvalidValueError
 from cowconv.core.frozen import CheckedModel
-from cowconv.core.kinds import kinds_json_schema
+from cowconv.core.kinds import LazyJsonSchema, kinds_json_schema
 from cowconv.core.llm import dump_secret
 
 __all__ = [
@@ -145,6 +143,9 @@ class LookupSecret(SecretSource):
 
     def get_value(self) -> str:
         """The body of a GET of ``url`` (30 s timeout)."""
+        # Loaded here: urllib.request (http.client, email) costs every first use ~10 ms.
+        import urllib.request
+
         request = urllib.request.Request(self.url, headers=self.headers)
         with urllib.request.urlopen(request, timeout=30) as response:
             body: bytes = response.read()
@@ -170,4 +171,4 @@ def secret_source_json_schema() -> dict[str, Any]:
 
 
 #: A :class:`SecretSource` in a model's fields, published as the kinds it can be.
-SecretSourceJSON = Annotated[SecretSource, WithJsonSchema(secret_source_json_schema())]
+SecretSourceJSON = Annotated[SecretSource, LazyJsonSchema(secret_source_json_schema)]
