@@ -34,6 +34,8 @@ fields).
 ['query', 'double']
 >>> client.post("/limit?duoble=true", json={"limit": 3}).json()["detail"][0]["msg"]
 'this route takes no such query parameter'
+>>> client.post("/limit?double=true&double=false", json={"limit": 3}).json()["detail"][0]["msg"]
+'given 2 times; this parameter takes one value'
 """
 
 from __future__ import annotations
@@ -121,6 +123,17 @@ async def check_request(connection: HTTPConnection) -> None:
     for parameter in operation.query:
         values = connection.query_params.getlist(parameter.name)
         if not values:
+            continue
+        if len(values) > 1 and not parameter.repeated:
+            # The schema says one value: taking the last and ignoring the others would
+            # accept what the contract calls invalid.
+            errors.append(
+                {
+                    "type": "schema_repeated_parameter",
+                    "loc": ["query", parameter.name],
+                    "msg": f"given {len(values)} times; this parameter takes one value",
+                }
+            )
             continue
         typed = _typed_values(values, parameter)
         errors += _details(parameter.validator.iter_errors(typed), ["query", parameter.name])
