@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 import httpx_sse
@@ -211,6 +211,12 @@ def _status_error(response: Any, fallback: str) -> RemoteError:
     error.request = getattr(response, "request", None)  # type: ignore[attr-defined]
     error.response = response  # type: ignore[attr-defined]
     return error
+
+
+def _segment(conversation_id: object) -> str:
+    """An id as one segment of a URL path: percent-encoded, so that an id a server answered
+    (any text) never breaks the URL (a control character made httpx raise InvalidURL)."""
+    return quote(str(conversation_id), safe="")
 
 
 def answer_json(response: Any) -> Any:
@@ -531,7 +537,7 @@ class RemoteEventsList(Sequence[Event]):
         events: list[Event] = []
         page_id: str | None = None
         seen: set[str] = set()  # a page id the server names again would page forever
-        url = f"{self._events_base_path}/{self._conversation_id}/events/search"
+        url = f"{self._events_base_path}/{_segment(self._conversation_id)}/events/search"
         while True:
             params: dict[str, Any] = {"limit": _SEARCH_PAGE}
             if page_id:
@@ -1132,7 +1138,7 @@ class RemoteBackend:
         try:
             if conversation_id is not None:
                 # As OpenHands' client: a conversation the server has is attached to, not made.
-                path = f"{CONVERSATIONS_PATH}/{conversation_id}"
+                path = f"{CONVERSATIONS_PATH}/{_segment(conversation_id)}"
                 found = connection.learn(send_request(client, "GET", path, {404}))
                 if found.status_code != 404:
                     return cls._attach(
@@ -1147,7 +1153,7 @@ class RemoteBackend:
                 created.status_code == 409 or (connection.cowconv and created.status_code == 200)
             ):
                 info = answer_json(
-                    send_request(client, "GET", f"{CONVERSATIONS_PATH}/{conversation_id}")
+                    send_request(client, "GET", f"{CONVERSATIONS_PATH}/{_segment(conversation_id)}")
                 )
                 return cls._attach(connection, conversation_id, info, agent, callbacks, **limit)
             data = answer_json(created)
@@ -1174,7 +1180,7 @@ class RemoteBackend:
         """The conversation ``conversation_id`` the server has (``RemoteError`` 404 if none)."""
         connection = _Connection(workspace, transport)
         try:
-            path = f"{CONVERSATIONS_PATH}/{conversation_id}"
+            path = f"{CONVERSATIONS_PATH}/{_segment(conversation_id)}"
             connection.learn(send_request(connection.client, "GET", path))
             backend = cls(connection, conversation_id, agent=None, callbacks=callbacks)
             if backend.speaks_cowconv:
@@ -1263,7 +1269,7 @@ class RemoteBackend:
         return self._cowconv
 
     def _path(self, suffix: str = "") -> str:
-        return f"/api/conversations/{self._id}{suffix}"
+        return f"{CONVERSATIONS_PATH}/{_segment(self._id)}{suffix}"
 
     def events(self, *, offset: int, limit: int) -> list[Event]:
         """Events ``offset`` to ``offset + limit`` of the history (one request to cowconv)."""
