@@ -32,6 +32,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from pydantic import ValidationError
 
 from cowconv import (
     LLM,
@@ -48,15 +49,18 @@ from cowconv import (
     Message,
     MessageToolCall,
     ObservationEvent,
+    RemoteConversation,
     SQLiteStore,
     Tool,
     Workspace,
     run_branches,
 )
+from cowconv.agent_server import InProcessTransport, create_app
 from cowconv.agent_server.conversation_service import ConversationService
 from cowconv.agent_server.models import StartConversationRequest
 from cowconv.core.ids import id_text
 from cowconv.distributed import ProcessExecutor
+from cowconv.stores import open_store
 from cowconv.testing import StubLLMServer, TestLLM
 from cowconv.workspaces import SnapshotStore, file_changes, materialize_workspace, snapshot_at
 from tests.conftest import IN_PROCESS_HOST
@@ -574,6 +578,114 @@ class TestLazyCopy:
         with pytest.raises(InvalidTypeError):
             materialize_workspace(str(work))  # type: ignore[arg-type]
         assert store.pending(work) is None and store.materialize(work) is False
+
+
+# -- a conversation's own size limit -----------------------------------------------------------
+
+BIG = "x" * 20  # over the limit of 10 bytes these tests set
+
+
+def limited_workspace(work: Path, tmp_path: Path, host: str | None = None) -> Workspace:
+    return Workspace(
+        working_dir=str(work),
+        snapshot_store=str(tmp_path / "store"),
+        max_snapshot_file_size=10,
+        host=host,
+    )
+
+
+class TestMaxSnapshotFileSize:
+    def test_the_limit_is_checked(self, work):
+        """A negative, a bool, a float or a text limit is refused; 0 and None are limits."""
+        for bad in (-1, True, 1.5, "10"):
+            with pytest.raises(ValidationError, match="max_snapshot_file_size"):
+                Workspace(working_dir=str(work), max_snapshot_file_size=bad)
+        assert (
+            Workspace(working_dir=str(work), max_snapshot_file_size=0).max_snapshot_file_size == 0
+        )
+        plain = Workspace(working_dir=str(work)).model_dump(mode="json")
+        assert "max_snapshot_file_size" not in plain
+        with pytest.raises(InvalidValueError, match=">= 0"):
+            SnapshotStore(work.parent / "store").snapshot(work, max_file_size=-1)
+
+    @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+    def test_a_conversations_limit_leaves_its_large_files_out(self, work, tmp_path, kind, request):
+        """Runs and copies use the conversation's limit; SQLite and PostgreSQL store it and
+        load it again."""
+        location = {
+            "memory": None,
+            "sqlite": str(tmp_path / "db"),
+            "postgres": request.getfixturevalue("postgres_dsn") if kind == "postgres" else None,
+        }[kind]
+        store = None if location is None else open_store(location)
+        options: dict[str, Any] = {} if store is None else {"store": store}
+        source = Conversation(
+            agent=agent_writing("big.txt", BIG),
+            workspace=limited_workspace(work, tmp_path),
+            **options,
+        )
+        source.send_message("Write it.")
+        source.run()
+        snapshots = SnapshotStore(tmp_path / "store")  # its own limit: the default 10 MiB
+        observation = [e for e in source.state.branch if isinstance(e, ObservationEvent)][-1]
+        assert (work / "big.txt").read_text() == BIG
+        assert set(snapshots.files(observation.workspace_snapshot)) == set(files_of(work)) - {
+            "big.txt"
+        }
+        fork = source.fork(workspace="copy")
+        assert fork.state.workspace.max_snapshot_file_size == 10
+        assert files_of(Path(fork.workspace.working_dir)) == {
+            k: v for k, v in files_of(work).items() if k != "big.txt"
+        }
+        if store is None:
+            return
+        with open_store(location) as another:  # another connection: read from the database
+            assert another.load(source.id).workspace.max_snapshot_file_size == 10
+            assert another.load(fork.id).workspace == fork.state.workspace
+        source.close()
+        reopened = Conversation.resume(store, source.id)
+        assert reopened.state.workspace.max_snapshot_file_size == 10
+        reopened.switch_llm(writing_llm("other.txt", BIG))
+        reopened.send_message("Write another.")
+        reopened.run()
+        last = [e for e in reopened.state.branch if isinstance(e, ObservationEvent)][-1]
+        assert "other.txt" not in snapshots.files(last.workspace_snapshot)
+        assert "a.txt" in snapshots.files(last.workspace_snapshot)
+
+    def test_through_the_agent_server_and_after_its_restart(self, work, tmp_path, stub):
+        """The server records with the conversation's limit, shows it, and keeps it on restart."""
+        agent = Agent(llm=LLM(**stub.llm_settings()), tools=[Tool(name="terminal")])
+        data = tmp_path / "data"
+        snapshots = SnapshotStore(tmp_path / "store")
+        with InProcessTransport(create_app(data_dir=data)) as server:
+            source = Conversation(
+                agent=agent,
+                workspace=limited_workspace(work, tmp_path, IN_PROCESS_HOST),
+                transport=server,
+            )
+            source.send_message(f"Run `{write_command('big.txt', BIG)}`.")
+            source.run()
+            info = get_json(server, f"/api/conversations/{source.id}")
+            assert info["workspace"]["max_snapshot_file_size"] == 10
+            fork = source.fork(workspace="copy")
+            copy = Path(
+                get_json(server, f"/api/conversations/{fork.id}")["workspace"]["working_dir"]
+            )
+            assert (work / "big.txt").read_text() == BIG
+            assert files_of(copy) == {k: v for k, v in files_of(work).items() if k != "big.txt"}
+            conversation_id = source.id
+        with InProcessTransport(create_app(data_dir=data)) as server:
+            info = get_json(server, f"/api/conversations/{conversation_id}")
+            assert info["workspace"]["max_snapshot_file_size"] == 10
+            attached = RemoteConversation.attach(
+                IN_PROCESS_HOST, str(conversation_id), working_dir=str(work), transport=server
+            )
+            attached.send_message(f"Run `{write_command('other.txt', BIG)}`.")
+            attached.run()
+            last = [e for e in attached.state.branch if isinstance(e, ObservationEvent)][-1]
+            assert (work / "other.txt").read_text() == BIG
+            assert "other.txt" not in snapshots.files(last.workspace_snapshot)
+            attached.close()
 
 
 # -- the isolation machine ---------------------------------------------------------------------

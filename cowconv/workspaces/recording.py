@@ -96,7 +96,9 @@ def record_snapshot(workspace: Workspace) -> str | None:
     if workspace.snapshot_store is None or workspace.is_remote:
         return None
     try:
-        taken = store_at(workspace.snapshot_store).snapshot(workspace.working_dir)
+        taken = store_at(workspace.snapshot_store).snapshot(
+            workspace.working_dir, max_file_size=workspace.max_snapshot_file_size
+        )
     except Exception:
         logger.exception("could not snapshot the workspace %s", workspace.working_dir)
         return None
@@ -139,7 +141,8 @@ def copy_workspace(
     snapshot is taken now. ``target`` is the new directory (new or empty),
     by default one under the store's ``worktrees/``. The copy records its
     own snapshots in the same store (``snapshot_store`` set), sharing every
-    unchanged file with the source's.
+    unchanged file with the source's, under the source's
+    ``max_snapshot_file_size``.
 
     ``lazy=True`` makes the directory and records the snapshot, and writes
     the files on first use (:func:`materialize_workspace`): the copy costs a
@@ -163,7 +166,8 @@ def copy_workspace(
     store = store_at(directory)
     if events is None:
         waiting = store.pending(workspace.working_dir)
-        tree = waiting or store.snapshot(workspace.working_dir).tree
+        limit = workspace.max_snapshot_file_size
+        tree = waiting or store.snapshot(workspace.working_dir, max_file_size=limit).tree
     else:
         found = snapshot_at(events)
         if found is None:
@@ -186,6 +190,7 @@ def copy_workspace(
         working_dir=str(place),
         snapshot_store=str(store.directory),
         copied_from=tuple(dict.fromkeys(origins)),
+        max_snapshot_file_size=workspace.max_snapshot_file_size,
     )
 
 
