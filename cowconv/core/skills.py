@@ -19,12 +19,12 @@ third-party files ``AGENTS.md``, ``CLAUDE.md``, ``GEMINI.md``, ``.cursorrules``.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
-from xml.sax.saxutils import escape as xml_escape
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -669,6 +669,12 @@ def merge_skills_by_name(first: Iterable[Skill], second: Iterable[Skill]) -> lis
     return merged
 
 
+def _xml_text(text: str) -> str:
+    """``text`` inside an XML element: ``&``, ``<`` and ``>`` escaped (``xml.sax.saxutils.escape``
+    does the same, but importing it loads ``urllib.request`` and ``ssl``)."""
+    return html.escape(text, quote=False)
+
+
 def to_prompt(skills: Iterable[Skill], max_description_length: int = 1024) -> str:
     """The ``<available_skills>`` block listing ``skills`` by name and description.
 
@@ -712,8 +718,8 @@ def to_prompt(skills: Iterable[Skill], max_description_length: int = 1024) -> st
             )
         lines += [
             "  <skill>",
-            f"    <name>{xml_escape(skill.name.strip())}</name>",
-            f"    <description>{xml_escape(description.strip())}</description>",
+            f"    <name>{_xml_text(skill.name.strip())}</name>",
+            f"    <description>{_xml_text(description.strip())}</description>",
             "  </skill>",
         ]
     lines.append("</available_skills>")
