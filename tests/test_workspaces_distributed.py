@@ -12,6 +12,7 @@ for them to a directory of the test.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -176,3 +177,33 @@ class TestShippedSnapshots:
             assert executor.prefix_bytes_sent <= 2 * len(elsewhere.prefix.dumps())
         _check_shipped(recorded_source, runs, elsewhere, workers)
         assert len(set(runs.workers)) <= 2
+
+    def test_dask_workers_make_each_branch_s_directory_from_the_shipped_snapshot(
+        self,
+        recorded_source,
+        tmp_path,
+        dask_client,  # noqa: F811
+    ):
+        """On a Dask LocalCluster that cannot see the source's files: each worker unpacks the
+        snapshot once, every branch runs in its own copy there, the files come back."""
+        from cowconv.distributed import DaskExecutor
+
+        workers = tmp_path / "worker-store"
+        before = dask_client.run(lambda: os.environ.get("COWCONV_WORKSPACE_STORE"))
+        dask_client.run(lambda: os.environ.__setitem__("COWCONV_WORKSPACE_STORE", str(workers)))
+        try:
+            runs, elsewhere = _shipped_suite(
+                recorded_source, DaskExecutor(dask_client, progress=False), 4
+            )
+        finally:
+            dask_client.run(_restore_environment, before)
+        _check_shipped(recorded_source, runs, elsewhere, workers)
+
+
+def _restore_environment(before: dict[str, str | None], dask_worker: Any = None) -> None:
+    """On a Dask worker: put ``COWCONV_WORKSPACE_STORE`` back as it was there."""
+    value = before.get(dask_worker.address) if dask_worker is not None else None
+    if value is None:
+        os.environ.pop("COWCONV_WORKSPACE_STORE", None)
+    else:
+        os.environ["COWCONV_WORKSPACE_STORE"] = value
