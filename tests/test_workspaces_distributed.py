@@ -199,6 +199,23 @@ class TestShippedSnapshots:
             dask_client.run(_restore_environment, before)
         _check_shipped(recorded_source, runs, elsewhere, workers)
 
+    def test_ray_workers_make_each_branch_s_directory_from_the_shipped_snapshot(
+        self,
+        recorded_source,
+        tmp_path,
+        ray_session,  # noqa: F811
+    ):
+        """On a local Ray instance whose workers cannot see the source's files: the snapshot
+        is unpacked once per worker, every branch runs in its own copy, the files come back."""
+        from cowconv.distributed import RayExecutor
+
+        workers = tmp_path / "worker-store"
+        executor = RayExecutor(
+            progress=False, runtime_env={"env_vars": {"COWCONV_WORKSPACE_STORE": str(workers)}}
+        )
+        runs, elsewhere = _shipped_suite(recorded_source, executor, 4)
+        _check_shipped(recorded_source, runs, elsewhere, workers)
+
 
 def _restore_environment(before: dict[str, str | None], dask_worker: Any = None) -> None:
     """On a Dask worker: put ``COWCONV_WORKSPACE_STORE`` back as it was there."""
