@@ -89,7 +89,12 @@ class TestSnapshotPack:
         tree = store.snapshot(directory_with(tmp_path, work_files)).tree
         empty = SnapshotPack(trees=(tree,), pack=b"")
         empty.unpack_into(SnapshotStore(tmp_path / "other"))  # nothing to add: nothing checked
-        lying = SnapshotPack(trees=("1" * 40,), pack=SnapshotPack.of(store, [tree]).pack)
+        whole = SnapshotPack.of(store, [tree])
+        again = SnapshotStore(tmp_path / "again")
+        whole.unpack_into(again)
+        whole.unpack_into(again)  # it holds the snapshot already: no second pack
+        assert len(list((again.directory / "objects.git" / "objects" / "pack").glob("*.pack"))) == 1
+        lying = SnapshotPack(trees=("1" * 40,), pack=whole.pack)
         with pytest.raises(CorruptStoreError, match="has no snapshot"):
             lying.unpack_into(SnapshotStore(tmp_path / "third"))
         with pytest.raises(CorruptStoreError):

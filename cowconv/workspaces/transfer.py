@@ -92,12 +92,16 @@ class SnapshotPack:
         return cls(trees=wanted, pack=_pack(store, wanted, ()))
 
     def unpack_into(self, store: SnapshotStore) -> None:
-        """Add the pack's objects to ``store`` (objects it holds already are kept as they are).
+        """Add the pack's objects to ``store`` (nothing, if it holds the pack's snapshots).
 
         >>> import tempfile
         >>> SnapshotPack(trees=(), pack=b"").unpack_into(SnapshotStore(tempfile.mkdtemp()))
         """
         if not self.pack:
+            return
+        if self.trees and all(store.has(tree) for tree in self.trees):
+            # A snapshot's tree is written after every object under it, so a store that has
+            # the trees has the rest: a later suite of the same files adds no second pack.
             return
         store._git("index-pack", "--stdin", given=self.pack)
         for tree in self.trees:
