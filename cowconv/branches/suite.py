@@ -885,7 +885,7 @@ class _Suite:
         trees: dict[int, str] = {}
         stores = set()
         for index in todo:
-            workspace = self.forks[index].workspace
+            workspace = self.forks[index].state.workspace
             store = store_at(workspace.snapshot_store or default_store_directory())
             stores.add(store)
             trees[index] = store.snapshot(workspace.working_dir).tree
