@@ -1457,7 +1457,7 @@ class RemoteConversation(Conversation):
         made_as = backend.fork_class() or type(self)
         visualizer = self._visualizer
         fork = made_as(
-            agent=self.agent,
+            agent=self.agent if spec.agent is None else spec.agent,
             workspace=self.workspace,
             conversation_id=str(info["id"]),
             max_iteration_per_run=self.max_iteration_per_run,

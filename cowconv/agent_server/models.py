@@ -442,10 +442,15 @@ class ForkConversationRequest(_Request):
     ``from_event_id`` forks the history up to and including that event.
     ``workspace`` is cowconv's own: ``"copy"`` gives the fork its own copy of
     the files at the fork point (``None`` or ``"shared"``: OpenHands' behaviour).
+    ``agent``, cowconv's own too, gives the fork another agent (model, system
+    prompt, tools), as the create request takes it (cowconv's or OpenHands'
+    ``Agent`` JSON); left out, the fork keeps the source's.
 
     >>> sorted(ForkConversationRequest().model_dump().items())  # doctest: +NORMALIZE_WHITESPACE
-    [('from_event_id', None), ('id', None), ('reset_metrics', True), ('tags', None),
-     ('title', None), ('workspace', None)]
+    [('agent', None), ('from_event_id', None), ('id', None), ('reset_metrics', True),
+     ('tags', None), ('title', None), ('workspace', None)]
+    >>> ForkConversationRequest(agent={"llm": {"model": "openai/gpt-4o-mini"}}).agent.llm.model
+    'openai/gpt-4o-mini'
     >>> ForkConversationRequest(workspace="copy").workspace
     'copy'
     """
@@ -456,6 +461,14 @@ class ForkConversationRequest(_Request):
     reset_metrics: bool = True
     from_event_id: str | None = None
     workspace: Literal["shared", "copy"] | None = None
+    agent: Annotated[Agent, _AgentOrOpenHandsAgent()] | None = None
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _agent_from_openhands(cls, agent: Any) -> Any:
+        if isinstance(agent, dict) and _openhands_shaped(agent):
+            return agent_from_openhands(agent)
+        return agent
 
 
 class NavigateConversationRequest(_Request):
