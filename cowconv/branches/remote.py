@@ -38,9 +38,9 @@ import httpx
 
 from cowconv._exceptions import (
     BranchError,
-    ConversationNotFoundError,
     ConversationRunError,
     InvalidValueError,
+    RemoteError,
     SuiteExistsError,
     SuiteNotFoundError,
 )
@@ -552,5 +552,7 @@ def _attach(
             str(where.host), fork_id, api_key=key, working_dir=where.working_dir,
             callbacks=callbacks,
         )  # fmt: skip
-    except ConversationNotFoundError:
-        return None
+    except RemoteError as error:
+        if error.status_code == 404:
+            return None
+        raise
