@@ -265,20 +265,11 @@ class TestFork:
         assert state.execution_status is ExecutionStatus.FINISHED
         assert {r.headers.get("authorization") for r in stub.requests} == {"Bearer stub-key"}
 
-    def test_fork_with_another_agent_runs_it_on_the_server(
-        self, remote: RemoteConversation, stub_agent: Agent, stub: StubLLMServer
-    ):
-        """fork(agent=...) goes in the fork request: the fork runs that agent on the server."""
-        other = stub_agent.model_copy(update={"system_prompt": "You are the other agent."})
-        remote.send_message("Say hi.")
-        with remote.fork(agent=other) as fork:
-            fork.run()
-            assert fork.state.agent.system_prompt == "You are the other agent."
-        system = stub.requests[-1].messages[0]
-        assert system["role"] == "system"
-        text = system["content"] if isinstance(system["content"], str) else system["content"][0]
-        assert "You are the other agent." in (text if isinstance(text, str) else text["text"])
-        assert remote.state.agent.system_prompt != "You are the other agent."
+    def test_agent_not_supported(self, remote: RemoteConversation, stub_agent: Agent):
+        """fork(agent=...) is refused as in OpenHands' SDK, naming what does it."""
+        with pytest.raises(NotImplementedError, match="not supported") as refused:
+            remote.fork(agent=stub_agent)
+        assert "run_branches" in str(refused.value) and "local Conversation" in str(refused.value)
 
     def test_errors(self, remote: RemoteConversation):
         """Taken ids and unknown events are RemoteErrors 409 and 404, and the local errors."""

@@ -309,14 +309,14 @@ def test_time_limits_and_worker_directories_are_refused_in_one_line(
         source.close()
 
 
-def test_a_fork_with_another_agent_on_cowconvs_server(
+def test_a_branch_with_another_agent_on_cowconvs_server(
     cowconv_server: str, stub: StubLLMServer, tmp_path: Path
 ) -> None:
     source = _source(cowconv_server, stub, tmp_path)
     try:
-        fork = source.fork(agent=_agent(stub, 7))
-        fork.send_message(_message(7))
-        fork.run()
+        with pytest.raises(NotImplementedError, match="not supported"):
+            source.fork(agent=_agent(stub, 7))  # as in OpenHands' SDK
+        (fork,) = run_branches(source, [Branch(_message(7), agent=_agent(stub, 7))])
         model, system, user = _seen(stub)[-1]
         assert (model, user) == ("reviewer-3", _message(7))
         assert system.startswith(_prompt(7))

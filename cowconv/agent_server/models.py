@@ -356,6 +356,8 @@ class StartConversationRequest(BaseModel):
         data = dict(data)
         _refuse_unsafe(data)
         data.pop("openhands_agent", None)  # computed here, never taken from the client
+        if "agent" in data:
+            data["agent"] = _without_memory_context(data["agent"])
         agent = data.get("agent")
         if isinstance(agent, dict) and _openhands_shaped(agent):
             data["agent"] = agent_from_openhands(agent)
@@ -466,9 +468,27 @@ class ForkConversationRequest(_Request):
     @field_validator("agent", mode="before")
     @classmethod
     def _agent_from_openhands(cls, agent: Any) -> Any:
+        agent = _without_memory_context(agent)
         if isinstance(agent, dict) and _openhands_shaped(agent):
             return agent_from_openhands(agent)
         return agent
+
+
+def _without_memory_context(agent: Any) -> Any:
+    """``agent``'s JSON without ``agent_context.memory_context``: the conversation builds it from
+    its workspace (``load_memory``) and never stores it, so a value sent is not kept (taken,
+    it would make the stored state differ from the one sent: a 422 for a valid body).
+
+    >>> _without_memory_context({"agent_context": {"memory_context": "", "skills": []}})
+    {'agent_context': {'skills': []}}
+    """
+    if not isinstance(agent, dict):
+        return agent
+    context = agent.get("agent_context")
+    if not isinstance(context, dict) or "memory_context" not in context:
+        return agent
+    context = {key: value for key, value in context.items() if key != "memory_context"}
+    return {**agent, "agent_context": context}
 
 
 class NavigateConversationRequest(_Request):

@@ -47,7 +47,7 @@ from cowconv._exceptions import (
 from cowconv.backends.remote import CONVERSATIONS_PATH, RemoteBackend, answer_json, send_request
 from cowconv.backends.wire import SESSION_API_KEY_HEADER
 from cowconv.branches.wire import BranchOutcome, SharedPrefix, pickled
-from cowconv.conversation import Conversation, RemoteConversation
+from cowconv.conversation import _AGENT_FORKS_ON_SERVER, Conversation, RemoteConversation
 from cowconv.core.agent import Agent
 from cowconv.core.events import MessageEvent
 from cowconv.core.history import EventLog
@@ -358,16 +358,20 @@ class RemoteSuite:
                 fork_tags = dict(tags[index] or {})
                 if suite_id is not None:
                     fork_tags.update(branch_tags(suite_id, index, size, message))
-                fork = source.fork(
-                    conversation_id=ids[index],
-                    agent=agents[index],
-                    title=titles[index],
-                    tags=fork_tags,
-                    reset_metrics=reset_metrics,
-                    from_event_id=from_event_id,
-                    callbacks=callbacks,
-                    workspace="copy" if workspace == "copy" else "shared",
-                )
+                allowed = _AGENT_FORKS_ON_SERVER.set(True)  # the suite's forks may take one
+                try:
+                    fork = source.fork(
+                        conversation_id=ids[index],
+                        agent=agents[index],
+                        title=titles[index],
+                        tags=fork_tags,
+                        reset_metrics=reset_metrics,
+                        from_event_id=from_event_id,
+                        callbacks=callbacks,
+                        workspace="copy" if workspace == "copy" else "shared",
+                    )
+                finally:
+                    _AGENT_FORKS_ON_SERVER.reset(allowed)
             forks.append(fork)
         suite = cls(forks, executor, max_workers, [])
         for index, fork in enumerate(forks):
