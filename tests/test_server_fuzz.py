@@ -6,6 +6,7 @@ import json
 import zlib
 from typing import Any
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -113,6 +114,7 @@ def _integer_at_least(value: Any, minimum: int) -> bool:
     return float(value).is_integer() and value >= minimum
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_server_errors(case: schemathesis.Case) -> None:
