@@ -1076,6 +1076,7 @@ def test_workspace_isolation(kind, tmp_path, request):
 
 
 class TestSuites:
+    @pytest.mark.slow
     def test_twenty_branches_on_processes_each_with_its_own_files(self, work, tmp_path):
         """20 branches write the same file at once on processes: each keeps its own content."""
         source = Conversation(

@@ -29,7 +29,6 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyrsistent import pmap
@@ -558,6 +557,9 @@ class Runner:
                     lock.release()
 
         workers = min(concurrency, len(calls))
+        # Here, not at import: only concurrent tool calls need it (a first use does not).
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cowconv-tool") as pool:
             results = list(pool.map(run, range(len(calls))))
         if spent is not None:

@@ -370,8 +370,10 @@ class ConversationRegistry:
         reset_metrics: bool = True,
         from_event_id: str | None = None,
         workspace: str = "shared",
+        agent: Agent | None = None,
     ) -> Conversation:
-        """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials.
+        """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials,
+        unless ``agent`` replaces them.
 
         ``workspace="copy"`` gives the fork its own directory on this machine
         (``Conversation.fork(workspace="copy")``)."""
@@ -380,6 +382,7 @@ class ConversationRegistry:
         def make(chosen: ConversationID) -> Conversation:
             return source.fork(
                 conversation_id=chosen,
+                agent=agent,
                 title=title,
                 tags=tags,
                 reset_metrics=reset_metrics,
