@@ -457,7 +457,7 @@ class TestLazyCopy:
         assert directory.is_dir() and list(directory.iterdir()) == []
         assert tree is not None and {p: store.read(tree, p) for p in store.files(tree)} == before
 
-    @pytest.mark.parametrize("use", ["workspace", "materialize", "run", "snapshot"])
+    @pytest.mark.parametrize("use", ["workspace", "materialize", "run"])
     def test_first_use_writes_the_files_of_the_fork_point(self, work, tmp_path, use):
         """Each first use writes the files as they were at the fork, whatever the source did."""
         source, fork, before = lazy_fork(work, tmp_path)
@@ -465,7 +465,7 @@ class TestLazyCopy:
         after = files_of(work)
         directory = Path(fork.state.workspace.working_dir)
         store = SnapshotStore(tmp_path / "store")
-        tree = store.pending(directory)
+        assert store.pending(directory) is not None  # not used yet
         expected = before
         if use == "workspace":
             assert fork.workspace.working_dir == str(directory)
@@ -477,8 +477,6 @@ class TestLazyCopy:
             expected = {**before, "a.txt": b"x"}
             action = next(e for e in fork.state.branch if isinstance(e, ActionEvent))
             assert store.read(action.workspace_snapshot, "a.txt") == before["a.txt"]
-        else:
-            assert store.snapshot(directory).tree == tree
         assert store.pending(directory) is None
         assert files_of(directory) == expected
         assert files_of(work) == after
@@ -502,6 +500,20 @@ class TestLazyCopy:
         assert files_of(directory) == {**at_fork, "a.txt": b"one"}
         store.restore(undo, directory)
         assert files_of(directory) == at_fork
+
+    def test_the_store_sees_an_unused_copy_as_its_snapshot_and_writes_nothing(self, work, tmp_path):
+        """snapshot() answers the snapshot a copy waits for; restore() makes it wait for
+        another; neither writes a file, and the first use writes the last one asked for."""
+        source, fork, before = lazy_fork(work, tmp_path)
+        store = SnapshotStore(tmp_path / "store")
+        directory = Path(fork.state.workspace.working_dir)
+        tree = store.pending(directory)
+        change_source(work)
+        later = store.snapshot(work).tree
+        assert store.snapshot(directory).tree == tree
+        assert store.restore(later, directory).tree == tree
+        assert store.pending(directory) == later and list(directory.iterdir()) == []
+        assert files_of(Path(fork.workspace.working_dir)) == files_of(work) != before
 
     def test_a_fork_of_an_unused_fork_writes_nothing_and_gets_the_same_files(self, work, tmp_path):
         """Copying a copy still waiting for its files copies the snapshot it waits for."""
