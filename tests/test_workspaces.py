@@ -583,6 +583,18 @@ class TestLazyCopy:
         shutil.move(hidden, store.directory / "objects.git" / "objects" / tree[:2])
         assert files_of(Path(fork.workspace.working_dir)) == files_of(work)
 
+    def test_an_eager_checkout_replaces_an_unused_lazy_one(self, store, work, tmp_path):
+        """A lazy copy removed unused, then an eager checkout there: no old snapshot comes back."""
+        first = store.snapshot(work).tree
+        store.checkout(first, tmp_path / "copy", lazy=True)
+        shutil.rmtree(tmp_path / "copy")
+        write_files(work, {"a.txt": b"later"})
+        later = store.snapshot(work).tree
+        store.checkout(later, tmp_path / "copy")
+        assert store.pending(tmp_path / "copy") is None
+        assert store.materialize(tmp_path / "copy") is False
+        assert files_of(tmp_path / "copy") == files_of(work)
+
     def test_a_lazy_checkout_refuses_what_an_eager_one_refuses(self, store, work, tmp_path):
         """lazy=True checks the snapshot and the target as checkout() does."""
         tree = store.snapshot(work).tree

@@ -433,6 +433,7 @@ class SnapshotStore:
             if lazy:
                 self._wait_for(path, tree)
                 return
+            self._marker(path).unlink(missing_ok=True)  # a lazy copy that was here, never used
             self._write_files(tree, path, index)
 
     def _wait_for(self, path: Path, tree: str) -> None:
