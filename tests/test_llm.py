@@ -360,6 +360,7 @@ class TestLazyImport:
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "False 1"
 
+    @pytest.mark.slow
     def test_first_use_imports_litellm_once_whichever_thread_comes_first(self, stub):
         """A completion and LLM.preload() in four threads, at once, in a fresh process: litellm
         was not imported before, is imported once (one module), and the completion answers.
