@@ -83,3 +83,27 @@ class TestImportCost:
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
         )
         assert out.stdout.strip() == "[]"
+
+    def test_first_use_of_the_core_builds_no_model_and_loads_no_network_module(self):
+        """Importing the core's names builds no cowconv model's validator (each is built when
+        first used) and loads no network, log-file or thread-pool module: nothing of that is
+        needed before a conversation runs."""
+        code = (
+            "import sys\n"
+            "from cowconv import Conversation, Agent, LLM, Tool, MessageEvent\n"
+            "from pydantic import BaseModel\n"
+            "seen, todo = set(), [BaseModel]\n"
+            "while todo:\n"
+            "    for sub in todo.pop().__subclasses__():\n"
+            "        if sub not in seen:\n"
+            "            seen.add(sub); todo.append(sub)\n"
+            "print(sorted(c.__qualname__ for c in seen if c.__module__.startswith('cowconv')\n"
+            "             and c.__dict__.get('__pydantic_complete__')))\n"
+            "unneeded = ('urllib.request', 'ssl', 'http.client', 'socket', 'logging.handlers',\n"
+            "            'concurrent.futures')\n"
+            "print(sorted(m for m in unneeded if m in sys.modules))\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        )
+        assert out.stdout.split("\n")[:2] == ["[]", "[]"], out.stdout

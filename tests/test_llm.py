@@ -428,3 +428,38 @@ class TestResourcesAtExit:
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["6", "True", "True"], done.stdout + done.stderr
         assert "ResourceWarning" not in done.stderr, done.stderr
+
+
+class TestWithoutLitellm:
+    def test_the_core_runs_without_litellm_and_an_llm_call_says_what_to_install(self, tmp_path):
+        """With litellm absent (an install made with --no-deps), a conversation on TestLLM runs
+        and forks; a real LLM call is an LLMError, one line naming litellm and how to get it."""
+        code = (
+            "import sys\n"
+            "sys.modules['litellm'] = None  # import litellm now fails, as when not installed\n"
+            "from cowconv import LLM, Agent, Conversation, LLMError, Message\n"
+            "from cowconv.testing import TestLLM\n"
+            "llm = TestLLM.from_messages([Message(role='assistant', content='Done.')])\n"
+            f"conversation = Conversation(agent=Agent(llm=llm), workspace={str(tmp_path)!r})\n"
+            "conversation.send_message('Say done.')\n"
+            "conversation.run()\n"
+            "fork = conversation.fork()\n"
+            "print(len(fork.state.events) == len(conversation.state.events) > 0)\n"
+            "try:\n"
+            "    LLM(model='openai/m', api_key='k').completion([{'role': 'user', 'content': ''}])\n"
+            "except LLMError as error:\n"
+            "    print(error)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "COWCONV_QUIET": "1"},
+        )
+        assert done.returncode == 0, done.stderr
+        ran, message = done.stdout.splitlines()
+        assert ran == "True"
+        assert message.startswith(
+            "LLM calls need litellm, which this install lacks: pip install 'litellm>=1.50'"
+        ), message

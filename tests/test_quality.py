@@ -78,7 +78,8 @@ class TestDocs:
 
 class TestWheel:
     def test_wheel_builds_and_imports(self, tmp_path):
-        """The wheel builds, carries py.typed, and cowconv imports from it."""
+        """The wheel builds, carries py.typed, and cowconv imports from it; its core runs a
+        conversation and forks it without litellm."""
         result = run(
             sys.executable,
             "-m",
@@ -98,8 +99,18 @@ class TestWheel:
             archive.extractall(unpacked)
         assert "cowconv/py.typed" in names
         assert not any(name.startswith(("tests/", "benchmarks/")) for name in names)
-        # PYTHONPATH comes before the editable install, so this imports the wheel's copy.
-        code = "import cowconv; print(cowconv.__file__, cowconv.__version__)"
+        # PYTHONPATH comes before the editable install, so this imports the wheel's copy. The
+        # core alone (litellm blocked, as in an install made with --no-deps) runs and forks.
+        code = (
+            "import sys; sys.modules['litellm'] = None\n"
+            "import cowconv\n"
+            "from cowconv.testing import TestLLM\n"
+            "llm = TestLLM.from_messages([cowconv.Message(role='assistant', content='Done.')])\n"
+            "c = cowconv.Conversation(agent=cowconv.Agent(llm=llm), workspace='.')\n"
+            "c.send_message('Say done.'); c.run()\n"
+            "assert len(c.fork().state.events) == len(c.state.events) > 2\n"
+            "print(cowconv.__file__, cowconv.__version__)"
+        )
         imported = subprocess.run(
             [sys.executable, "-c", code],
             cwd=tmp_path,

@@ -87,7 +87,8 @@ class HookEvent(BaseModel):
 "message":null,"session_id":null,"working_dir":null,"metadata":{"reason":"agent_finished"}}'
     """
 
-    model_config = ConfigDict(use_enum_values=True)
+    # Built on first use, not at import (as every cowconv model): a first use needs no hook.
+    model_config = ConfigDict(use_enum_values=True, defer_build=True)
 
     event_type: HookEventType
     tool_name: str | None = None
@@ -105,6 +106,8 @@ class HookResult(BaseModel):
     >>> HookResult(decision="deny").should_continue, HookResult().should_continue
     (False, True)
     """
+
+    model_config = ConfigDict(defer_build=True)
 
     success: bool = True
     blocked: bool = False

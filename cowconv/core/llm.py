@@ -141,7 +141,15 @@ def _litellm() -> ModuleType:
             # Without this, importing litellm fetches its price list from the internet.
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
             with _loading_notice("litellm" not in sys.modules):
-                import litellm
+                try:
+                    import litellm
+                except ImportError as error:
+                    # A plain ``pip install cowconv`` brings litellm; an install made with
+                    # --no-deps (the core alone: forks, stores, TestLLM) may not have it.
+                    raise LLMError(
+                        f"LLM calls need litellm, which this install lacks: pip install "
+                        f"'litellm>=1.50' (a plain pip install cowconv brings it) ({error})"
+                    ) from error
 
             # litellm prints "Give Feedback / Get Help" banners to stdout on every error.
             litellm.suppress_debug_info = True

@@ -289,7 +289,12 @@ class ConversationState(CheckedModel):
     other_branches: tuple[EventLog, ...] = ()
     # Confirmation mode and hooks (OpenHands' fields): state, so a fork and a reopened store
     # keep them, and a fork made while waiting for confirmation waits too.
-    confirmation_policy: SerializeAsAny[ConfirmationPolicyBase] = NeverConfirm()
+    # A factory, not an instance: making one at import would build the policy's validator
+    # (and load pydantic's schema machinery) before a state is made. The schema still shows
+    # the default, as it did when it was an instance.
+    confirmation_policy: SerializeAsAny[ConfirmationPolicyBase] = Field(
+        default_factory=NeverConfirm, json_schema_extra={"default": {"kind": "NeverConfirm"}}
+    )
     security_analyzer: SerializeAsAny[SecurityAnalyzerBase] | None = None
     hook_config: HookConfig | None = None
 

@@ -58,8 +58,11 @@ _READ_ONLY = pmap(
 )
 
 
-def _newest_first(paths: list[str]) -> tuple[tuple[str, ...], bool]:
-    """Up to 100 paths, most recently modified first, and whether more were found."""
+def _found(
+    paths: list[str], what: str, search_path: Path, filtered: str = ""
+) -> tuple[tuple[str, ...], bool, str]:
+    """Up to 100 of ``paths``, most recently modified first, whether more were found, and
+    OpenHands' text for them (``what``: "matching pattern '...'" or "containing ...")."""
 
     def modified(path: str) -> float:
         try:
@@ -68,7 +71,11 @@ def _newest_first(paths: list[str]) -> tuple[tuple[str, ...], bool]:
             return float("-inf")
 
     ordered = sorted(paths, key=modified, reverse=True)
-    return tuple(ordered[:_MAX_RESULTS]), len(ordered) > _MAX_RESULTS
+    files, truncated = tuple(ordered[:_MAX_RESULTS]), len(ordered) > _MAX_RESULTS
+    if not files:
+        return files, truncated, f"No files found {what} in directory '{search_path}'{filtered}"
+    text = f"Found {len(files)} file(s) {what} in '{search_path}'{filtered}:\n" + "\n".join(files)
+    return files, truncated, text + (_TRUNCATED if truncated else "")
 
 
 def _working_dir(conv_state: Any) -> str:
@@ -203,18 +210,11 @@ class GlobExecutor(ToolExecutor[GlobAction, GlobObservation]):
             pattern = f"**/{pattern}"
         matches = glob_module.glob(pattern, root_dir=search_path, recursive=True)
         found = [str(search_path / match) for match in matches]
-        files, truncated = _newest_first([path for path in found if os.path.isfile(path)])
-        if not files:
-            text = (
-                f"No files found matching pattern '{action.pattern}' in directory '{search_path}'"
-            )
-        else:
-            text = (
-                f"Found {len(files)} file(s) matching pattern '{action.pattern}' "
-                f"in '{search_path}':\n" + "\n".join(files)
-            )
-            if truncated:
-                text += _TRUNCATED
+        files, truncated, text = _found(
+            [path for path in found if os.path.isfile(path)],
+            f"matching pattern '{action.pattern}'",
+            search_path,
+        )
         return GlobObservation.from_text(
             text,
             files=files,
@@ -380,20 +380,12 @@ class GrepExecutor(ToolExecutor[GrepAction, GrepObservation]):
             if (includes is None or any(fnmatch.fnmatch(path.name, i) for i in includes))
             and _contains(path, regex)
         ]
-        matches, truncated = _newest_first(found)
-        include_info = f" (filtered by '{action.include}')" if action.include else ""
-        if not matches:
-            text = (
-                f"No files found containing pattern '{action.pattern}' "
-                f"in directory '{search_path}'{include_info}"
-            )
-        else:
-            text = (
-                f"Found {len(matches)} file(s) containing pattern '{action.pattern}' "
-                f"in '{search_path}'{include_info}:\n" + "\n".join(matches)
-            )
-            if truncated:
-                text += _TRUNCATED
+        matches, truncated, text = _found(
+            found,
+            f"containing pattern '{action.pattern}'",
+            search_path,
+            f" (filtered by '{action.include}')" if action.include else "",
+        )
         return GrepObservation.from_text(
             text,
             matches=matches,
