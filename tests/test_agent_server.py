@@ -668,23 +668,29 @@ class TestCommandLine:
         )  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}"
-            for _ in range(200):
+            # A loaded machine may take many seconds to start it, and to answer: explicit
+            # limits, far above httpx's 5 s default (a ReadTimeout failed it at load 35).
+            http = httpx.Client(timeout=60)
+            deadline = time.monotonic() + 120
+            while True:
                 try:
-                    if httpx.get(f"{url}/health").status_code == 200:
+                    if http.get(f"{url}/health").status_code == 200:
                         break
                 except httpx.TransportError:
+                    assert time.monotonic() < deadline, "the server did not start in 120 s"
+                    assert process.poll() is None, "the server exited"
                     time.sleep(0.05)
-            assert httpx.get(f"{url}/api/conversations").status_code == 401
+            assert http.get(f"{url}/api/conversations").status_code == 401
             headers = {SESSION_API_KEY_HEADER: "cli-key"}
-            created = httpx.post(
+            created = http.post(
                 f"{url}/api/conversations", json=secret_body(tmp_path), headers=headers
             )
             assert created.status_code == 201
             cid = created.json()["id"]
             assert (
-                httpx.post(f"{url}/api/conversations/{cid}/fork", headers=headers).status_code
-                == 201
+                http.post(f"{url}/api/conversations/{cid}/fork", headers=headers).status_code == 201
             )
+            http.close()
         finally:
             process.terminate()
             output, _ = process.communicate(timeout=20)
