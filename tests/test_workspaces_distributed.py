@@ -31,7 +31,7 @@ from cowconv import (
     run_branches,
 )
 from cowconv.distributed import ProcessExecutor
-from tests.test_distributed import dask_client, ray_session  # noqa: F401 - fixtures
+from tests.test_distributed import dask_client  # noqa: F401 - a fixture
 
 BRANCHES = 4
 
@@ -69,6 +69,7 @@ def test_dask_branches_each_work_in_their_own_copy(source, dask_client):  # noqa
     _check(source, _suite(source, DaskExecutor(dask_client, progress=False)))
 
 
+@pytest.mark.slow
 def test_ray_branches_each_work_in_their_own_copy(source, ray_session):  # noqa: F811
     """On a local Ray instance, every branch writes its own copy; the source is unchanged."""
     from cowconv.distributed import RayExecutor

@@ -40,6 +40,7 @@ from cowconv._exceptions import (
 )
 from cowconv.branches import ledger
 from cowconv.branches.ledger import LEASE, SuiteTicket
+from cowconv.branches.remote import RemoteSuite, is_remote
 from cowconv.branches.report import SuiteReport
 from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix, WorkspaceSpec
 from cowconv.conversation import Conversation
@@ -49,6 +50,7 @@ from cowconv.core.frozen import decode_json
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationState, ExecutionStatus
 from cowconv.core.tree import extend_active
+from cowconv.core.workspace import Workspace
 from cowconv.distributed.process import PicklingExecutor
 from cowconv.ports import BranchExecutor, EventCallback, SuiteRow, notify
 from cowconv.stores.tree import TreeStore
@@ -289,7 +291,7 @@ def run_branches(
 
 
 def resume_suite(
-    store: TreeStore | str,
+    store: TreeStore | Workspace | str,
     suite_id: str,
     *,
     max_workers: int | None = None,
@@ -340,6 +342,20 @@ def resume_suite(
     """
     if on_result is not None and not callable(on_result):
         raise InvalidTypeError(f"on_result must be callable, got {type(on_result).__name__}")
+    if isinstance(store, Workspace) or (
+        isinstance(store, str) and store.startswith(("http://", "https://"))
+    ):
+        remote = _RemoteRuns.reopen(
+            store if isinstance(store, Workspace) else Workspace(host=store, working_dir="."),
+            _check_suite_id(suite_id),
+            max_workers=max_workers,
+            executor=executor,
+            callbacks=callbacks,
+            branch_timeout=_check_seconds("branch_timeout", branch_timeout),
+            timeout=_check_seconds("timeout", timeout),
+            workspace_spec=workspace,
+        )
+        return _finish(remote, raise_on_error=raise_on_error, on_result=on_result)
     if not isinstance(store, TreeStore):
         if not isinstance(store, str):
             raise InvalidTypeError(
@@ -362,7 +378,7 @@ def resume_suite(
 
 
 def _finish(
-    suite: _Suite,
+    suite: _Suite | _RemoteRuns,
     *,
     raise_on_error: bool,
     on_result: Callable[[BranchResult], None] | None,
@@ -575,7 +591,7 @@ class _Suite:
         resume: bool = False,
         lease: float = LEASE,
         rerun_lost: bool = False,
-    ) -> _Suite:
+    ) -> _Suite | _RemoteRuns:
         specs = [Branch(b) if isinstance(b, str) else b for b in branches]
         for spec in specs:
             if not isinstance(spec, Branch):
@@ -586,6 +602,21 @@ class _Suite:
         branch_timeout = _check_seconds("branch_timeout", branch_timeout)
         timeout = _check_seconds("timeout", timeout)
         callbacks = tuple(callbacks)
+        if is_remote(source):
+            return _RemoteRuns.start(
+                source,
+                specs,
+                from_event_id=from_event_id,
+                reset_metrics=reset_metrics,
+                max_workers=max_workers,
+                executor=executor,
+                callbacks=callbacks,
+                branch_timeout=branch_timeout,
+                timeout=timeout,
+                workspace=workspace,
+                suite_id=suite_id,
+                resume=resume,
+            )
         store: TreeStore | None = None
         if suite_id is not None:
             suite_id = _check_suite_id(suite_id)
@@ -1086,6 +1117,120 @@ class _Suite:
                         )
             if self.watch:
                 time.sleep(poll)
+
+
+def _remote_limits(
+    branch_timeout: float | None, timeout: float | None, workspace: WorkspaceSpec | None
+) -> None:
+    if branch_timeout is not None or timeout is not None:
+        raise InvalidValueError(
+            "a suite of a RemoteConversation takes no branch_timeout or timeout (the server "
+            "runs each branch to its end): leave them out, and interrupt() a fork to stop it"
+        )
+    if workspace is not None and not (isinstance(workspace, str) and workspace == "copy"):
+        raise InvalidValueError(
+            "a suite of a RemoteConversation runs on its agent server: leave out workspace= "
+            "(workspace='copy' gives each fork its own files on cowconv's server)"
+        )
+
+
+@dataclass
+class _RemoteRuns:
+    """A suite whose source an agent server keeps: its forks and runs are the server's
+    (:mod:`cowconv.branches.remote`), its results :class:`BranchResult` values as anywhere."""
+
+    suite: RemoteSuite
+
+    @property
+    def forks(self) -> list[Conversation]:
+        return self.suite.forks
+
+    @property
+    def fatal(self) -> list[BaseException]:
+        return self.suite.fatal
+
+    @property
+    def remote(self) -> bool:
+        return self.suite.remote
+
+    @classmethod
+    def start(
+        cls,
+        source: Conversation,
+        specs: list[Branch],
+        *,
+        from_event_id: str | None,
+        reset_metrics: bool,
+        max_workers: int | None,
+        executor: BranchExecutor | None,
+        callbacks: tuple[EventCallback, ...],
+        branch_timeout: float | None,
+        timeout: float | None,
+        workspace: WorkspaceSpec | None,
+        suite_id: str | None,
+        resume: bool,
+    ) -> _RemoteRuns:
+        _remote_limits(branch_timeout, timeout, workspace)
+        if suite_id is not None:
+            suite_id = _check_suite_id(suite_id)
+        elif resume:
+            raise InvalidValueError("resume=True resumes a recorded suite: give its suite_id")
+        return cls(
+            RemoteSuite.start(
+                source,
+                [spec.message for spec in specs],
+                [spec.agent for spec in specs],
+                [spec.title for spec in specs],
+                [spec.tags for spec in specs],
+                from_event_id=from_event_id,
+                reset_metrics=reset_metrics,
+                max_workers=max_workers,
+                executor=executor,
+                callbacks=callbacks,
+                workspace=workspace,
+                suite_id=suite_id,
+                resume=resume,
+            )
+        )
+
+    @classmethod
+    def reopen(
+        cls,
+        workspace: Workspace,
+        suite_id: str,
+        *,
+        max_workers: int | None,
+        executor: BranchExecutor | None,
+        callbacks: Iterable[EventCallback],
+        branch_timeout: float | None,
+        timeout: float | None,
+        workspace_spec: WorkspaceSpec | None = None,
+    ) -> _RemoteRuns:
+        _check_options(max_workers, executor, None)
+        _remote_limits(branch_timeout, timeout, workspace_spec)
+        suite = RemoteSuite.reopen(
+            workspace, suite_id, max_workers=max_workers, executor=executor, callbacks=callbacks
+        )
+        return cls(suite)
+
+    def results(self, *, raise_on_error: bool = False) -> Generator[BranchResult, None, None]:
+        """Run the branches on the server; yield each one's result as it ends."""
+        runs = self.suite.results()
+        try:
+            for index, error, wall, worker in runs:
+                if error is not None and not isinstance(error, Exception):
+                    self.suite.fatal.append(error)
+                    error = None
+                result = BranchResult(index, self.forks[index], error, wall, worker)
+                if raise_on_error:
+                    failure = result.error or _run_error(result.index, result.fork)
+                    if failure is not None:
+                        raise failure
+                yield result
+        finally:
+            close = getattr(runs, "close", None)
+            if close is not None:
+                close()
 
 
 _FAILED = {

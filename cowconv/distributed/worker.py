@@ -30,6 +30,7 @@ from cowconv.agent.messages import render
 from cowconv.agent.tools import register_tool
 from cowconv.backends.local import LocalBackend
 from cowconv.branches.ledger import Claim, failed_change, failure_error
+from cowconv.branches.remote import RemoteBranchJob, run_remote_job
 from cowconv.branches.wire import (
     BranchJob,
     BranchOutcome,
@@ -223,6 +224,8 @@ def run_branch_job(
     ('workspace', "its workspace '/nonexistent/1' does not exist on worker ...")
     """
     job = load_quietly(job_data)
+    if isinstance(job, RemoteBranchJob):  # a fork an agent server keeps: run there
+        return run_remote_job(job, claim, cancelled)
     if not isinstance(job, BranchJob):
         raise InvalidTypeError(f"expected a BranchJob, got {type(job).__name__}")
     if job.suite is None:
