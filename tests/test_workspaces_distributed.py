@@ -141,7 +141,9 @@ def _check_shipped(source: Conversation, runs: Any, elsewhere: Elsewhere, worker
     store = SnapshotStore(str(source.workspace.snapshot_store))
     for index, fork in enumerate(runs):
         assert fork.state.execution_status is ExecutionStatus.FINISHED, fork.state.events[-1]
-        directory = Path(fork.workspace.working_dir)
+        # Nothing was written here yet: the fork's lazy copy now waits for its branch's files.
+        assert store.pending(fork.state.workspace.working_dir) is not None
+        directory = Path(fork.workspace.working_dir)  # first use: the files are written
         assert directory != work
         # The fork's own directory here holds what its branch wrote there.
         assert (directory / "a.txt").read_text() == f"branch-{index}"
