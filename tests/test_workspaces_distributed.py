@@ -141,7 +141,9 @@ def _check_shipped(source: Conversation, runs: Any, elsewhere: Elsewhere, worker
     store = SnapshotStore(str(source.workspace.snapshot_store))
     for index, fork in enumerate(runs):
         assert fork.state.execution_status is ExecutionStatus.FINISHED, fork.state.events[-1]
-        directory = Path(fork.workspace.working_dir)
+        # Nothing was written here yet: the fork's lazy copy now waits for its branch's files.
+        assert store.pending(fork.state.workspace.working_dir) is not None
+        directory = Path(fork.workspace.working_dir)  # first use: the files are written
         assert directory != work
         # The fork's own directory here holds what its branch wrote there.
         assert (directory / "a.txt").read_text() == f"branch-{index}"
@@ -225,3 +227,71 @@ def _restore_environment(before: dict[str, str | None], dask_worker: Any = None)
         os.environ.pop("COWCONV_WORKSPACE_STORE", None)
     else:
         os.environ["COWCONV_WORKSPACE_STORE"] = value
+
+
+class TestShippedEdges:
+    def test_from_an_earlier_event_a_branch_that_changes_nothing_and_a_recorded_suite(
+        self, recorded_source, tmp_path, monkeypatch
+    ):
+        """Through the same bytes as a cluster (PicklingExecutor), with the source's files
+        hidden: forks from an earlier event get that event's files; a branch that writes
+        nothing comes back with no objects and its files as they were; a recorded suite
+        (suite_id, its forks in a SQLite store) gets its branches' files back too."""
+        from cowconv import SQLiteStore
+        from cowconv.distributed import PicklingExecutor
+
+        monkeypatch.setenv("COWCONV_WORKSPACE_STORE", str(tmp_path / "worker-store"))
+        source = recorded_source
+        after_first = [e for e in source.state.events if isinstance(e, ObservationEvent)][-1]
+        source.send_message("Run `printf '%s' 'later' > a.txt`.")
+        source.run()
+        hidden = [Path(source.workspace.working_dir), Path(str(source.workspace.snapshot_store))]
+        elsewhere = Elsewhere(PicklingExecutor(max_workers=2), hidden)
+        runs = run_branches(
+            source,
+            ["Say hello.", "Run `printf '%s' 'b1' > b.txt`."],
+            executor=elsewhere,
+            workspace="copy",
+            from_event_id=after_first.id,
+        )
+        quiet, writer = runs
+        assert all(f.state.execution_status is ExecutionStatus.FINISHED for f in runs)
+        assert (Path(source.workspace.working_dir) / "a.txt").read_text() == "later"
+        assert files_here(quiet) == {
+            "a.txt": "source",
+            "kept.txt": "kept",
+            "started.txt": "started",
+        }
+        assert files_here(writer) == {**files_here(quiet), "b.txt": "b1"}
+        assert compare(quiet, writer).b.files is not None
+
+        stored = Conversation(
+            agent=source.agent,
+            workspace=Workspace(
+                working_dir=source.workspace.working_dir,
+                snapshot_store=str(source.workspace.snapshot_store),
+            ),
+            store=SQLiteStore(tmp_path / "suite.db"),
+        )
+        elsewhere = Elsewhere(PicklingExecutor(max_workers=2), hidden)
+        recorded = run_branches(
+            stored,
+            ["Run `printf '%s' 'r0' > a.txt`.", "Run `printf '%s' 'r1' > a.txt`."],
+            executor=elsewhere,
+            workspace="copy",
+            suite_id="copies",
+        )
+        for index, fork in enumerate(recorded):
+            assert fork.state.execution_status is ExecutionStatus.FINISHED
+            assert files_here(fork)["a.txt"] == f"r{index}"
+            files = compare(stored, fork).b.files
+            assert files is not None and dict(files.changes) == {"a.txt": "modified"}
+
+
+def files_here(fork: Conversation) -> dict[str, str]:
+    directory = Path(fork.workspace.working_dir)
+    return {
+        path.relative_to(directory).as_posix(): path.read_text()
+        for path in directory.rglob("*")
+        if path.is_file()
+    }

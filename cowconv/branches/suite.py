@@ -919,7 +919,13 @@ class _Suite:
             workspace = self.forks[index].state.workspace
             store = store_at(workspace.snapshot_store or default_store_directory())
             stores.add(store)
-            trees[index] = store.snapshot(workspace.working_dir).tree
+            # A lazy copy still waiting for its files: the snapshot it waits for (nothing is
+            # written here; the workers make the directories).
+            waiting = store.pending(workspace.working_dir)
+            limit = workspace.max_snapshot_file_size
+            trees[index] = (
+                waiting or store.snapshot(workspace.working_dir, max_file_size=limit).tree
+            )
         if len(stores) != 1:
             raise InvalidValueError("the forks of a suite of copies share one snapshot store")
         return trees, SnapshotPack.of(stores.pop(), sorted(set(trees.values())))
@@ -947,7 +953,7 @@ class _Suite:
             return BranchResult(index, fork, unreadable)
         if outcome.files is not None:
             try:  # the objects of the branch's snapshots, and its files, into the fork's own
-                receive_changes(fork.workspace, outcome.files)
+                receive_changes(fork.state.workspace, outcome.files)
             except Exception as error:
                 return BranchResult(index, fork, error, worker=outcome.worker or None)
         if self.record is not None:

@@ -240,7 +240,8 @@ def release_directory(workspace: Workspace) -> None:
 
 def receive_changes(workspace: Workspace, changes: SnapshotPack) -> None:
     """Here: add a branch's objects to its fork's store and make the fork's directory hold
-    the branch's last snapshot (``changes.final``).
+    the branch's last snapshot (``changes.final``): a lazy copy not used yet is pointed at
+    it (its files are written on first use), a directory with files is restored to it.
 
     >>> import pathlib, tempfile
     >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
@@ -256,5 +257,13 @@ def receive_changes(workspace: Workspace, changes: SnapshotPack) -> None:
         raise InvalidValueError("a branch's files come back only into a local workspace")
     store = store_at(workspace.snapshot_store or default_store_directory())
     changes.unpack_into(store)
-    if changes.final is not None:
-        store.restore(changes.final, workspace.working_dir)
+    if changes.final is None:
+        return
+    if store.pending(workspace.working_dir) is not None:
+        # A lazy copy nobody has used yet: it now waits for the branch's files instead (O(1)).
+        try:
+            store.checkout(changes.final, workspace.working_dir, lazy=True)
+            return
+        except InvalidValueError:
+            pass  # its files were written meanwhile: bring them to the branch's below
+    store.restore(changes.final, workspace.working_dir)
