@@ -26,6 +26,7 @@ from cowconv import (
     compare,
     run_branches,
 )
+from cowconv.workspaces import snapshot_at
 from tests.conftest import IN_PROCESS_HOST
 from tests.test_workspaces import agent_writing, files_of, write_files
 
@@ -198,6 +199,39 @@ class TestSuiteReport:
         assert any("+1 ~0 -0" in line for line in lines)
         page = report.to_html()
         assert "1 added, 0 modified, 0 deleted" in page and "+branch-a" in page
+
+    def test_a_branch_whose_snapshot_is_gone_loses_only_its_own_files(self, work, tmp_path):
+        """A snapshot object missing from the store: that row says why (files_error, "?" in
+        the table, the page), the other branch's files and the whole report still stand."""
+        source = Conversation(
+            agent=agent_writing("a.txt", "x"), workspace=recording(work, tmp_path)
+        )
+        source.send_message("Write.")
+        source.run()
+        runs = run_branches(
+            source,
+            [
+                Branch("A", agent=agent_writing("a.txt", "branch-a")),
+                Branch("B", agent=agent_writing("b/new.txt", "b")),
+            ],
+            workspace="copy",
+        )
+        last = snapshot_at(runs[0].state.branch)
+        assert last is not None
+        objects = tmp_path / "snapshots" / "objects.git" / "objects"
+        loose = objects / last[:2] / last[2:]
+        assert loose.is_file()  # a tree written by the branch's last snapshot, not packed
+        loose.unlink()
+        report = runs.report()
+        first, second = report.rows
+        assert first.files is None and first.files_error and last in first.files_error
+        assert second.files is not None and dict(second.files.changes) == {"b/new.txt": "added"}
+        assert json.loads(report.to_json())[0]["files_error"] == first.files_error
+        console = Console(width=80, record=True, file=io.StringIO())
+        console.print(report.table())
+        assert any(line.split()[-1:] == ["?"] or " ? " in line for line in
+                   console.export_text().splitlines())  # fmt: skip
+        assert "cannot be read" in report.to_html()
 
     def test_without_snapshots_no_files_column(self, work):
         """Branches without snapshots: files None, no files column, an empty patch."""

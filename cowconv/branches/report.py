@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cowconv._exceptions import StoreError
 from cowconv.core.compare import describe_event
 from cowconv.core.events import ActionEvent, AgentErrorEvent, MessageEvent
 from cowconv.workspaces.changes import FileChanges, branch_file_changes
@@ -55,7 +56,9 @@ class BranchRow:
     history it was forked from: its diff against the source. ``files`` is
     what it did to its workspace's files against the fork point (the
     snapshots its tool calls recorded; ``None`` where none are), and
-    :meth:`patch` the full diff of those files.
+    :meth:`patch` the full diff of those files; ``files_error`` says why they
+    could not be read (a snapshot object missing from the store: that row's
+    files alone are left out, the report and its other rows stand).
 
     >>> row = BranchRow(index=0, conversation_id="c1", title="A", tags={}, status="finished",
     ...                 steps=1, cost=0.0, tokens={"prompt_tokens": 9}, wall_seconds=0.5,
@@ -78,6 +81,7 @@ class BranchRow:
     model: str = ""
     added: tuple[str, ...] = field(default=())
     files: FileChanges | None = None
+    files_error: str | None = None
 
     @classmethod
     def of(cls, index: int, fork: Conversation, wall_seconds: float | None) -> BranchRow:
@@ -104,6 +108,12 @@ class BranchRow:
             elif isinstance(event, AgentErrorEvent) and event.tool_call_id is None:
                 error = event.error
         stats = state.stats.model_dump()
+        files: FileChanges | None = None
+        files_error: str | None = None
+        try:
+            files = branch_file_changes(state, start)
+        except StoreError as unreadable:  # missing or corrupt objects: this row's files only
+            files_error = str(unreadable)
         return cls(
             index=index,
             conversation_id=str(state.id),
@@ -118,7 +128,8 @@ class BranchRow:
             error=error,
             model=state.agent.llm.model,
             added=tuple(added),
-            files=branch_file_changes(state, start),
+            files=files,
+            files_error=files_error,
         )
 
     def patch(self) -> str:
@@ -281,12 +292,13 @@ class SuiteReport:
         cost, tokens (prompt and completion), wall time, and the final answer
         (or error), which alone wraps, cut at ``answer_width`` characters.
         When any branch recorded workspace snapshots, a ``files`` column
-        counts the files it added, modified and deleted (``+A ~M -D``).
+        counts the files it added, modified and deleted (``+A ~M -D``; ``?`` where they
+        cannot be read: ``files_error``).
         Other tags, token kinds, full model names and the changed paths are
         in :meth:`to_json`.
         """
         column = self._group_column(by)
-        with_files = any(row.files is not None for row in self.rows)
+        with_files = any(row.files is not None or row.files_error for row in self.rows)
         table = _compact_table(f"{len(self.rows)} branches")
         table.add_column("#", justify="right", no_wrap=True)
         table.add_column(column or "branch", no_wrap=True, max_width=10, overflow="ellipsis")
@@ -303,7 +315,8 @@ class SuiteReport:
             if len(answer) > answer_width:
                 answer = answer[: answer_width - 1] + "…"
             name = row.tags.get(column, "") if column else (row.title or row.conversation_id[:8])
-            files = [("" if row.files is None else row.files.short())] if with_files else []
+            short = "?" if row.files_error else "" if row.files is None else row.files.short()
+            files = [short] if with_files else []
             table.add_row(
                 str(row.index),
                 name,
@@ -431,10 +444,15 @@ class SuiteReport:
             )
             lines = "\n".join(f"+ {line}" for line in row.added) or "(nothing added)"
             out.append(f"<pre>{esc(lines)}</pre>")
+            if row.files_error:
+                out.append(f"<p>files: cannot be read: {esc(row.files_error)}</p>")
             if row.files is not None:
                 changed = "\n".join(row.files.lines()) or "(no file changed)"
                 out.append(f"<p>files: {esc(row.files.summary())}</p><pre>{esc(changed)}</pre>")
-                patch = row.files.patch()
+                try:
+                    patch = row.files.patch()
+                except StoreError as unreadable:  # a blob gone: say so, keep the page
+                    patch = f"(the patch cannot be read: {unreadable})"
                 if patch:
                     out.append(
                         f"<details><summary>patch</summary><pre>{esc(patch)}</pre></details>"
