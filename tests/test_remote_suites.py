@@ -360,3 +360,45 @@ def test_openhands_server_refuses_another_system_prompt_after_the_agent_spoke_in
         forks[0].close()
     finally:
         source.close()
+
+
+@pytest.mark.parametrize("engine", ["dask", "ray"])
+def test_dask_and_ray_workers_run_a_remote_suite_on_the_server(
+    cowconv_server: str, stub: StubLLMServer, tmp_path: Path, engine: str
+) -> None:
+    """The same jobs travel to a Dask or Ray worker: it attaches to its fork and runs it there."""
+    size = 6
+    if engine == "dask":
+        distributed = pytest.importorskip("distributed")
+        from cowconv.distributed import DaskExecutor
+
+        cluster = distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None,
+            processes=True, memory_limit="1GiB",
+        )  # fmt: skip
+        client = distributed.Client(cluster)
+        executor: Any = DaskExecutor(client, max_in_flight=2, progress=False)
+    else:
+        ray = pytest.importorskip("ray")
+        from cowconv.distributed import RayExecutor
+
+        ray.init(
+            num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+            log_to_driver=False, configure_logging=False,
+        )  # fmt: skip
+        executor = RayExecutor(max_in_flight=2, progress=False)
+    source = _source(cowconv_server, stub, tmp_path)
+    try:
+        forks = run_branches(source, _branches(stub, size), executor=executor, suite_id="s")
+        assert [f.state.execution_status.value for f in forks] == ["finished"] * size
+        _check_every_branch_ran_once_as_asked(stub, size)
+        assert all(worker and ":" in worker for worker in forks.workers)
+        for fork in forks:
+            fork.close()
+    finally:
+        source.close()
+        if engine == "dask":
+            client.close()
+            cluster.close()
+        else:
+            ray.shutdown()
