@@ -506,6 +506,7 @@ class RemoteSuite:
             )
         pending = set(self.todo)
         stream = iter(executor.run_jobs(SharedPrefix.of(EventLog()), jobs))  # type: ignore[arg-type]
+        completed = False
         try:
             for index, result in stream:
                 if index not in pending:
@@ -521,10 +522,17 @@ class RemoteSuite:
                     yield index, BranchError(index, cid, outcome.error), None, outcome.worker
                     continue
                 yield index, None, outcome.wall_seconds, outcome.worker or None
+            completed = True
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
+            if not completed:  # Ctrl-C or the caller stopped: the server ends what still runs
+                for index in pending:
+                    try:
+                        self.forks[index].interrupt()
+                    except Exception:  # best effort: the run goes on there, a resume waits
+                        pass
         for index in sorted(pending):
             cid = str(self.forks[index].id)
             why = "the executor returned no result for it (its run may go on on the server)"
