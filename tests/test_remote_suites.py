@@ -402,3 +402,27 @@ def test_dask_and_ray_workers_run_a_remote_suite_on_the_server(
             cluster.close()
         else:
             ray.shutdown()
+
+
+def test_iter_branches_and_the_report_of_a_remote_suite(
+    cowconv_server: str, stub: StubLLMServer, tmp_path: Path
+) -> None:
+    from cowconv import iter_branches
+
+    source = _source(cowconv_server, stub, tmp_path)
+    try:
+        heard: list[str] = []
+        results = list(
+            iter_branches(source, _branches(stub, 3), callbacks=[lambda e: heard.append(e.kind)])
+        )
+        assert sorted(r.index for r in results) == [0, 1, 2]
+        assert all(r.ok and r.status == "finished" for r in results)
+        assert heard.count("MessageEvent") >= 6  # each fork's message and answer, heard here
+        runs = run_branches(source, _branches(stub, 2))
+        rows = json.loads(runs.report().to_json())
+        assert [row["status"] for row in rows] == ["finished", "finished"]
+        assert [row["model"] for row in rows] == [_model(0), _model(1)]
+        for fork in [*(r.fork for r in results), *runs]:
+            fork.close()
+    finally:
+        source.close()
