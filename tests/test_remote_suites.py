@@ -179,7 +179,15 @@ def test_a_suite_varying_model_and_system_prompt_keeps_every_result_on_the_serve
 ) -> None:
     source = _source(server_url, slow_stub, tmp_path)
     executor = ProcessExecutor(max_workers=2, progress=False) if engine == "processes" else None
-    forks = run_branches(source, _branches(slow_stub), executor=executor, max_workers=4)
+    heard: list[str] = []
+
+    def hear(event: Any) -> None:
+        if getattr(event, "source", None) == "agent" and hasattr(event, "text"):
+            heard.append(event.text)
+
+    forks = run_branches(
+        source, _branches(slow_stub), executor=executor, max_workers=4, callbacks=[hear]
+    )
     try:
         assert [f.state.execution_status.value for f in forks] == ["finished"] * SIZE
         assert len({str(f.id) for f in forks} | {str(source.id)}) == SIZE + 1
@@ -187,6 +195,8 @@ def test_a_suite_varying_model_and_system_prompt_keeps_every_result_on_the_serve
         _check_on_the_server(server_url, forks, tmp_path)
         if engine == "processes":
             assert all(worker for worker in forks.workers)
+        for index in range(SIZE):  # every answer heard here, once
+            assert sum(text.endswith(_message(index)) for text in heard) == 1, heard
         assert source.state.events[-1].text == "Plan the release."  # the source is untouched
     finally:
         for fork in forks:

@@ -53,7 +53,7 @@ from cowconv.core.events import MessageEvent
 from cowconv.core.history import EventLog
 from cowconv.core.state import ExecutionStatus
 from cowconv.core.workspace import Workspace
-from cowconv.ports import BranchExecutor, EventCallback
+from cowconv.ports import BranchExecutor, EventCallback, notify
 
 __all__ = [
     "BRANCH_TAG",
@@ -504,6 +504,13 @@ class RemoteSuite:
                     index, str(self.forks[index].id), str(where.host), where.working_dir, key
                 )
             )
+        # The workers follow the runs; callbacks here hear each fork's new events when its run
+        # ends (on OpenHands' server the fork's events socket brings them as they happen).
+        heard = {
+            index: len(self.forks[index].state.events)
+            for index in self.todo
+            if _callbacks_to_catch_up(self.forks[index])
+        }
         pending = set(self.todo)
         stream = iter(executor.run_jobs(SharedPrefix.of(EventLog()), jobs))  # type: ignore[arg-type]
         completed = False
@@ -518,6 +525,11 @@ class RemoteSuite:
                     yield index, error or BranchError(index, cid, f"{result}"), None, None
                     continue
                 outcome = BranchOutcome.loads(result)
+                if index in heard:
+                    fork = self.forks[index]
+                    events = fork.state.events
+                    for position in range(heard[index], len(events)):
+                        notify(_callbacks_to_catch_up(fork), events[position])
                 if outcome.error is not None:
                     yield index, BranchError(index, cid, outcome.error), None, outcome.worker
                     continue
@@ -542,6 +554,14 @@ class RemoteSuite:
         for index in self.watch:
             _run_once(self.forks[index])  # waits: never starts a run again
             yield index, None, None, None
+
+
+def _callbacks_to_catch_up(fork: Conversation) -> tuple[EventCallback, ...]:
+    """The callbacks of a fork on cowconv's server (which hear a run only while following it)."""
+    backend = fork.backend
+    if isinstance(backend, RemoteBackend) and backend.speaks_cowconv:
+        return backend.callbacks
+    return ()
 
 
 def _last_user_text(events: Sequence[Any]) -> str | None:
