@@ -9,6 +9,41 @@ from collections.abc import Iterator
 
 import pytest
 
+WORKERS = 4
+"""pytest-xdist workers of a run that names none (``-n``): most of the suite waits (on servers,
+subprocesses, time limits), so four keep two cores busy. ``-n 0`` or ``-p no:xdist`` runs
+serially."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Run on :data:`WORKERS` pytest-xdist workers with ``--dist loadgroup`` unless told otherwise.
+
+    Set here, not in ``addopts``, so that ``-p no:xdist`` (where ``-n`` is no option) still
+    runs the suite serially. A worker learns the controller's ``--dist`` from its
+    ``workerinput`` (:func:`pytest_configure_node`): it tags the ``xdist_group`` tests by it.
+    """
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.option.loadgroup = workerinput.get("cowconv_dist") == "loadgroup"
+        return
+    if config.option.numprocesses is not None or config.option.collectonly:
+        return
+    if config.option.usepdb or config.option.tx:  # a debugger, or workers named with --tx
+        return
+    config.option.numprocesses = WORKERS
+    if config.option.dist == "no":
+        config.option.dist = "loadgroup"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:
+    """Tell each pytest-xdist worker the controller's ``--dist`` (see ``pytest_cmdline_main``)."""
+    config = node.config  # type: ignore[attr-defined]
+    node.workerinput["cowconv_dist"] = config.option.dist  # type: ignore[attr-defined]
+
 
 @pytest.fixture(autouse=True)
 def _close_the_event_loop_litellm_leaves() -> Iterator[None]:

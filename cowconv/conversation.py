@@ -88,7 +88,7 @@ from cowconv.visualizer import (
     VisualizerSetting,
     make_visualizer,
 )
-from cowconv.workspaces.recording import fork_workspace, restore_snapshot
+from cowconv.workspaces.recording import fork_workspace, materialize_workspace, restore_snapshot
 
 if TYPE_CHECKING:
     import asyncio
@@ -491,8 +491,8 @@ class Conversation:
 
     @property
     def workspace(self) -> Workspace:
-        """The workspace the agent's tools act in."""
-        return self.state.workspace
+        """The workspace the agent's tools act in (a copy fork's files written on first use)."""
+        return materialize_workspace(self.state.workspace)
 
     @property
     def persistence_dir(self) -> str | None:

@@ -46,10 +46,12 @@ _OPENHANDS_MODULES = frozenset(
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep together, on one pytest-xdist worker, the tests that must not run side by side.
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep together, on one pytest-xdist worker, the tests that must not run side by side,
+    and on workers start with the slow ones.
 
-    The suite runs on several workers (``-n`` in pyproject.toml, ``--dist loadgroup``); a
+    The suite runs on several workers (``-n``, four unless told: the root conftest.py,
+    ``--dist loadgroup``); a
     test in an ``xdist_group`` runs on the worker that runs the rest of its group, in order.
     Every test that starts a local Ray instance is in group ``ray``: two at once on one
     machine would share Ray's session directory and fight over two cores. The tests that run
@@ -64,6 +66,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parameters = callspec.params.values() if callspec is not None else ()
         if "ray_session" in getattr(item, "fixturenames", ()) or "ray" in parameters:
             item.add_marker(pytest.mark.xdist_group("ray"))
+    if hasattr(config, "workerinput"):
+        # The controller hands out work in the order its workers collected it (groups first,
+        # the largest first): a slow test started last would keep one worker busy after the
+        # others ran out of work. A stable sort: the rest keep their order.
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture
@@ -121,6 +128,30 @@ def postgres_server() -> Iterator[PostgresServer]:
     """
     with PostgresServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[Any]:
+    """One real local Ray instance for the session (2 CPUs, no dashboard, on 127.0.0.1),
+    started when a test first needs it; the ``ray`` module is what the tests get.
+
+    Every test that asks for it is in xdist group ``ray``, so one worker runs them all, one
+    after another, on this instance: each test module starting its own cost a Ray start and
+    two cold workers apiece (the slowest part of a parallel run). Another process's driver
+    joins it at ``ray.get_runtime_context().gcs_address``.
+    """
+    ray = pytest.importorskip("ray")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
 
 
 _DATABASES = itertools.count(1)

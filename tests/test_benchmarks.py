@@ -83,6 +83,7 @@ class TestPartialResults:
 
 @pytest.mark.timeout(0)  # no wall-time limit on a benchmark run (see _suite)
 class TestSuite:
+    @pytest.mark.slow
     def test_quick_run_writes_results_report_and_plots(self, tmp_path: Path) -> None:
         """A tiny --quick run of every scenario succeeds and writes all of its files."""
         done = _suite("--quick", "--sizes", "10,100", "--output", str(tmp_path))

@@ -342,6 +342,7 @@ class ForkIsolation(RuleBasedStateMachine):
             check(conversation.state, model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_fork_isolation(kind, agents, request, tmp_path: Path):
     """Fork is deep-copy isolation on every backend (100 random programs each)."""
@@ -636,6 +637,7 @@ class TestConversation:
 
 
 class TestConcurrency:
+    @pytest.mark.slow
     def test_fork_while_appending_sees_consistent_prefixes(self):
         """Forks taken while another thread appends are prefixes of the final history."""
         source = new_conversation()

@@ -464,24 +464,8 @@ class TestProcessExecutor:
         assert forks[1].state.execution_status is ExecutionStatus.ERROR
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[object]:
-    """A real local Ray instance: 2 CPUs, no dashboard, on 127.0.0.1 (``cowconv[ray]``)."""
-    ray = pytest.importorskip("ray")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
 class TestRayExecutor:
+    @pytest.mark.slow
     def test_ray_runs_the_suite_like_the_thread_pool(self, source, ray_session):
         """Same forks as the thread pool; each Ray worker loads the shared history once."""
         from cowconv.distributed import RayExecutor
@@ -625,6 +609,7 @@ def processes() -> Iterator[ProcessExecutor]:
 
 
 class TestTimeLimits:
+    @pytest.mark.slow
     @pytest.mark.parametrize("engine", ["processes", "dask", "ray", "threads"])
     def test_a_hanging_branch_ends_at_its_limit_and_the_others_finish(
         self, hanging, tmp_path, engine, request
@@ -695,6 +680,7 @@ class TestTimeLimits:
 
 @pytest.mark.usefixtures("sigint_raises_keyboard_interrupt")
 class TestCancellation:
+    @pytest.mark.slow
     def test_ctrl_c_cancels_the_suite_and_the_executor_stays_usable(self, tmp_path, processes):
         """SIGINT while a branch hangs on a worker process: KeyboardInterrupt propagates, the
         hung branch's process is killed and its fork recorded cancelled; the next suite runs."""

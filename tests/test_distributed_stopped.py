@@ -101,23 +101,6 @@ def dask_client() -> Iterator[Any]:
         cluster.close()
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[Any]:
-    """A real local Ray instance: 2 CPUs, no dashboard, on 127.0.0.1."""
-    ray = pytest.importorskip("ray")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
 def _check(raised: BranchesError, status: str = "timeout") -> None:
     """The stopped branch ended ``status`` alone; every other branch finished."""
     errors = [f"{getattr(e, 'index', None)}: {type(e).__name__}: {e}" for e in raised.exceptions]
@@ -131,6 +114,7 @@ def _check(raised: BranchesError, status: str = "timeout") -> None:
     ] * 3
 
 
+@pytest.mark.slow
 class TestStoppedWorker:
     def test_processes(self, source: Conversation) -> None:
         """A stopped worker process: its branch times out, the process is killed and

@@ -156,6 +156,7 @@ class TestCodeBlocks:
         assert len(RUN) >= 15
         assert any(block.page == "README.md" for block in RUN)
 
+    @pytest.mark.slow
     @pytest.mark.parametrize("block", RUN, ids=[block.name for block in RUN])
     def test_block_runs(
         self,

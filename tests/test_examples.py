@@ -100,6 +100,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> ExampleRuns:
     return ExampleRuns(tmp_path_factory)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
 def test_example_runs_offline(example: Path, runs: dict[str, ExampleRun]):
     """The example exits 0 with LLM_* pointing at the stub, run from an empty directory."""

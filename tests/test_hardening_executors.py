@@ -50,6 +50,7 @@ def _failed_alone(raised: BranchesError, index: int, words: str) -> None:
     assert all(s is ExecutionStatus.FINISHED for i, s in enumerate(statuses) if i != index)
 
 
+@pytest.mark.slow
 class TestProcessExecutor:
     def test_a_stopped_worker_fails_its_branch_alone(self, source: Conversation) -> None:
         """A worker process that stops answering (SIGSTOP): its branch is given up after its

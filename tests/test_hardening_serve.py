@@ -66,6 +66,7 @@ ODD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ODD))
 def test_odd_data_dirs_keep_conversations_across_restarts(tmp_path: Path, name: str) -> None:
     """The store is created where the path says (``~`` expanded, ``..`` resolved, bytes kept),

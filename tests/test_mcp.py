@@ -622,6 +622,7 @@ print("RESULT " + json.dumps(out))
 class TestOpenHandsClient:
     # The OpenHands environment is built on a machine's first run (minutes, then cached), by
     # the worker that runs the other tests needing it.
+    @pytest.mark.slow
     @pytest.mark.timeout(3600)
     @pytest.mark.xdist_group("openhands")
     def test_openhands_client_agent_with_mcp_config(self, stub: StubLLMServer, tmp_path: Path):

@@ -52,6 +52,7 @@ def served(tmp_path: Path) -> Iterator[BackgroundServer]:
 class TestRunEndingInErrorOrStuckRaises:
     """One rule on every backend: the run is recorded, then raised."""
 
+    @pytest.mark.slow
     def test_on_an_openhands_server(
         self, served: BackgroundServer, stub_agent: Agent, stub: StubLLMServer, tmp_path: Path
     ):

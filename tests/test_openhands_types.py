@@ -83,6 +83,7 @@ class TestConfirmationPolicies:
             SecurityRisk.HIGH.is_riskier(SecurityRisk.UNKNOWN)
         assert SecurityRisk.HIGH.is_riskier(SecurityRisk.HIGH, reflexive=False) is False
 
+    @pytest.mark.slow
     def test_sent_to_openhands_agent_server_and_read_back(
         self,
         openhands_server: str,  # noqa: F811 (the fixture imported above)
@@ -137,6 +138,7 @@ class TestConversationErrorEvent:
         back = Event.model_validate_json(error.model_dump_json())
         assert type(back) is ConversationErrorEvent and back == error
 
+    @pytest.mark.slow
     def test_reads_openhands_sdk_json(self, openhands: Path):  # noqa: F811 (the fixture)
         """The JSON OpenHands' SDK writes for its ConversationErrorEvent loads as ours."""
         script = (
@@ -306,6 +308,7 @@ def test_state_update_is_an_event_the_remote_cache_skips():
         ConversationStats(usage_to_metrics={"agent": object()})  # type: ignore[dict-item]
 
 
+@pytest.mark.slow
 def test_update_state_from_event_feeds_the_cost_close_reports(
     openhands_server: str,  # noqa: F811 (the fixture imported above)
     stub: StubLLMServer,

@@ -111,6 +111,7 @@ def _free_port() -> int:
 
 
 class TestOpenHandsClientOnCowconvServer:
+    @pytest.mark.slow
     def test_create_message_run_events_fork_navigate_pause(
         self, openhands: Path, stub: StubLLMServer, tmp_path: Path
     ):
@@ -204,6 +205,7 @@ print("RESULT " + json.dumps(out))
 
 
 class TestOpenHandsClientRunsTheTaskTracker:
+    @pytest.mark.slow
     def test_plan_and_view_come_back_as_openhands_observations(
         self, openhands: Path, stub: StubLLMServer, tmp_path: Path
     ):
@@ -304,6 +306,7 @@ class Recording(httpx.HTTPTransport):
 
 
 class TestCowconvClientOnOpenHandsServer:
+    @pytest.mark.slow
     def test_create_message_run_events_fork_navigate_pause(
         self, openhands_server: str, stub: StubLLMServer, tmp_path: Path
     ):

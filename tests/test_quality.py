@@ -34,6 +34,7 @@ class TestLint:
 # Both mypy runs share the checkout's .mypy_cache: one pytest-xdist worker runs them in turn.
 @pytest.mark.xdist_group("mypy")
 class TestTypes:
+    @pytest.mark.slow
     def test_mypy_strict(self):
         """mypy --strict accepts the package."""
         result = run(sys.executable, "-m", "mypy", "cowconv")

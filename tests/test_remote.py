@@ -395,6 +395,7 @@ json_answers = st.recursive(
 """Any JSON, its object keys mostly the protocol's, so answers get past the first checks."""
 
 
+@pytest.mark.slow
 class TestAnswersOfAnyShape:
     """A server answering any JSON with a success status: each call of a remote conversation
     succeeds or raises a cowconv error (a RemoteError), and the conversation goes on after."""

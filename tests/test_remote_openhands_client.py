@@ -637,6 +637,7 @@ class TestOpenHandsProtocol:
 
 
 class TestOpenHandsOnlyRoutes:
+    @pytest.mark.slow
     def test_secrets_policy_analyzer_reject_ask(
         self,
         openhands_server: str,  # noqa: F811 (the fixture imported above)

@@ -188,6 +188,7 @@ class TestConflictsReload:
 
 
 class TestConcurrentForks:
+    @pytest.mark.slow
     def test_a_thousand_forks_over_two_servers_land_exactly_once(
         self, servers: tuple[Server, Server], location: str, tmp_path: Path
     ):

@@ -736,6 +736,7 @@ def apply(store: SQLiteStore, steps: list) -> tuple[list[Conversation], int, boo
 
 
 class TestRandomForkTrees:
+    @pytest.mark.slow
     @settings(
         max_examples=12,
         deadline=None,

@@ -98,6 +98,7 @@ def integrity(path: Path) -> str:
 
 
 class TestKilledWriter:
+    @pytest.mark.slow
     def test_sigkill_at_random_moments(self, tmp_path: Path):
         """After SIGKILL mid-write, reopening shows every acknowledged event, none torn."""
         path = tmp_path / "cowconv.db"

@@ -487,6 +487,7 @@ def check_numbered(store: TreeStore, conversation_id: str) -> int:
 class TestOtherProcesses:
     """Other processes open the database: a SQLite file, a PostgreSQL database."""
 
+    @pytest.mark.slow
     def test_sigkill_of_a_writer_mid_write(self, store_database: StoreDatabase):
         """After SIGKILL mid-write, a new store shows every acknowledged event, none torn."""
         assert store_database.location is not None
@@ -602,6 +603,7 @@ def serve(store: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 class TestServeReplicas:
+    @pytest.mark.slow
     def test_two_servers_on_one_postgres_database(self, postgres_dsn: str, tmp_path: Path):
         """cowconv serve --store URL twice: created on one, forked and listed on the other."""
         (one, one_url), (two, two_url) = serve(postgres_dsn), serve(postgres_dsn)

@@ -216,6 +216,7 @@ def _check_exactly_once(forks: list[Conversation], stub: StubLLMServer) -> None:
     assert len(stub.requests) == len(BRANCHES)
 
 
+@pytest.mark.slow
 class TestCallerKilled:
     def test_processes_the_caller_is_killed_and_another_process_resumes(
         self, tmp_path: Path, location: str, slow_stub: StubLLMServer
@@ -274,23 +275,7 @@ class TestCallerKilled:
         store.close()
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> Iterator[Any]:
-    """A real local Ray instance (2 CPUs, no dashboard) another process's driver can join."""
-    ray = pytest.importorskip("ray")
-    context = ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
-        yield context
-    finally:
-        ray.shutdown()
-
-
+@pytest.mark.slow
 class TestCallerKilledOnRay:
     def test_ray_ends_the_dead_drivers_tasks_their_branches_are_lost_not_run_twice(
         self, tmp_path: Path, slow_stub: StubLLMServer, ray_session: Any
@@ -301,7 +286,7 @@ class TestCallerKilledOnRay:
         from cowconv.distributed import RayExecutor
 
         location = str(tmp_path / "cowconv.db")
-        address = ray_session.address_info["gcs_address"]
+        address = ray_session.get_runtime_context().gcs_address
         caller = _start_caller(tmp_path, location, slow_stub, "ray", address)
         store = open_store(location)
         assert isinstance(store, TreeStore)
@@ -428,6 +413,7 @@ class TestRecordedSuite:
         finally:
             store.close()
 
+    @pytest.mark.slow
     def test_a_worker_killed_mid_branch_is_lost_not_run_again_unless_asked(
         self, stub: StubLLMServer, tmp_path: Path
     ) -> None:
@@ -465,6 +451,7 @@ class TestRecordedSuite:
 
 
 class TestRunnerGone:
+    @pytest.mark.slow
     def test_a_runner_whose_heartbeat_stalls_is_lost_and_not_run_again(
         self, tmp_path: Path, stub: StubLLMServer
     ) -> None:

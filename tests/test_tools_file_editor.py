@@ -1029,6 +1029,7 @@ def copy_workspace(template: str, index: int, conversation_id: str) -> str:
 
 
 class TestOnWorkerProcesses:
+    @pytest.mark.slow
     def test_branches_undo_in_their_own_copies(self, stub, tmp_path: Path):
         """Branches run on a process worker, each in a copy of the workspace, undo there."""
         source_dir = tmp_path / "source"
@@ -1239,6 +1240,7 @@ class EditorIsolation(RuleBasedStateMachine):
             self.backend.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_fork_isolation_of_the_editor(kind, stub, request, tmp_path: Path):
     """A fork's edits and undo history never reach its source, nor the source's its fork."""
@@ -1266,6 +1268,7 @@ def test_fork_isolation_of_the_editor(kind, stub, request, tmp_path: Path):
     assert stub.pending == 0
 
 
+@pytest.mark.slow
 def test_fork_isolation_of_the_editor_in_copied_workspaces(stub, store_reader, tmp_path: Path):
     """Each fork reopened in a copy of its source's directory: files, undo history and
     observations all behave as a deep copy at the fork point (SQLite store)."""

@@ -564,6 +564,7 @@ class TestOpenHandsWire:
 
 
 class TestOnWorkerProcesses:
+    @pytest.mark.slow
     def test_branches_start_from_the_source_list_and_keep_their_own(self, stub, tmp_path):
         """run_branches on a process worker: each branch views the source's list, plans its
         own; the source's list is untouched."""

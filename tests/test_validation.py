@@ -330,6 +330,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_what_the_server_accepts_a_restarted_server_serves_unchanged(tmp_path: Path):
     """Bodies with any JSON values (NaN, infinity, surrogates, deep nesting among them):
     what the server answers 2xx to, a new server process on the same data serves the same."""

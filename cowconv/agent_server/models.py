@@ -145,6 +145,8 @@ _SERVER_WORKSPACE_SCHEMA: dict[str, Any] = {
         # there), and the directories a copy's files came from.
         "snapshot_store": {"type": ["string", "null"]},
         "copied_from": {"type": "array", "items": {"type": "string"}},
+        # cowconv's own: files larger than this (bytes) are left out of its snapshots.
+        "max_snapshot_file_size": {"type": ["integer", "null"], "minimum": 0},
     },
     "required": ["working_dir"],
     "additionalProperties": False,

@@ -47,6 +47,7 @@ from cowconv.core.state import ConversationInfo, ConversationState, check_tags
 from cowconv.core.workspace import Workspace
 from cowconv.stores import MemoryStore, Store
 from cowconv.stores.tree import TreeStore
+from cowconv.workspaces.recording import materialize_workspace
 
 __all__ = ["DEFAULT_MAX_LIVE", "ConversationRegistry", "ListingPage"]
 
@@ -390,7 +391,11 @@ class ConversationRegistry:
                 workspace=workspace,
             )
 
-        return self._adopt(make, fork_id)
+        fork = self._adopt(make, fork_id)
+        # A copy's files are written now, not on first use: the server's bash and file routes
+        # take any path, so its directory must hold them before GET names it.
+        materialize_workspace(fork.state.workspace)
+        return fork
 
     # -- running ---------------------------------------------------------------
 

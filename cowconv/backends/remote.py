@@ -1129,6 +1129,8 @@ class RemoteBackend:
         }
         if workspace.snapshot_store is not None:  # cowconv's: the server records the files
             body["workspace"]["snapshot_store"] = workspace.snapshot_store
+        if workspace.max_snapshot_file_size is not None:
+            body["workspace"]["max_snapshot_file_size"] = workspace.max_snapshot_file_size
         body.update(request_extras or {})
         if conversation_id is not None:
             body["conversation_id"] = conversation_id

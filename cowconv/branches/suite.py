@@ -54,6 +54,8 @@ from cowconv.core.workspace import Workspace
 from cowconv.distributed.process import PicklingExecutor
 from cowconv.ports import BranchExecutor, EventCallback, SuiteRow, notify
 from cowconv.stores.tree import TreeStore
+from cowconv.workspaces.recording import default_store_directory, store_at
+from cowconv.workspaces.transfer import SnapshotPack, receive_changes
 
 __all__ = [
     "Branch",
@@ -111,6 +113,7 @@ class BranchResult:
     wall_seconds: float | None = None
     worker: str | None = None
     prefix_loads: int = 0
+    snapshot_loads: int = 0
 
     @property
     def status(self) -> str:
@@ -137,7 +140,9 @@ class BranchRuns(list[Conversation]):
     :meth:`report`, a readable summary. With an executor, ``workers`` names
     the process each branch ran in (``host:pid``) and ``prefix_loads`` how
     many times that process had deserialised the shared history by then
-    (1: once; empty for the thread pool).
+    (1: once; empty for the thread pool); for a suite of copies
+    (``workspace="copy"``), ``snapshot_loads`` how many times it had
+    unpacked the files' snapshot that travels with that history.
 
     >>> runs = BranchRuns([], [])
     >>> runs == [], runs.wall_seconds
@@ -152,11 +157,13 @@ class BranchRuns(list[Conversation]):
         workers: Iterable[str | None] = (),
         prefix_loads: Iterable[int] = (),
         results: Iterable[BranchResult] = (),
+        snapshot_loads: Iterable[int] = (),
     ) -> None:
         super().__init__(forks)
         self.wall_seconds: tuple[float | None, ...] = tuple(wall_seconds)
         self.workers: tuple[str | None, ...] = tuple(workers)
         self.prefix_loads: tuple[int, ...] = tuple(prefix_loads)
+        self.snapshot_loads: tuple[int, ...] = tuple(snapshot_loads)
         self.results: tuple[BranchResult, ...] = tuple(results)
         """Each branch's :class:`BranchResult` (its status, error, worker), in branch order."""
 
@@ -226,8 +233,11 @@ def run_branches(
     ``workspace``, the thread pool runs each branch as the executors do: on
     a copy of the fork, committed to it when the run ends. ``workspace="copy"``
     gives every fork its own directory holding the source's files at the fork
-    point (``fork(workspace="copy")``), where its branch runs; the workers must
-    see this machine's files (threads, processes, a local Dask or Ray cluster).
+    point (``fork(workspace="copy")``), where its branch runs. On an executor the
+    workers need not see this machine's files: the snapshot of the forks' files
+    travels with the shared history, once per worker, each branch runs in a
+    directory made from it there, and what it changed comes back to its fork's
+    directory here (its snapshots into the fork's snapshot store).
 
     ``raise_on_error=True`` also raises the errors runs recorded (a failed
     LLM call, a crashed tool, missing credentials) as
@@ -399,6 +409,7 @@ def _finish(
         workers=[r.worker for r in done] if suite.remote else (),
         prefix_loads=[r.prefix_loads for r in done] if suite.remote else (),
         results=done,
+        snapshot_loads=[r.snapshot_loads for r in done] if suite.remote else (),
     )
     errors: list[BaseException] = []
     for result in done:
@@ -568,6 +579,9 @@ class _Suite:
     watch: set[int] = field(default_factory=set)
     """Branches of a recorded suite that another runner holds: waited for in the store."""
     max_iterations: list[int] | None = None
+    copies: bool = False
+    """Whether every fork has its own copy of the files (``workspace="copy"``): their snapshot
+    travels to the workers with the shared history, and each run's files come back."""
 
     @classmethod
     def start(
@@ -667,6 +681,7 @@ class _Suite:
             fork.send_message(spec.message)
             forks.append(fork)
         suite = cls(forks, executor, max_workers, branch_timeout, timeout, workspace, inherited)
+        suite.copies = own_directory
         if store is not None and suite_id is not None:
             ledger.record(
                 store,
@@ -808,7 +823,18 @@ class _Suite:
         if not todo:
             return
         assert self.inherited is not None
-        prefix = SharedPrefix.of(self.inherited)
+        trees: dict[int, str] = {}
+        files: SnapshotPack | None = None
+        if self.copies:
+            try:
+                trees, files = self._files(todo)
+            except Exception as error:
+                for index in todo:
+                    cid = str(forks[index].id)
+                    why = f"its files cannot be packed for its worker: {error!r}"
+                    yield self._failed(index, BranchError(index, cid, why))
+                return
+        prefix = SharedPrefix.of(self.inherited, files)
         ship_api_keys = bool(getattr(executor, "ship_api_keys", True))
         ticket = None
         if self.record is not None:
@@ -831,6 +857,7 @@ class _Suite:
                     timeout=self.branch_timeout,
                     workspace=self.workspace,
                     suite=ticket,
+                    files=trees.get(index),
                 )
             except Exception as error:
                 failure = BranchError(index, str(fork.id), f"cannot be prepared: {error}")
@@ -892,6 +919,21 @@ class _Suite:
             pending.clear()
         yield from leftovers
 
+    def _files(self, todo: Iterable[int]) -> tuple[dict[int, str], SnapshotPack]:
+        """Each fork's snapshot (its own directory's files), and one pack of their objects:
+        what the workers make the branches' directories from (one snapshot for a suite whose
+        forks share a fork point)."""
+        trees: dict[int, str] = {}
+        stores = set()
+        for index in todo:
+            workspace = self.forks[index].state.workspace
+            store = store_at(workspace.snapshot_store or default_store_directory())
+            stores.add(store)
+            trees[index] = store.snapshot(workspace.working_dir).tree
+        if len(stores) != 1:
+            raise InvalidValueError("the forks of a suite of copies share one snapshot store")
+        return trees, SnapshotPack.of(stores.pop(), sorted(set(trees.values())))
+
     def _failed(self, index: int, error: BranchError) -> BranchResult:
         """A branch that did not come back: recorded on its fork (or, for a recorded suite,
         by the state of its row: it runs on resume if it never started)."""
@@ -913,6 +955,11 @@ class _Suite:
             outcome = BranchOutcome.loads(result)
         except Exception as unreadable:
             return BranchResult(index, fork, unreadable)
+        if outcome.files is not None:
+            try:  # the objects of the branch's snapshots, and its files, into the fork's own
+                receive_changes(fork.workspace, outcome.files)
+            except Exception as error:
+                return BranchResult(index, fork, error, worker=outcome.worker or None)
         if self.record is not None:
             if outcome.committed:
                 return self._reloaded(index)
@@ -944,6 +991,7 @@ class _Suite:
             outcome.wall_seconds,
             outcome.worker,
             outcome.prefix_loads,
+            outcome.snapshot_loads,
         )
 
     # -- a recorded suite: its store says what ended, what runs where ---------------------
