@@ -173,6 +173,7 @@ def _check_on_the_server(url: str, forks: list[Conversation], working_dir: Path)
             again.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["threads", "processes"])
 def test_a_suite_varying_model_and_system_prompt_keeps_every_result_on_the_server(
     server_url: str, slow_stub: StubLLMServer, tmp_path: Path, engine: str
@@ -235,6 +236,7 @@ CALLER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["threads", "processes"])
 def test_the_caller_killed_mid_suite_another_process_finishes_it_once_per_branch(
     server_url: str, slow_stub: StubLLMServer, tmp_path: Path, engine: str
@@ -372,9 +374,14 @@ def test_openhands_server_refuses_another_system_prompt_after_the_agent_spoke_in
         source.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["dask", "ray"])
 def test_dask_and_ray_workers_run_a_remote_suite_on_the_server(
-    cowconv_server: str, stub: StubLLMServer, tmp_path: Path, engine: str
+    cowconv_server: str,
+    stub: StubLLMServer,
+    tmp_path: Path,
+    engine: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """The same jobs travel to a Dask or Ray worker: it attaches to its fork and runs it there."""
     size = 6
@@ -389,13 +396,9 @@ def test_dask_and_ray_workers_run_a_remote_suite_on_the_server(
         client = distributed.Client(cluster)
         executor: Any = DaskExecutor(client, max_in_flight=2, progress=False)
     else:
-        ray = pytest.importorskip("ray")
         from cowconv.distributed import RayExecutor
 
-        ray.init(
-            num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-            log_to_driver=False, configure_logging=False,
-        )  # fmt: skip
+        request.getfixturevalue("ray_session")  # the session's local Ray instance
         executor = RayExecutor(max_in_flight=2, progress=False)
     source = _source(cowconv_server, stub, tmp_path)
     try:
@@ -410,8 +413,6 @@ def test_dask_and_ray_workers_run_a_remote_suite_on_the_server(
         if engine == "dask":
             client.close()
             cluster.close()
-        else:
-            ray.shutdown()
 
 
 def test_iter_branches_and_the_report_of_a_remote_suite(
