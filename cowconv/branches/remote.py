@@ -224,7 +224,7 @@ def find_suite(workspace: Workspace, suite_id: str) -> dict[int, str]:
     page). :class:`~cowconv.SuiteNotFoundError` if none has them; a
     :class:`~cowconv.SuiteExistsError` if two sources' suites share the id.
     """
-    probe = RemoteConversationProbe(workspace)
+    probe = _ServerClient(workspace)
     try:
         found: dict[int, str] = {}
         sizes: set[int] = set()
@@ -262,7 +262,7 @@ def find_suite(workspace: Workspace, suite_id: str) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
-class RemoteConversationProbe:
+class _ServerClient:
     """An HTTP client to an agent server, for requests outside a conversation."""
 
     def __init__(self, workspace: Workspace) -> None:
