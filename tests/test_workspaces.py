@@ -1,10 +1,12 @@
 """Tests for cowconv.workspaces: snapshots that share structure, and forks that copy the files.
 
 The heart is :class:`WorkspaceIsolation`: any interleaving of direct file
-edits, agent runs that write files through the terminal tool, forks with
-``workspace="copy"`` (now, and from earlier events) leaves every
-conversation's directory exactly as a full copy made at its fork point
-would, and never changes the source's files; in memory and on a SQLite file.
+edits, agent runs that write files through the terminal tool and the file
+editor (``create``, ``str_replace``, ``insert``, ``undo_edit``), forks with
+``workspace="copy"`` (now, and from earlier events) and their first uses
+leaves every conversation's directory exactly as a full copy made at its
+fork point would, and never changes the source's files; in memory, on a
+SQLite file and through the agent server.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -61,7 +63,8 @@ from cowconv.agent_server.models import StartConversationRequest
 from cowconv.core.ids import id_text
 from cowconv.distributed import ProcessExecutor
 from cowconv.stores import open_store
-from cowconv.testing import StubLLMServer, TestLLM
+from cowconv.testing import StubLLMServer, StubReply, TestLLM
+from cowconv.tools.file_editor.editor import MAX_HISTORY_PER_FILE
 from cowconv.workspaces import SnapshotStore, file_changes, materialize_workspace, snapshot_at
 from tests.conftest import IN_PROCESS_HOST
 
@@ -454,7 +457,7 @@ class TestLazyCopy:
         assert directory.is_dir() and list(directory.iterdir()) == []
         assert tree is not None and {p: store.read(tree, p) for p in store.files(tree)} == before
 
-    @pytest.mark.parametrize("use", ["workspace", "materialize", "run", "snapshot"])
+    @pytest.mark.parametrize("use", ["workspace", "materialize", "run"])
     def test_first_use_writes_the_files_of_the_fork_point(self, work, tmp_path, use):
         """Each first use writes the files as they were at the fork, whatever the source did."""
         source, fork, before = lazy_fork(work, tmp_path)
@@ -462,7 +465,7 @@ class TestLazyCopy:
         after = files_of(work)
         directory = Path(fork.state.workspace.working_dir)
         store = SnapshotStore(tmp_path / "store")
-        tree = store.pending(directory)
+        assert store.pending(directory) is not None  # not used yet
         expected = before
         if use == "workspace":
             assert fork.workspace.working_dir == str(directory)
@@ -474,8 +477,6 @@ class TestLazyCopy:
             expected = {**before, "a.txt": b"x"}
             action = next(e for e in fork.state.branch if isinstance(e, ActionEvent))
             assert store.read(action.workspace_snapshot, "a.txt") == before["a.txt"]
-        else:
-            assert store.snapshot(directory).tree == tree
         assert store.pending(directory) is None
         assert files_of(directory) == expected
         assert files_of(work) == after
@@ -499,6 +500,20 @@ class TestLazyCopy:
         assert files_of(directory) == {**at_fork, "a.txt": b"one"}
         store.restore(undo, directory)
         assert files_of(directory) == at_fork
+
+    def test_the_store_sees_an_unused_copy_as_its_snapshot_and_writes_nothing(self, work, tmp_path):
+        """snapshot() answers the snapshot a copy waits for; restore() makes it wait for
+        another; neither writes a file, and the first use writes the last one asked for."""
+        source, fork, before = lazy_fork(work, tmp_path)
+        store = SnapshotStore(tmp_path / "store")
+        directory = Path(fork.state.workspace.working_dir)
+        tree = store.pending(directory)
+        change_source(work)
+        later = store.snapshot(work).tree
+        assert store.snapshot(directory).tree == tree
+        assert store.restore(later, directory).tree == tree
+        assert store.pending(directory) == later and list(directory.iterdir()) == []
+        assert files_of(Path(fork.workspace.working_dir)) == files_of(work) != before
 
     def test_a_fork_of_an_unused_fork_writes_nothing_and_gets_the_same_files(self, work, tmp_path):
         """Copying a copy still waiting for its files copies the snapshot it waits for."""
@@ -567,6 +582,18 @@ class TestLazyCopy:
         assert store.pending(directory) == tree
         shutil.move(hidden, store.directory / "objects.git" / "objects" / tree[:2])
         assert files_of(Path(fork.workspace.working_dir)) == files_of(work)
+
+    def test_an_eager_checkout_replaces_an_unused_lazy_one(self, store, work, tmp_path):
+        """A lazy copy removed unused, then an eager checkout there: no old snapshot comes back."""
+        first = store.snapshot(work).tree
+        store.checkout(first, tmp_path / "copy", lazy=True)
+        shutil.rmtree(tmp_path / "copy")
+        write_files(work, {"a.txt": b"later"})
+        later = store.snapshot(work).tree
+        store.checkout(later, tmp_path / "copy")
+        assert store.pending(tmp_path / "copy") is None
+        assert store.materialize(tmp_path / "copy") is False
+        assert files_of(tmp_path / "copy") == files_of(work)
 
     def test_a_lazy_checkout_refuses_what_an_eager_one_refuses(self, store, work, tmp_path):
         """lazy=True checks the snapshot and the target as checkout() does."""
@@ -688,10 +715,112 @@ class TestMaxSnapshotFileSize:
             attached.close()
 
 
+# -- the file editor in copies ------------------------------------------------------------------
+
+
+def editing_llm(*calls: dict[str, Any]) -> TestLLM:
+    """A scripted model that makes ``calls`` with the file editor, one per step, then answers."""
+    script = [editor_call(f"edit-{number}-{uuid.uuid4().hex[:6]}", call) for number, call in
+              enumerate(calls)]  # fmt: skip
+    return TestLLM.from_messages([*script, Message(role="assistant", content="Edited.")])
+
+
+class TestFileEditorInCopies:
+    @pytest.mark.parametrize("kind", ["memory", "sqlite"])
+    def test_a_copy_undoes_its_own_history_in_its_own_files(self, work, tmp_path, kind):
+        """Edits, a copy fork now and one from an earlier event: each undoes in its own files."""
+        options: dict[str, Any] = {}
+        if kind == "sqlite":
+            options["store"] = SQLiteStore(tmp_path / "db")
+        tools = [Tool(name="file_editor")]
+        path = str(work / "a.txt")
+        source = Conversation(
+            agent=Agent(
+                llm=editing_llm(
+                    {"command": "str_replace", "path": path, "old_str": "one", "new_str": "two"},
+                    {"command": "insert", "path": path, "insert_line": 1, "new_str": "three"},
+                ),
+                tools=tools,
+            ),
+            workspace=recording_workspace(work, tmp_path),
+            **options,
+        )
+        source.send_message("Edit a.txt twice.")
+        source.run()
+        assert (work / "a.txt").read_text() == "twothree\n"  # "two" had no newline
+        first_edit = [e for e in source.state.branch if isinstance(e, ObservationEvent)][0]
+        now = source.fork(workspace="copy")
+        early = source.fork(from_event_id=first_edit.id, workspace="copy")
+        for fork, expected in ((now, "two"), (early, "one")):
+            target = str(Path(fork.state.workspace.working_dir) / "a.txt")
+            fork.switch_llm(editing_llm({"command": "undo_edit", "path": target}))
+            fork.send_message("Undo.")
+            fork.run()
+            assert Path(target).read_text() == expected
+        assert (work / "a.txt").read_text() == "twothree\n"
+        # The source's own history is untouched by its forks' undos.
+        source.switch_llm(editing_llm({"command": "undo_edit", "path": path}))
+        source.send_message("Undo.")
+        source.run()
+        assert (work / "a.txt").read_text() == "two"
+
+
 # -- the isolation machine ---------------------------------------------------------------------
 
 PATHS = ["a.txt", "sub/b.txt", "sub/deep/c.txt", "d.txt"]
-contents = st.text(alphabet="abcxyz019", min_size=0, max_size=6)
+ALPHABET = "abcxyz019"
+contents = st.text(alphabet=ALPHABET, min_size=0, max_size=6)
+EDITOR_COMMANDS = ["create", "str_replace", "insert", "undo_edit"]
+
+
+class Edit(NamedTuple):
+    """One file_editor edit that succeeded: its observation, the file, what undo remembers."""
+
+    event_id: str
+    key: str
+    command: str
+    remembered: str | None  # None: an undo_edit (it forgets the last)
+
+
+def undo_history(edits: list[Edit], key: str) -> tuple[str, ...]:
+    """What undo_edit on ``key`` restores, oldest first: as the editor rebuilds it from events."""
+    entries: tuple[str, ...] = ()
+    for edit in edits:
+        if edit.key != key:
+            continue
+        if edit.remembered is None:
+            entries = entries[:-1]
+        else:
+            entries = (*entries, edit.remembered)[-MAX_HISTORY_PER_FILE:]
+    return entries
+
+
+def edited(
+    command: str, current: bytes | None, history: tuple[str, ...], text: str, old: str, line: int
+) -> tuple[str, str | None] | None:
+    """What a file_editor command makes of a file: (new text, what undo remembers), or
+    ``None`` when the editor refuses it (the file is then unchanged)."""
+    if command == "create":
+        return None if current is not None else (text, text)
+    if current is None:
+        return None
+    content = current.decode()
+    if command == "str_replace":
+        if old == text or content.count(old) != 1:
+            return None
+        return content.replace(old, text, 1), content
+    if command == "insert":
+        parts = content.split("\n")
+        lines = [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+        if not 0 <= line <= len(lines):
+            return None
+        return "".join([*lines[:line], text + "\n", *lines[line:]]), content
+    return (history[-1], None) if history else None
+
+
+def editor_call(call_id: str, arguments: dict[str, Any]) -> Message:
+    tool_call = MessageToolCall(id=call_id, name="file_editor", arguments=json.dumps(arguments))
+    return Message(role="assistant", content="", tool_calls=[tool_call])
 
 
 class WorkspaceIsolation(RuleBasedStateMachine):
@@ -713,6 +842,9 @@ class WorkspaceIsolation(RuleBasedStateMachine):
         super().__init__()
         self.pairs: list[tuple[Conversation, Files]] = []
         self.recorded: dict[str, Files] = {}
+        self.edits: list[list[Edit]] = []  # per pair: its branch's file_editor edits, in order
+        self.calls: dict[str, tuple[str, ...]] = {}  # action event id -> what its call does
+        self.dangling: dict[int, list[str]] = {}  # pair -> its unanswered actions (a fork's)
 
     def _new(self, **options: object) -> Conversation:
         if self.store is not None:
@@ -731,12 +863,14 @@ class WorkspaceIsolation(RuleBasedStateMachine):
         workspace = Workspace(
             working_dir=str(directory), snapshot_store=str(self.root / "store"), host=host
         )
+        tools = [Tool(name="terminal"), Tool(name="file_editor")]
         if self.stub is None:
-            agent = agent_writing("a.txt", "")
+            agent = Agent(llm=writing_llm("a.txt", ""), tools=tools)
         else:
-            agent = Agent(llm=LLM(**self.stub.llm_settings()), tools=[Tool(name="terminal")])
+            agent = Agent(llm=LLM(**self.stub.llm_settings()), tools=tools)
         conversation = self._new(agent=agent, workspace=workspace)
         self.pairs.append((conversation, encoded))
+        self.edits.append([])
         return len(self.pairs) - 1
 
     @rule(index=conversations, path=st.sampled_from(PATHS), text=contents)
@@ -753,9 +887,11 @@ class WorkspaceIsolation(RuleBasedStateMachine):
 
     @rule(index=conversations, path=st.sampled_from(PATHS), text=contents)
     def run_agent(self, index, path, text):
+        """A run whose one call writes a file with the terminal."""
         conversation, files = self.pairs[index]
-        before = dict(files)
         seen = len(conversation.state.branch)
+        made = self._make_dangling_calls(index, files)
+        before = dict(files)
         if self.stub is None:
             conversation.switch_llm(writing_llm(path, text))
             conversation.send_message(f"Write {path}.")
@@ -763,19 +899,108 @@ class WorkspaceIsolation(RuleBasedStateMachine):
             conversation.send_message(f"Run `{write_command(path, text)}`.")
         conversation.run()
         files[path] = text.encode()
-        for event in list(conversation.state.branch)[seen:]:
-            if isinstance(event, ActionEvent):
-                assert event.workspace_snapshot is not None
-                self.recorded[event.id] = before
-            elif isinstance(event, ObservationEvent):
-                assert event.workspace_snapshot is not None
-                self.recorded[event.id] = dict(files)
+        self._record_run(conversation, seen, made, before, files, ("terminal", path, text))
+
+    def _make_dangling_calls(self, index: int, files: Files) -> list[Files]:
+        """The calls a fork from an action event has unanswered: its next run makes them
+        first. A terminal write lands in the fork's directory; a file_editor path names the
+        source's directory, outside the fork's workspace: refused. The files after each."""
+        after: list[Files] = []
+        for action_id in self.dangling.pop(index, []):
+            call = self.calls[action_id]
+            if call[0] == "terminal":
+                files[call[1]] = call[2].encode()
+            after.append(dict(files))
+        return after
+
+    def _record_run(
+        self,
+        conversation: Conversation,
+        seen: int,
+        made: list[Files],
+        before: Files,
+        files: Files,
+        call: tuple[str, ...],
+    ) -> ObservationEvent:
+        """Note the files each new snapshot names (for forks from those events) and the
+        run's call; the observation of that call."""
+        new = list(conversation.state.branch)[seen:]
+        actions = [event for event in new if isinstance(event, ActionEvent)]
+        observations = [event for event in new if isinstance(event, ObservationEvent)]
+        assert len(actions) == 1 and len(observations) == len(made) + 1
+        for event in (*actions, *observations):
+            assert event.workspace_snapshot is not None
+        self.recorded[actions[0].id] = before
+        self.calls[actions[0].id] = call
+        for observation, after in zip(observations, [*made, dict(files)], strict=True):
+            self.recorded[observation.id] = after
+        return observations[-1]
+
+    @rule(
+        index=conversations,
+        command=st.sampled_from(EDITOR_COMMANDS),
+        path=st.sampled_from(PATHS),
+        text=contents,
+        line=st.integers(0, 2),
+        data=st.data(),
+    )
+    def edit_with_the_file_editor(self, index, command, path, text, line, data):
+        """A run whose one call is a file_editor command on one of the files."""
+        conversation, files = self.pairs[index]
+        seen = len(conversation.state.branch)
+        made = self._make_dangling_calls(index, files)
+        if command == "create":
+            path = path.rsplit("/", 1)[-1]  # its directory may be gone (git keeps no empty one)
+        elif files and data.draw(st.booleans()):
+            # Mostly a file that is there; for undo_edit, one the editor changed.
+            edited_paths = sorted({edit.key for edit in self.edits[index]} & set(files))
+            candidates = edited_paths if command == "undo_edit" and edited_paths else sorted(files)
+            path = data.draw(st.sampled_from(candidates))
+        # old_str: mostly a piece of the file (found once, or more often), else any text.
+        current = files.get(path, b"").decode()
+        if current and data.draw(st.booleans()):
+            start = data.draw(st.integers(0, len(current) - 1))
+            old = current[start : data.draw(st.integers(start + 1, len(current)))]
+        else:
+            old = data.draw(st.text(alphabet=ALPHABET, min_size=1, max_size=2))
+        history = undo_history(self.edits[index], path)
+        outcome = edited(command, files.get(path), history, text, old, line)
+        before = dict(files)
+        # The workspace's directory as the conversation names it (not a first use: the run is).
+        directory = conversation.state.workspace.working_dir
+        arguments: dict[str, Any] = {"command": command, "path": os.path.join(directory, path)}
+        if command == "create":
+            arguments["file_text"] = text
+        elif command == "str_replace":
+            arguments.update(old_str=old, new_str=text)
+        elif command == "insert":
+            arguments.update(insert_line=line, new_str=text)
+        if self.stub is None:
+            script = [editor_call(f"edit-{uuid.uuid4().hex[:8]}", arguments)]
+            conversation.switch_llm(
+                TestLLM.from_messages([*script, Message(role="assistant", content="Edited.")])
+            )
+        else:  # on the server: the stub LLM answers with the call, then with text
+            self.stub.script(StubReply.tool_call("file_editor", **arguments), StubReply.text("Ok."))
+        conversation.send_message(f"Edit {path}.")
+        conversation.run()
+        if outcome is not None:
+            files[path] = outcome[0].encode()
+        observation = self._record_run(
+            conversation, seen, made, before, files, ("file_editor", command, path)
+        )
+        assert observation.tool_name == "file_editor"
+        if outcome is not None:
+            self.edits[index].append(Edit(observation.id, path, command, outcome[1]))
 
     @rule(target=conversations, index=conversations)
     def fork_copy(self, index):
         conversation, files = self.pairs[index]
         fork = conversation.fork(workspace="copy")
         self.pairs.append((fork, dict(files)))
+        self.edits.append(list(self.edits[index]))
+        if index in self.dangling:
+            self.dangling[len(self.pairs) - 1] = list(self.dangling[index])
         return len(self.pairs) - 1
 
     @precondition(lambda self: bool(self.pairs))
@@ -800,6 +1025,13 @@ class WorkspaceIsolation(RuleBasedStateMachine):
             return index
         fork = conversation.fork(from_event_id=branch[position].id, workspace="copy")
         self.pairs.append((fork, dict(expected)))
+        prefix = branch[: position + 1]
+        kept = {event.id for event in prefix}
+        self.edits.append([edit for edit in self.edits[index] if edit.event_id in kept])
+        answered = {e.tool_call_id for e in prefix if isinstance(e, ObservationEvent)}
+        self.dangling[len(self.pairs) - 1] = [
+            e.id for e in prefix if isinstance(e, ActionEvent) and e.tool_call_id not in answered
+        ]
         return len(self.pairs) - 1
 
     @rule(index=conversations, how=st.sampled_from(["workspace", "materialize"]))
@@ -856,7 +1088,7 @@ def test_workspace_isolation(kind, tmp_path, request):
         Machine,
         settings=settings(
             # Through the server a run is an HTTP round trip to the stub LLM per step: fewer.
-            max_examples=6 if kind == "remote" else 12,
+            max_examples={"memory": 40, "sqlite": 20, "remote": 6}[kind],
             stateful_step_count=12,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

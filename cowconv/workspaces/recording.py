@@ -165,9 +165,8 @@ def copy_workspace(
     directory = workspace.snapshot_store or default_store_directory()
     store = store_at(directory)
     if events is None:
-        waiting = store.pending(workspace.working_dir)
         limit = workspace.max_snapshot_file_size
-        tree = waiting or store.snapshot(workspace.working_dir, max_file_size=limit).tree
+        tree = store.snapshot(workspace.working_dir, max_file_size=limit).tree
     else:
         found = snapshot_at(events)
         if found is None:
@@ -199,12 +198,11 @@ def materialize_workspace(workspace: Workspace) -> Workspace:
 
     A copy fork's directory is made empty (``fork(workspace="copy")``) and
     filled from the fork point's snapshot here, once: a run of the fork, its
-    ``conversation.workspace``, ``restore_workspace`` and any snapshot of the
-    directory call it first. Call it yourself before using a directory taken
-    from ``conversation.state.workspace``. Any number of threads and
-    processes may call it at once (one writes, the others wait for it); a
-    workspace with nothing waiting, or on an agent server, costs a ``stat``
-    or nothing.
+    ``conversation.workspace`` and ``restore_workspace`` call it first. Call
+    it yourself before using a directory taken from
+    ``conversation.state.workspace``. Any number of threads and processes
+    may call it at once (one writes, the others wait for it); a workspace
+    with nothing waiting, or on an agent server, costs a ``stat`` or nothing.
 
     >>> import pathlib, tempfile
     >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
@@ -283,7 +281,7 @@ def restore_snapshot(state: ConversationState, event_id: str | None = None) -> s
             "no workspace snapshot is recorded at or before that event (snapshots are taken "
             "around tool calls when the workspace names a snapshot_store)"
         )
-    workspace = state.workspace
+    workspace = materialize_workspace(state.workspace)  # a use: the files are written first
     store = store_at(workspace.snapshot_store or default_store_directory())
     return store.restore(tree, workspace.working_dir).tree
 

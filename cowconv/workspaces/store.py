@@ -36,6 +36,7 @@ import hashlib
 import os
 import re
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -224,7 +225,8 @@ class SnapshotStore:
         snapshot (a conversation's own, ``Workspace.max_snapshot_file_size``);
         it applies to the files that changed since the directory's last
         snapshot. A directory still waiting for its lazy checkout
-        (:meth:`checkout` with ``lazy=True``) is checked out first.
+        (:meth:`checkout` with ``lazy=True``) holds the snapshot it waits
+        for: that is the answer, and nothing is written.
 
         >>> import pathlib, tempfile
         >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
@@ -236,7 +238,9 @@ class SnapshotStore:
         work = _directory(working_dir)
         index = self._index(work)
         self._prepare()
-        self.materialize(work)
+        waiting = self.pending(work)
+        if waiting is not None:
+            return Snapshot(waiting)  # its files are that snapshot's, written on first use
         with self._locked(index):
             # Only the working tree against this directory's index (never HEAD: the store
             # has no commits): modified (C), deleted (R) and untracked, not ignored (?) files.
@@ -403,8 +407,9 @@ class SnapshotStore:
         ``target``'s index is primed as it is written, so its next snapshot
         re-reads only the files changed afterwards. ``lazy=True`` only makes
         the directory and records which snapshot it is to hold (O(1)); the
-        files are written on first use, by :meth:`materialize` (which every
-        :meth:`snapshot` and :meth:`restore` of ``target`` calls first).
+        files are written on first use, by :meth:`materialize`. Until then
+        :meth:`snapshot` answers that snapshot and :meth:`restore` changes
+        which one it waits for, writing nothing.
 
         >>> import pathlib, tempfile
         >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
@@ -426,14 +431,19 @@ class SnapshotStore:
         with self._locked(index):
             index.unlink(missing_ok=True)
             if lazy:
-                # Written whole, then renamed: a reader sees no marker or a complete one.
-                marker = self._marker(path)
-                marker.parent.mkdir(exist_ok=True)
-                partial = marker.with_name(f"{marker.name}.{os.getpid()}.partial")
-                partial.write_text(tree)
-                os.replace(partial, marker)
+                self._wait_for(path, tree)
                 return
+            self._marker(path).unlink(missing_ok=True)  # a lazy copy that was here, never used
             self._write_files(tree, path, index)
+
+    def _wait_for(self, path: Path, tree: str) -> None:
+        # Under the directory's lock. Written whole, then renamed: a reader sees no marker or
+        # a complete one.
+        marker = self._marker(path)
+        marker.parent.mkdir(exist_ok=True)
+        partial = marker.with_name(f"{marker.name}.{os.getpid()}.{threading.get_ident()}.partial")
+        partial.write_text(tree)
+        os.replace(partial, marker)
 
     def _write_files(self, tree: str, path: Path, index: Path) -> None:
         # Under the directory's lock: the index made from the tree, then every file written.
@@ -505,7 +515,9 @@ class SnapshotStore:
 
         Files the snapshot differs in are rewritten, files it lacks removed;
         files a snapshot leaves out (ignored, too large) are not touched. The
-        returned snapshot is of the files just before, so nothing is lost.
+        returned snapshot is of the files just before, so nothing is lost. A
+        directory still waiting for its lazy checkout is set to wait for
+        ``tree`` instead (O(1): nothing is written before its first use).
 
         >>> import pathlib, tempfile
         >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
@@ -517,8 +529,13 @@ class SnapshotStore:
         """
         self._require(check_tree_id(tree))
         work = _directory(working_dir)
-        current = self.snapshot(work)
         index = self._index(work)
+        with self._locked(index):
+            waiting = self.pending(work)
+            if waiting is not None:
+                self._wait_for(work, tree)
+                return Snapshot(waiting)
+        current = self.snapshot(work)
         with self._locked(index):
             self._git("read-tree", "-m", "-u", current.tree, tree, working_dir=work, index=index)
         return current
