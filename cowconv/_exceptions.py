@@ -511,19 +511,31 @@ def remote_error_class(name: str | type[CowconvError] | None) -> type[RemoteErro
     return _REMOTE_CLASSES.setdefault(local, made)
 
 
+_REASON_SHOWN = 500  # characters of a branch error's reason its message quotes
+
+
 class BranchError(CowconvError):
     """One branch of a suite could not be shipped to a worker or run there.
 
     Its fork records the reason as an :class:`~cowconv.AgentErrorEvent` and
     ends with status ``error``; the other branches go on.
 
+    The message is one line and quotes at most 500 characters of ``reason``
+    (an exception's text can hold a whole repr); ``reason`` keeps all of it.
+
     >>> error = BranchError(3, "c-42", "its worker died")
     >>> error.index, error.conversation_id, str(error)
     (3, 'c-42', "branch 3 (conversation 'c-42') failed: its worker died")
+    >>> len(str(BranchError(0, "c", "x" * 5000))) < 600
+    True
     """
 
     def __init__(self, index: int, conversation_id: str, reason: str) -> None:
-        super().__init__(f"branch {index} (conversation {conversation_id!r}) failed: {reason}")
+        shown = " ".join(str(reason).split())
+        if len(shown) > _REASON_SHOWN:
+            more = len(shown) - _REASON_SHOWN
+            shown = f"{shown[:_REASON_SHOWN]}... ({more:,} more characters in .reason)"
+        super().__init__(f"branch {index} (conversation {conversation_id!r}) failed: {shown}")
         self.index = index
         self.conversation_id = conversation_id
         self.reason = reason

@@ -41,7 +41,12 @@ settings.load_profile("cowconv")
 
 
 _OPENHANDS_MODULES = frozenset(
-    {"test_openhands_wire.py", "test_openhands_types.py", "test_remote_openhands_client.py"}
+    {
+        "test_openhands_wire.py",
+        "test_openhands_types.py",
+        "test_remote_openhands_client.py",
+        "test_remote_suites.py",
+    }
 )
 
 

@@ -173,13 +173,22 @@ def _check_on_the_server(url: str, forks: list[Conversation], working_dir: Path)
             again.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["threads", "processes"])
 def test_a_suite_varying_model_and_system_prompt_keeps_every_result_on_the_server(
     server_url: str, slow_stub: StubLLMServer, tmp_path: Path, engine: str
 ) -> None:
     source = _source(server_url, slow_stub, tmp_path)
     executor = ProcessExecutor(max_workers=2, progress=False) if engine == "processes" else None
-    forks = run_branches(source, _branches(slow_stub), executor=executor, max_workers=4)
+    heard: list[str] = []
+
+    def hear(event: Any) -> None:
+        if getattr(event, "source", None) == "agent" and hasattr(event, "text"):
+            heard.append(event.text)
+
+    forks = run_branches(
+        source, _branches(slow_stub), executor=executor, max_workers=4, callbacks=[hear]
+    )
     try:
         assert [f.state.execution_status.value for f in forks] == ["finished"] * SIZE
         assert len({str(f.id) for f in forks} | {str(source.id)}) == SIZE + 1
@@ -187,6 +196,8 @@ def test_a_suite_varying_model_and_system_prompt_keeps_every_result_on_the_serve
         _check_on_the_server(server_url, forks, tmp_path)
         if engine == "processes":
             assert all(worker for worker in forks.workers)
+        for index in range(SIZE):  # every answer heard here, once
+            assert sum(text.endswith(_message(index)) for text in heard) == 1, heard
         assert source.state.events[-1].text == "Plan the release."  # the source is untouched
     finally:
         for fork in forks:
@@ -225,6 +236,7 @@ CALLER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["threads", "processes"])
 def test_the_caller_killed_mid_suite_another_process_finishes_it_once_per_branch(
     server_url: str, slow_stub: StubLLMServer, tmp_path: Path, engine: str
@@ -358,5 +370,70 @@ def test_openhands_server_refuses_another_system_prompt_after_the_agent_spoke_in
         assert _seen(stub)[-1][0] == "reviewer-2"
         assert forks[0].state.execution_status.value == "finished"
         forks[0].close()
+    finally:
+        source.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["dask", "ray"])
+def test_dask_and_ray_workers_run_a_remote_suite_on_the_server(
+    cowconv_server: str,
+    stub: StubLLMServer,
+    tmp_path: Path,
+    engine: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """The same jobs travel to a Dask or Ray worker: it attaches to its fork and runs it there."""
+    size = 6
+    if engine == "dask":
+        distributed = pytest.importorskip("distributed")
+        from cowconv.distributed import DaskExecutor
+
+        cluster = distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None,
+            processes=True, memory_limit="1GiB",
+        )  # fmt: skip
+        client = distributed.Client(cluster)
+        executor: Any = DaskExecutor(client, max_in_flight=2, progress=False)
+    else:
+        from cowconv.distributed import RayExecutor
+
+        request.getfixturevalue("ray_session")  # the session's local Ray instance
+        executor = RayExecutor(max_in_flight=2, progress=False)
+    source = _source(cowconv_server, stub, tmp_path)
+    try:
+        forks = run_branches(source, _branches(stub, size), executor=executor, suite_id="s")
+        assert [f.state.execution_status.value for f in forks] == ["finished"] * size
+        _check_every_branch_ran_once_as_asked(stub, size)
+        assert all(worker and ":" in worker for worker in forks.workers)
+        for fork in forks:
+            fork.close()
+    finally:
+        source.close()
+        if engine == "dask":
+            client.close()
+            cluster.close()
+
+
+def test_iter_branches_and_the_report_of_a_remote_suite(
+    cowconv_server: str, stub: StubLLMServer, tmp_path: Path
+) -> None:
+    from cowconv import iter_branches
+
+    source = _source(cowconv_server, stub, tmp_path)
+    try:
+        heard: list[str] = []
+        results = list(
+            iter_branches(source, _branches(stub, 3), callbacks=[lambda e: heard.append(e.kind)])
+        )
+        assert sorted(r.index for r in results) == [0, 1, 2]
+        assert all(r.ok and r.status == "finished" for r in results)
+        assert heard.count("MessageEvent") >= 6  # each fork's message and answer, heard here
+        runs = run_branches(source, _branches(stub, 2))
+        rows = json.loads(runs.report().to_json())
+        assert [row["status"] for row in rows] == ["finished", "finished"]
+        assert [row["model"] for row in rows] == [_model(0), _model(1)]
+        for fork in [*(r.fork for r in results), *runs]:
+            fork.close()
     finally:
         source.close()

@@ -53,7 +53,7 @@ from cowconv.core.events import MessageEvent
 from cowconv.core.history import EventLog
 from cowconv.core.state import ExecutionStatus
 from cowconv.core.workspace import Workspace
-from cowconv.ports import BranchExecutor, EventCallback
+from cowconv.ports import BranchExecutor, EventCallback, notify
 
 __all__ = [
     "BRANCH_TAG",
@@ -224,7 +224,7 @@ def find_suite(workspace: Workspace, suite_id: str) -> dict[int, str]:
     page). :class:`~cowconv.SuiteNotFoundError` if none has them; a
     :class:`~cowconv.SuiteExistsError` if two sources' suites share the id.
     """
-    probe = RemoteConversationProbe(workspace)
+    probe = _ServerClient(workspace)
     try:
         found: dict[int, str] = {}
         sizes: set[int] = set()
@@ -262,7 +262,7 @@ def find_suite(workspace: Workspace, suite_id: str) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
-class RemoteConversationProbe:
+class _ServerClient:
     """An HTTP client to an agent server, for requests outside a conversation."""
 
     def __init__(self, workspace: Workspace) -> None:
@@ -504,8 +504,16 @@ class RemoteSuite:
                     index, str(self.forks[index].id), str(where.host), where.working_dir, key
                 )
             )
+        # The workers follow the runs; callbacks here hear each fork's new events when its run
+        # ends (on OpenHands' server the fork's events socket brings them as they happen).
+        heard = {
+            index: len(self.forks[index].state.events)
+            for index in self.todo
+            if _callbacks_to_catch_up(self.forks[index])
+        }
         pending = set(self.todo)
         stream = iter(executor.run_jobs(SharedPrefix.of(EventLog()), jobs))  # type: ignore[arg-type]
+        completed = False
         try:
             for index, result in stream:
                 if index not in pending:
@@ -517,14 +525,26 @@ class RemoteSuite:
                     yield index, error or BranchError(index, cid, f"{result}"), None, None
                     continue
                 outcome = BranchOutcome.loads(result)
+                if index in heard:
+                    fork = self.forks[index]
+                    events = fork.state.events
+                    for position in range(heard[index], len(events)):
+                        notify(_callbacks_to_catch_up(fork), events[position])
                 if outcome.error is not None:
                     yield index, BranchError(index, cid, outcome.error), None, outcome.worker
                     continue
                 yield index, None, outcome.wall_seconds, outcome.worker or None
+            completed = True
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()
+            if not completed:  # Ctrl-C or the caller stopped: the server ends what still runs
+                for index in pending:
+                    try:
+                        self.forks[index].interrupt()
+                    except Exception:  # best effort: the run goes on there, a resume waits
+                        pass
         for index in sorted(pending):
             cid = str(self.forks[index].id)
             why = "the executor returned no result for it (its run may go on on the server)"
@@ -534,6 +554,14 @@ class RemoteSuite:
         for index in self.watch:
             _run_once(self.forks[index])  # waits: never starts a run again
             yield index, None, None, None
+
+
+def _callbacks_to_catch_up(fork: Conversation) -> tuple[EventCallback, ...]:
+    """The callbacks of a fork on cowconv's server (which hear a run only while following it)."""
+    backend = fork.backend
+    if isinstance(backend, RemoteBackend) and backend.speaks_cowconv:
+        return backend.callbacks
+    return ()
 
 
 def _last_user_text(events: Sequence[Any]) -> str | None:

@@ -258,6 +258,13 @@ def run_branches(
     ``resume=True``) finishes it from any process. See :func:`resume_suite`
     for ``lease`` and ``rerun_lost``, and ``docs/distributed.md``.
 
+    A ``source`` an agent server keeps (a :class:`~cowconv.RemoteConversation`)
+    is forked there, and the server runs the forks (:mod:`cowconv.branches.remote`):
+    from the threads here or the workers of ``executor``, which attach to their fork;
+    with ``suite_id`` the forks' ids and tags record the suite on the server, and a
+    resume reads it there. Time limits and worker directories do not apply and are
+    refused before any fork.
+
     >>> from cowconv import LLM, Agent, Conversation
     >>> from cowconv.testing import StubLLMServer, StubReply
     >>> with StubLLMServer() as stub:
@@ -308,7 +315,10 @@ def resume_suite(
     """Finish the suite ``run_branches(..., suite_id=suite_id)`` recorded in ``store``.
 
     ``store`` is the suite's store (or its location: a SQLite file, a
-    ``postgresql://`` URL). Returns every branch's fork, in branch order,
+    ``postgresql://`` URL), or for a suite of a remote conversation the agent
+    server's :class:`~cowconv.Workspace` (or its ``http(s)://`` URL), where the
+    forks' tags record it: there a fork whose run ended or still goes on is not
+    run again, one that never started runs. Returns every branch's fork, in branch order,
     as :func:`run_branches` does, from whichever process ran it:
 
     * a branch that ended (``done``: finished, failed, timed out) is not run
