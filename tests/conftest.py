@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -54,14 +57,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``--dist loadgroup``); a
     test in an ``xdist_group`` runs on the worker that runs the rest of its group, in order.
     Every test that starts a local Ray instance is in group ``ray``: two at once on one
-    machine would share Ray's session directory and fight over two cores. The tests that run
-    OpenHands' SDK or agent server (its Python >= 3.12 environment) are in group ``openhands``:
-    its terminal tool runs commands in tmux, whose server and socket a user's processes share
-    (an OpenHands terminal gave an empty output once while another worker ran one).
+    machine would share Ray's session directory and fight over two cores. The tests of a
+    module that runs OpenHands' SDK or agent server (its Python >= 3.12 environment) are in
+    one group per module, so its module fixtures start OpenHands once; OpenHands' terminals
+    of different workers keep apart through :func:`_tmux_of_this_worker`.
     """
     for item in items:
         if item.path.name in _OPENHANDS_MODULES:
-            item.add_marker(pytest.mark.xdist_group("openhands"))
+            item.add_marker(pytest.mark.xdist_group(f"openhands-{item.path.stem}"))
         callspec = getattr(item, "callspec", None)
         parameters = callspec.params.values() if callspec is not None else ()
         if "ray_session" in getattr(item, "fixturenames", ()) or "ray" in parameters:
@@ -71,6 +74,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # the largest first): a slow test started last would keep one worker busy after the
         # others ran out of work. A stable sort: the rest keep their order.
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tmux_of_this_worker() -> Iterator[None]:
+    """Give this pytest process, and every process it starts, tmux servers of its own.
+
+    OpenHands' terminal tool runs commands in tmux, whose sockets live in ``$TMUX_TMPDIR``
+    (``/tmp`` by default), where its agent server's start-up also reclaims sockets it takes
+    for stale: with one directory for all, an OpenHands terminal gave an empty output once
+    while another pytest-xdist worker ran one. A short private directory per worker (tmux's
+    socket paths are limited to 107 bytes) keeps them apart, so those tests can run side by
+    side.
+    """
+    before = os.environ.get("TMUX_TMPDIR")
+    directory = tempfile.mkdtemp(prefix="cowconv-tmux-")
+    os.environ["TMUX_TMPDIR"] = directory
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TMUX_TMPDIR"]
+        else:
+            os.environ["TMUX_TMPDIR"] = before
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
