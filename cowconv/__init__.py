@@ -105,7 +105,7 @@ _LAZY = {
     "LLMSummarizingCondenser": "cowconv.core.agent",
     "Comparison": "cowconv.core.compare",
     "ComparisonSide": "cowconv.core.compare",
-    "compare": "cowconv.core.compare",
+    "compare": "cowconv.workspaces.changes",
     "Conversation": "cowconv.conversation",
     "LocalConversation": "cowconv.conversation",
     "RemoteConversation": "cowconv.conversation",
@@ -184,6 +184,7 @@ _LAZY = {
     "SQLiteStore": "cowconv.stores",
     "Store": "cowconv.stores",
     "SnapshotStore": "cowconv.workspaces",
+    "FileChanges": "cowconv.workspaces.changes",
     "ToolDefinition": "cowconv.agent.tools",
     "ToolExecutor": "cowconv.agent.tools",
     "ToolResult": "cowconv.agent.tools",
@@ -247,7 +248,7 @@ if TYPE_CHECKING:
         RemoteConversation,
     )
     from cowconv.core.agent import Agent, LLMSummarizingCondenser, Tool
-    from cowconv.core.compare import Comparison, ComparisonSide, compare
+    from cowconv.core.compare import Comparison, ComparisonSide
     from cowconv.core.context import AgentContext, load_memory
     from cowconv.core.events import (
         ROOT_PARENT_ID,
@@ -333,6 +334,7 @@ if TYPE_CHECKING:
     )
     from cowconv.visualizer import ConversationVisualizerBase, DefaultConversationVisualizer
     from cowconv.workspaces import SnapshotStore
+    from cowconv.workspaces.changes import FileChanges, compare
 
 
 __getattr__, __dir__ = _lazy.lazy_attributes(__name__, _LAZY, globals())
@@ -402,6 +404,7 @@ __all__ = [
     "ExecutionStatus",
     "FULL_STATE_KEY",
     "FallbackStrategy",
+    "FileChanges",
     "FileMissingError",
     "FileOperationResult",
     "FileValidationError",

@@ -88,7 +88,7 @@ from cowconv.visualizer import (
     VisualizerSetting,
     make_visualizer,
 )
-from cowconv.workspaces.recording import fork_workspace, restore_snapshot
+from cowconv.workspaces.recording import fork_workspace, materialize_workspace, restore_snapshot
 
 if TYPE_CHECKING:
     import asyncio
@@ -119,6 +119,11 @@ def check_conversation_id(conversation_id: ConversationID | None) -> Conversatio
 
 
 logger = logging.getLogger("cowconv.conversation")
+
+_AGENT_FORKS_ON_SERVER: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "cowconv_agent_forks_on_server", default=False
+)
+"""Set by a branch suite (cowconv.branches.remote): a remote fork may take another agent."""
 
 _NO_TAGS: Mapping[str, str] = MappingProxyType({})
 _new_conversation = object.__new__
@@ -486,8 +491,8 @@ class Conversation:
 
     @property
     def workspace(self) -> Workspace:
-        """The workspace the agent's tools act in."""
-        return self.state.workspace
+        """The workspace the agent's tools act in (a copy fork's files written on first use)."""
+        return materialize_workspace(self.state.workspace)
 
     @property
     def persistence_dir(self) -> str | None:
@@ -1448,6 +1453,12 @@ class RemoteConversation(Conversation):
 
     def _fork_as(self, spec: ForkSpec, callbacks: Iterable[EventCallback]) -> Self:
         backend = self._remote()
+        if spec.agent is not None and not _AGENT_FORKS_ON_SERVER.get():
+            raise NotImplementedError(
+                "fork(agent=...) is not supported on an agent server, as in OpenHands' SDK: "
+                "run_branches(source, [Branch(message, agent=...)]) forks there with another "
+                "agent, or fork a local Conversation"
+            )
         if backend.speaks_cowconv:
             return super()._fork_as(spec, callbacks)
         # On an OpenHands agent server, as OpenHands' client: the fork is a new conversation
@@ -1457,7 +1468,7 @@ class RemoteConversation(Conversation):
         made_as = backend.fork_class() or type(self)
         visualizer = self._visualizer
         fork = made_as(
-            agent=self.agent,
+            agent=self.agent if spec.agent is None else spec.agent,
             workspace=self.workspace,
             conversation_id=str(info["id"]),
             max_iteration_per_run=self.max_iteration_per_run,

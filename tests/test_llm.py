@@ -6,6 +6,7 @@ import copy
 import io
 import json
 import logging
+import os
 import pickle
 import re
 import subprocess
@@ -384,3 +385,46 @@ class TestLazyImport:
         # The wait is announced, once, in one line on stderr (not a terminal here: no timing).
         notice = "cowconv: loading litellm for the first LLM call (a few seconds, once per process)"
         assert out.stderr.splitlines().count(notice) == 1, out.stderr
+
+
+class TestResourcesAtExit:
+    def test_llm_calls_leave_no_socket_or_event_loop_open_at_exit(self, tmp_path):
+        """A process that made completions (three endpoints, streamed and not, main thread and
+        a worker thread, an agent's run with a tool call) exits with no ``ResourceWarning``:
+        litellm's cached clients and the loop its timing hook left are closed at exit."""
+        script = tmp_path / "calls.py"
+        script.write_text(
+            "import threading\n"
+            "from cowconv import LLM, Agent, Conversation, Tool\n"
+            "from cowconv.testing import StubLLMServer\n"
+            "import cowconv.tools.terminal\n"
+            "hi = [{'role': 'user', 'content': 'hi'}]\n"
+            "answers = []\n"
+            "for stream in (False, True, False):\n"
+            "    with StubLLMServer() as stub:\n"
+            "        llm = LLM(model='openai/stub-model', base_url=stub.base_url, api_key='k',\n"
+            "                  stream=stream)\n"
+            "        answers.append(llm.completion(hi).content)\n"
+            "        worker = threading.Thread(target=lambda: answers.append(\n"
+            "            llm.completion(hi).content))\n"
+            "        worker.start(); worker.join()\n"
+            "with StubLLMServer() as stub:\n"
+            "    llm = LLM(model='openai/stub-model', base_url=stub.base_url, api_key='k')\n"
+            "    agent = Agent(llm=llm, tools=[Tool(name='terminal')])\n"
+            f"    conversation = Conversation(agent=agent, workspace={str(tmp_path)!r})\n"
+            "    conversation.send_message('Run `echo done-by-tool`.')\n"
+            "    conversation.run()\n"
+            "    ran = [str(e) for e in conversation.state.events if 'done-by-tool' in str(e)]\n"
+            "print(len(answers), all(answers), bool(ran))\n",
+            encoding="utf-8",
+        )
+        done = subprocess.run(
+            [sys.executable, "-W", "always::ResourceWarning", str(script)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "COWCONV_QUIET": "1"},
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["6", "True", "True"], done.stdout + done.stderr
+        assert "ResourceWarning" not in done.stderr, done.stderr

@@ -266,9 +266,10 @@ class TestFork:
         assert {r.headers.get("authorization") for r in stub.requests} == {"Bearer stub-key"}
 
     def test_agent_not_supported(self, remote: RemoteConversation, stub_agent: Agent):
-        """fork(agent=...) points to the local fork."""
-        with pytest.raises(NotImplementedError, match="local Conversation"):
+        """fork(agent=...) is refused as in OpenHands' SDK, naming what does it."""
+        with pytest.raises(NotImplementedError, match="not supported") as refused:
             remote.fork(agent=stub_agent)
+        assert "run_branches" in str(refused.value) and "local Conversation" in str(refused.value)
 
     def test_errors(self, remote: RemoteConversation):
         """Taken ids and unknown events are RemoteErrors 409 and 404, and the local errors."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 import pytest
@@ -34,6 +35,11 @@ async def serve_without_lifespan(scope: Any, receive: Any, send: Any) -> None:
 
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", serve_without_lifespan)
+# Strings are generated as UTF-8 can carry them: the schema's description says bodies are
+# I-JSON (RFC 7493), so an unpaired surrogate ("\\ud800") is refused although its type is
+# string, which no JSON Schema keyword can state. test_unstorable_values_in_bodies puts
+# them (with NaN, infinity and deep nesting) anywhere in valid bodies and checks the 422.
+schema.config.generation.update(codec="utf-8")
 # The stream stays open while a conversation lives, and a run would call whatever LLM a
 # generated body names (possibly over the internet); tests/test_agent_server.py covers both.
 schema = schema.exclude(path_regex=r"/events/stream$").exclude(path_regex=r"/run$")
@@ -60,7 +66,9 @@ def _ensure_known(case: schemathesis.Case) -> None:
     # Only a valid id is replaced: replacing an invalid one would make the case valid.
     if _negative(case) & {ParameterLocation.PATH}:
         return
-    if case.path_parameters and hash(str(case.path_parameters)) % 2 == 0:
+    # crc32, not hash(): the same case takes the same path in every run (hash() of a str
+    # changes with PYTHONHASHSEED, so a failure found once might not come back).
+    if case.path_parameters and zlib.crc32(str(case.path_parameters).encode()) % 2 == 0:
         case.path_parameters = {**case.path_parameters, "conversation_id": KNOWN}
 
 
@@ -89,6 +97,16 @@ def _within_condenser_rule(body: Any) -> None:
             condenser["max_size"] = max(int(max_size), 2 * int(keep_first) + 2)
 
 
+def _no_policy_file(body: Any) -> None:
+    """An agent's ``security_policy_filename`` names a file on the server's machine: whether
+    it exists is the machine's state, which no schema can say (like an event's parent). A
+    valid name is dropped (the default policy), so the rest of the body is what is tested;
+    tests/test_context.py covers the error for a file that cannot be read."""
+    agent = body.get("agent") if isinstance(body, dict) else None
+    if isinstance(agent, dict) and isinstance(agent.get("security_policy_filename"), str):
+        agent.pop("security_policy_filename")
+
+
 def _integer_at_least(value: Any, minimum: int) -> bool:
     # JSON Schema's integer includes 2.0 (a number without a fraction).
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -103,6 +121,7 @@ def test_no_server_errors(case: schemathesis.Case) -> None:
     """Every generated request, valid or not, gets a documented non-5xx answer."""
     _ensure_known(case)
     _within_condenser_rule(case.body)
+    _no_policy_file(case.body)
     _no_runs(case.body)
     if case.path.endswith("/events/append") and isinstance(case.body, dict):
         # Where an event may go depends on the conversation's state (its parent must be the

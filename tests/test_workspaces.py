@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,16 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from pydantic import ValidationError
 
 from cowconv import (
     LLM,
     ActionEvent,
     Agent,
+    AgentErrorEvent,
     Branch,
     Conversation,
+    ConversationRunError,
     CorruptStoreError,
     EventNotFoundError,
     InvalidTypeError,
@@ -45,17 +49,20 @@ from cowconv import (
     Message,
     MessageToolCall,
     ObservationEvent,
+    RemoteConversation,
     SQLiteStore,
     Tool,
     Workspace,
     run_branches,
 )
+from cowconv.agent_server import InProcessTransport, create_app
 from cowconv.agent_server.conversation_service import ConversationService
 from cowconv.agent_server.models import StartConversationRequest
 from cowconv.core.ids import id_text
 from cowconv.distributed import ProcessExecutor
+from cowconv.stores import open_store
 from cowconv.testing import StubLLMServer, TestLLM
-from cowconv.workspaces import SnapshotStore, file_changes, snapshot_at
+from cowconv.workspaces import SnapshotStore, file_changes, materialize_workspace, snapshot_at
 from tests.conftest import IN_PROCESS_HOST
 
 Files = dict[str, bytes]
@@ -420,6 +427,267 @@ class TestForkWorkspace:
         assert files_of(work) == after
 
 
+# -- lazy copies -------------------------------------------------------------------------------
+
+
+def lazy_fork(work: Path, tmp_path: Path) -> tuple[Conversation, Conversation, Files]:
+    """A source on ``work`` recording into ``tmp_path/store``, its copy fork, the files then."""
+    source = Conversation(
+        agent=agent_writing("a.txt", "x"), workspace=recording_workspace(work, tmp_path)
+    )
+    before = files_of(work)
+    return source, source.fork(workspace="copy"), before
+
+
+def change_source(work: Path) -> None:
+    write_files(work, {"a.txt": b"changed after the fork", "new.txt": b"new"})
+    (work / "sub" / "b.txt").unlink()
+
+
+class TestLazyCopy:
+    def test_the_fork_makes_an_empty_directory_and_records_the_snapshot(self, work, tmp_path):
+        """fork(workspace='copy') writes no file: the directory waits for the fork point's tree."""
+        _, fork, before = lazy_fork(work, tmp_path)
+        directory = Path(fork.state.workspace.working_dir)
+        store = SnapshotStore(tmp_path / "store")
+        tree = store.pending(directory)
+        assert directory.is_dir() and list(directory.iterdir()) == []
+        assert tree is not None and {p: store.read(tree, p) for p in store.files(tree)} == before
+
+    @pytest.mark.parametrize("use", ["workspace", "materialize", "run", "snapshot"])
+    def test_first_use_writes_the_files_of_the_fork_point(self, work, tmp_path, use):
+        """Each first use writes the files as they were at the fork, whatever the source did."""
+        source, fork, before = lazy_fork(work, tmp_path)
+        change_source(work)
+        after = files_of(work)
+        directory = Path(fork.state.workspace.working_dir)
+        store = SnapshotStore(tmp_path / "store")
+        tree = store.pending(directory)
+        expected = before
+        if use == "workspace":
+            assert fork.workspace.working_dir == str(directory)
+        elif use == "materialize":
+            assert materialize_workspace(fork.state.workspace) == fork.state.workspace
+        elif use == "run":
+            fork.send_message("Write it.")
+            fork.run()
+            expected = {**before, "a.txt": b"x"}
+            action = next(e for e in fork.state.branch if isinstance(e, ActionEvent))
+            assert store.read(action.workspace_snapshot, "a.txt") == before["a.txt"]
+        else:
+            assert store.snapshot(directory).tree == tree
+        assert store.pending(directory) is None
+        assert files_of(directory) == expected
+        assert files_of(work) == after
+
+    def test_restore_workspace_first_writes_the_files_it_undoes_to(self, work, tmp_path):
+        """restore_workspace on an unused copy: its undo id is the fork point's files."""
+        source = Conversation(
+            agent=agent_writing("a.txt", "first"), workspace=recording_workspace(work, tmp_path)
+        )
+        source.send_message("Write first.")
+        source.run()
+        action = next(e for e in source.state.branch if isinstance(e, ActionEvent))
+        at_fork = files_of(work)
+        fork = source.fork(workspace="copy")
+        change_source(work)
+        store = SnapshotStore(tmp_path / "store")
+        directory = Path(fork.state.workspace.working_dir)
+        tree = store.pending(directory)
+        undo = fork.restore_workspace(action.id)
+        assert undo == tree and store.pending(directory) is None
+        assert files_of(directory) == {**at_fork, "a.txt": b"one"}
+        store.restore(undo, directory)
+        assert files_of(directory) == at_fork
+
+    def test_a_fork_of_an_unused_fork_writes_nothing_and_gets_the_same_files(self, work, tmp_path):
+        """Copying a copy still waiting for its files copies the snapshot it waits for."""
+        _, fork, before = lazy_fork(work, tmp_path)
+        change_source(work)
+        second = fork.fork(workspace="copy")
+        first_dir = Path(fork.state.workspace.working_dir)
+        assert list(first_dir.iterdir()) == []
+        assert files_of(Path(second.workspace.working_dir)) == before
+        assert files_of(Path(fork.workspace.working_dir)) == before
+
+    def test_many_threads_and_processes_at_once_write_the_files_once(self, work, tmp_path):
+        """Eight threads and two processes materialize one copy together: one of them writes."""
+        _, fork, before = lazy_fork(work, tmp_path)
+        workspace = fork.state.workspace
+        code = (
+            "import sys; from cowconv.workspaces import SnapshotStore; "
+            "print(SnapshotStore(sys.argv[1]).materialize(sys.argv[2]))"
+        )
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, workspace.snapshot_store, workspace.working_dir],
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+            for _ in range(2)
+        ]
+        barrier = threading.Barrier(8)
+        results: list[bool] = []
+
+        def materialize() -> None:
+            barrier.wait(timeout=60)
+            results.append(
+                SnapshotStore(workspace.snapshot_store).materialize(workspace.working_dir)
+            )
+
+        threads = [threading.Thread(target=materialize) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        answers = [process.communicate(timeout=300)[0].strip() for process in processes]
+        assert all(process.returncode == 0 for process in processes)
+        assert results.count(True) + answers.count("True") == 1
+        assert len(results) == 8 and sorted(set(answers)) <= ["False", "True"]
+        assert files_of(Path(workspace.working_dir)) == before
+
+    def test_a_missing_snapshot_is_a_clear_error_and_the_copy_stays_pending(self, work, tmp_path):
+        """Objects removed before first use: CorruptStoreError, the run says so, nothing lost."""
+        _, fork, _ = lazy_fork(work, tmp_path)
+        store = SnapshotStore(tmp_path / "store")
+        directory = Path(fork.state.workspace.working_dir)
+        tree = store.pending(directory)
+        assert tree is not None
+        hidden = tmp_path / "hidden"
+        shutil.move(store.directory / "objects.git" / "objects" / tree[:2], hidden)
+        with pytest.raises(CorruptStoreError, match=tree):
+            materialize_workspace(fork.state.workspace)
+        fork.send_message("Write it.")
+        with pytest.raises(ConversationRunError):
+            fork.run()
+        last = fork.state.branch[-1]
+        assert isinstance(last, AgentErrorEvent) and tree in last.error
+        assert "cannot write the workspace's files" in last.error
+        assert store.pending(directory) == tree
+        shutil.move(hidden, store.directory / "objects.git" / "objects" / tree[:2])
+        assert files_of(Path(fork.workspace.working_dir)) == files_of(work)
+
+    def test_a_lazy_checkout_refuses_what_an_eager_one_refuses(self, store, work, tmp_path):
+        """lazy=True checks the snapshot and the target as checkout() does."""
+        tree = store.snapshot(work).tree
+        with pytest.raises(InvalidValueError, match="not an empty directory"):
+            store.checkout(tree, work, lazy=True)
+        with pytest.raises(CorruptStoreError):
+            store.checkout("0" * 40, tmp_path / "copy", lazy=True)
+        with pytest.raises(InvalidTypeError):
+            materialize_workspace(str(work))  # type: ignore[arg-type]
+        assert store.pending(work) is None and store.materialize(work) is False
+
+
+# -- a conversation's own size limit -----------------------------------------------------------
+
+BIG = "x" * 20  # over the limit of 10 bytes these tests set
+
+
+def limited_workspace(work: Path, tmp_path: Path, host: str | None = None) -> Workspace:
+    return Workspace(
+        working_dir=str(work),
+        snapshot_store=str(tmp_path / "store"),
+        max_snapshot_file_size=10,
+        host=host,
+    )
+
+
+class TestMaxSnapshotFileSize:
+    def test_the_limit_is_checked(self, work):
+        """A negative, a bool, a float or a text limit is refused; 0 and None are limits."""
+        for bad in (-1, True, 1.5, "10"):
+            with pytest.raises(ValidationError, match="max_snapshot_file_size"):
+                Workspace(working_dir=str(work), max_snapshot_file_size=bad)
+        assert (
+            Workspace(working_dir=str(work), max_snapshot_file_size=0).max_snapshot_file_size == 0
+        )
+        plain = Workspace(working_dir=str(work)).model_dump(mode="json")
+        assert "max_snapshot_file_size" not in plain
+        with pytest.raises(InvalidValueError, match=">= 0"):
+            SnapshotStore(work.parent / "store").snapshot(work, max_file_size=-1)
+
+    @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+    def test_a_conversations_limit_leaves_its_large_files_out(self, work, tmp_path, kind, request):
+        """Runs and copies use the conversation's limit; SQLite and PostgreSQL store it and
+        load it again."""
+        location = {
+            "memory": None,
+            "sqlite": str(tmp_path / "db"),
+            "postgres": request.getfixturevalue("postgres_dsn") if kind == "postgres" else None,
+        }[kind]
+        store = None if location is None else open_store(location)
+        options: dict[str, Any] = {} if store is None else {"store": store}
+        source = Conversation(
+            agent=agent_writing("big.txt", BIG),
+            workspace=limited_workspace(work, tmp_path),
+            **options,
+        )
+        source.send_message("Write it.")
+        source.run()
+        snapshots = SnapshotStore(tmp_path / "store")  # its own limit: the default 10 MiB
+        observation = [e for e in source.state.branch if isinstance(e, ObservationEvent)][-1]
+        assert (work / "big.txt").read_text() == BIG
+        assert set(snapshots.files(observation.workspace_snapshot)) == set(files_of(work)) - {
+            "big.txt"
+        }
+        fork = source.fork(workspace="copy")
+        assert fork.state.workspace.max_snapshot_file_size == 10
+        assert files_of(Path(fork.workspace.working_dir)) == {
+            k: v for k, v in files_of(work).items() if k != "big.txt"
+        }
+        if store is None:
+            return
+        with open_store(location) as another:  # another connection: read from the database
+            assert another.load(source.id).workspace.max_snapshot_file_size == 10
+            assert another.load(fork.id).workspace == fork.state.workspace
+        source.close()
+        reopened = Conversation.resume(store, source.id)
+        assert reopened.state.workspace.max_snapshot_file_size == 10
+        reopened.switch_llm(writing_llm("other.txt", BIG))
+        reopened.send_message("Write another.")
+        reopened.run()
+        last = [e for e in reopened.state.branch if isinstance(e, ObservationEvent)][-1]
+        assert "other.txt" not in snapshots.files(last.workspace_snapshot)
+        assert "a.txt" in snapshots.files(last.workspace_snapshot)
+
+    def test_through_the_agent_server_and_after_its_restart(self, work, tmp_path, stub):
+        """The server records with the conversation's limit, shows it, and keeps it on restart."""
+        agent = Agent(llm=LLM(**stub.llm_settings()), tools=[Tool(name="terminal")])
+        data = tmp_path / "data"
+        snapshots = SnapshotStore(tmp_path / "store")
+        with InProcessTransport(create_app(data_dir=data)) as server:
+            source = Conversation(
+                agent=agent,
+                workspace=limited_workspace(work, tmp_path, IN_PROCESS_HOST),
+                transport=server,
+            )
+            source.send_message(f"Run `{write_command('big.txt', BIG)}`.")
+            source.run()
+            info = get_json(server, f"/api/conversations/{source.id}")
+            assert info["workspace"]["max_snapshot_file_size"] == 10
+            fork = source.fork(workspace="copy")
+            copy = Path(
+                get_json(server, f"/api/conversations/{fork.id}")["workspace"]["working_dir"]
+            )
+            assert (work / "big.txt").read_text() == BIG
+            assert files_of(copy) == {k: v for k, v in files_of(work).items() if k != "big.txt"}
+            conversation_id = source.id
+        with InProcessTransport(create_app(data_dir=data)) as server:
+            info = get_json(server, f"/api/conversations/{conversation_id}")
+            assert info["workspace"]["max_snapshot_file_size"] == 10
+            attached = RemoteConversation.attach(
+                IN_PROCESS_HOST, str(conversation_id), working_dir=str(work), transport=server
+            )
+            attached.send_message(f"Run `{write_command('other.txt', BIG)}`.")
+            attached.run()
+            last = [e for e in attached.state.branch if isinstance(e, ObservationEvent)][-1]
+            assert (work / "other.txt").read_text() == BIG
+            assert "other.txt" not in snapshots.files(last.workspace_snapshot)
+            attached.close()
+
+
 # -- the isolation machine ---------------------------------------------------------------------
 
 PATHS = ["a.txt", "sub/b.txt", "sub/deep/c.txt", "d.txt"]
@@ -534,10 +802,26 @@ class WorkspaceIsolation(RuleBasedStateMachine):
         self.pairs.append((fork, dict(expected)))
         return len(self.pairs) - 1
 
+    @rule(index=conversations, how=st.sampled_from(["workspace", "materialize"]))
+    def use(self, index, how):
+        """A copy fork's first use (the property, or the explicit call) writes its files."""
+        conversation, _ = self.pairs[index]
+        if how == "workspace":
+            conversation.workspace  # noqa: B018 (the property's first use is the point)
+        else:
+            materialize_workspace(conversation.state.workspace)
+
     @invariant()
     def every_directory_is_its_model(self):
+        store = SnapshotStore(self.root / "store")
         for conversation, files in self.pairs:
-            assert files_of(Path(conversation.workspace.working_dir)) == files
+            # state.workspace: reading the model must not be the copy's first use.
+            directory = Path(conversation.state.workspace.working_dir)
+            if store.pending(directory) is not None:
+                # Not used yet (never on the server: it writes a copy's files at once).
+                assert self.transport is None and list(directory.iterdir()) == []
+                continue
+            assert files_of(directory) == files
 
     @invariant()
     def stored_snapshot_ids_are_the_live_ones(self):
@@ -546,7 +830,7 @@ class WorkspaceIsolation(RuleBasedStateMachine):
         conversation, _ = self.pairs[-1]
         loaded = self.store.load(conversation.id)
         assert snapshot_at(loaded.branch) == snapshot_at(conversation.state.branch)
-        assert loaded.workspace == conversation.workspace
+        assert loaded.workspace == conversation.state.workspace
 
     def teardown(self) -> None:
         for conversation, _ in self.pairs:

@@ -266,16 +266,7 @@ class HookExecutor:
         if hook.async_:
             return self._start_in_background(hook, environment, payload)
         try:
-            process = subprocess.Popen(
-                hook.command,
-                shell=True,
-                cwd=self.working_dir,
-                env=environment,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # a timeout kills the shell's children too
-            )
+            process = self._spawn(hook, environment, subprocess.PIPE)
         except OSError as error:
             return HookResult(success=False, exit_code=-1, error=f"Hook execution failed: {error}")
         try:
@@ -297,20 +288,28 @@ class HookExecutor:
         _read_output(result)
         return result
 
+    def _spawn(
+        self, hook: HookDefinition, environment: Mapping[str, str], output: int
+    ) -> subprocess.Popen[bytes]:
+        """The hook's shell command in the working directory, reading the event on stdin, its
+        stdout and stderr to ``output`` (a pipe, or nowhere for a background hook). In a
+        session of its own, so a timeout kills the shell's children too."""
+        return subprocess.Popen(
+            hook.command,
+            shell=True,
+            cwd=self.working_dir,
+            env=environment,
+            stdin=subprocess.PIPE,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
+        )
+
     def _start_in_background(
         self, hook: HookDefinition, environment: dict[str, str], payload: bytes
     ) -> HookResult:
         try:
-            process = subprocess.Popen(
-                hook.command,
-                shell=True,
-                cwd=self.working_dir,
-                env=environment,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            process = self._spawn(hook, environment, subprocess.DEVNULL)
         except OSError as error:
             return HookResult(
                 success=False, exit_code=-1, error=f"Failed to start async hook: {error}"

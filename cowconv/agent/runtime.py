@@ -29,7 +29,6 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyrsistent import pmap
@@ -79,7 +78,7 @@ from cowconv.core.state import (
 from cowconv.core.tree import extend_active
 from cowconv.core.usage import Usage
 from cowconv.core.workspace import Workspace
-from cowconv.workspaces.recording import record_snapshot
+from cowconv.workspaces.recording import materialize_workspace, record_snapshot
 
 __all__ = ["Runner", "build_messages", "run_hook_agent"]
 
@@ -269,6 +268,15 @@ class Runner:
 
     def _loop(self) -> None:
         agent = self._snapshot().agent
+        try:
+            # A copy fork's files are written on its first use: before its tools are made.
+            materialize_workspace(self._snapshot().workspace)
+        except Exception as error:
+            self._finish(
+                ExecutionStatus.ERROR,
+                AgentErrorEvent(error=f"cannot write the workspace's files: {error}"),
+            )
+            return
         try:
             tools = self._tools_for(agent)
         except Exception as error:
@@ -549,6 +557,9 @@ class Runner:
                     lock.release()
 
         workers = min(concurrency, len(calls))
+        # Here, not at import: only concurrent tool calls need it (a first use does not).
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cowconv-tool") as pool:
             results = list(pool.map(run, range(len(calls))))
         if spent is not None:

@@ -143,6 +143,11 @@ def create_app(
         title="cowconv agent server",
         version=_version(),
         summary="Conversations with agents, forkable in O(1), over HTTP.",
+        description=(
+            "Request bodies are I-JSON (RFC 7493): a string with an unpaired surrogate "
+            "(`\\ud800`), a number that is NaN or infinite, or nesting deeper than 64 levels "
+            "cannot be stored, so it is refused with 422 even where the schema allows its type."
+        ),
         lifespan=lifespan,
     )
     app.state.registry = registry

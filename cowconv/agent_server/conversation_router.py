@@ -416,7 +416,8 @@ async def fork_conversation(
     http: Request,
     request: Annotated[ForkConversationRequest | None, Body()] = None,
 ) -> ConversationInfo:
-    """Fork in O(1): same history and agent (credentials included), new id, idle.
+    """Fork in O(1): same history, new id, idle; the same agent (credentials included) unless
+    ``agent`` gives the fork another one.
 
     404 for an unknown conversation or ``from_event_id``, 409 if ``id`` is taken.
     """
@@ -432,6 +433,7 @@ async def fork_conversation(
             reset_metrics=request.reset_metrics,
             from_event_id=request.from_event_id,
             workspace=request.workspace or "shared",
+            agent=request.agent,
         )
     except (ConversationConflictError, EventNotFoundError, ConversationNotFoundError) as error:
         raise _api_error(error) from None

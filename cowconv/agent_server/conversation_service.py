@@ -55,6 +55,7 @@ from cowconv.agent_server.registry import ConversationRegistry
 from cowconv.agent_server.utils import safe_rmtree, utc_now
 from cowconv.backends.wire import mask_secrets, unsupported
 from cowconv.conversation import Conversation, check_conversation_id
+from cowconv.core.agent import Agent
 from cowconv.core.ids import ConversationID, id_text, public_id
 from cowconv.core.state import (
     DEFAULT_MAX_ITERATION_PER_RUN,
@@ -439,8 +440,11 @@ class ConversationService:
         reset_metrics: bool = True,
         from_event_id: str | None = None,
         workspace: str = "shared",
+        agent: Agent | None = None,
     ) -> ConversationInfo | None:
         """Fork in O(1): same history and agent (credentials included), new id, idle.
+
+        ``agent`` (with its credentials) replaces the fork's agent.
 
         ``workspace="copy"``: the fork works in its own copy of the files (at the
         fork point), whose directory its info's ``workspace`` names.
@@ -464,6 +468,7 @@ class ConversationService:
                 reset_metrics=reset_metrics,
                 from_event_id=from_event_id,
                 workspace=workspace,
+                agent=agent,
             )
 
         forked = await self._call(fork)

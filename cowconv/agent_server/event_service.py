@@ -192,6 +192,8 @@ def _workspace_json(workspace: Workspace) -> dict[str, Any]:
     shown: dict[str, Any] = {"kind": "LocalWorkspace", "working_dir": workspace.working_dir}
     if workspace.copied_from:
         shown["copied_from"] = list(workspace.copied_from)
+    if workspace.max_snapshot_file_size is not None:  # cowconv's: its snapshots' size limit
+        shown["max_snapshot_file_size"] = workspace.max_snapshot_file_size
     return shown
 
 

@@ -145,6 +145,8 @@ _SERVER_WORKSPACE_SCHEMA: dict[str, Any] = {
         # there), and the directories a copy's files came from.
         "snapshot_store": {"type": ["string", "null"]},
         "copied_from": {"type": "array", "items": {"type": "string"}},
+        # cowconv's own: files larger than this (bytes) are left out of its snapshots.
+        "max_snapshot_file_size": {"type": ["integer", "null"], "minimum": 0},
     },
     "required": ["working_dir"],
     "additionalProperties": False,
@@ -356,6 +358,8 @@ class StartConversationRequest(BaseModel):
         data = dict(data)
         _refuse_unsafe(data)
         data.pop("openhands_agent", None)  # computed here, never taken from the client
+        if "agent" in data:
+            data["agent"] = _without_memory_context(data["agent"])
         agent = data.get("agent")
         if isinstance(agent, dict) and _openhands_shaped(agent):
             data["agent"] = agent_from_openhands(agent)
@@ -442,10 +446,15 @@ class ForkConversationRequest(_Request):
     ``from_event_id`` forks the history up to and including that event.
     ``workspace`` is cowconv's own: ``"copy"`` gives the fork its own copy of
     the files at the fork point (``None`` or ``"shared"``: OpenHands' behaviour).
+    ``agent``, cowconv's own too, gives the fork another agent (model, system
+    prompt, tools), as the create request takes it (cowconv's or OpenHands'
+    ``Agent`` JSON); left out, the fork keeps the source's.
 
     >>> sorted(ForkConversationRequest().model_dump().items())  # doctest: +NORMALIZE_WHITESPACE
-    [('from_event_id', None), ('id', None), ('reset_metrics', True), ('tags', None),
-     ('title', None), ('workspace', None)]
+    [('agent', None), ('from_event_id', None), ('id', None), ('reset_metrics', True),
+     ('tags', None), ('title', None), ('workspace', None)]
+    >>> ForkConversationRequest(agent={"llm": {"model": "openai/gpt-4o-mini"}}).agent.llm.model
+    'openai/gpt-4o-mini'
     >>> ForkConversationRequest(workspace="copy").workspace
     'copy'
     """
@@ -456,6 +465,32 @@ class ForkConversationRequest(_Request):
     reset_metrics: bool = True
     from_event_id: str | None = None
     workspace: Literal["shared", "copy"] | None = None
+    agent: Annotated[Agent, _AgentOrOpenHandsAgent()] | None = None
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _agent_from_openhands(cls, agent: Any) -> Any:
+        agent = _without_memory_context(agent)
+        if isinstance(agent, dict) and _openhands_shaped(agent):
+            return agent_from_openhands(agent)
+        return agent
+
+
+def _without_memory_context(agent: Any) -> Any:
+    """``agent``'s JSON without ``agent_context.memory_context``: the conversation builds it from
+    its workspace (``load_memory``) and never stores it, so a value sent is not kept (taken,
+    it would make the stored state differ from the one sent: a 422 for a valid body).
+
+    >>> _without_memory_context({"agent_context": {"memory_context": "", "skills": []}})
+    {'agent_context': {'skills': []}}
+    """
+    if not isinstance(agent, dict):
+        return agent
+    context = agent.get("agent_context")
+    if not isinstance(context, dict) or "memory_context" not in context:
+        return agent
+    context = {key: value for key, value in context.items() if key != "memory_context"}
+    return {**agent, "agent_context": context}
 
 
 class NavigateConversationRequest(_Request):

@@ -47,6 +47,7 @@ from cowconv.core.state import ConversationInfo, ConversationState, check_tags
 from cowconv.core.workspace import Workspace
 from cowconv.stores import MemoryStore, Store
 from cowconv.stores.tree import TreeStore
+from cowconv.workspaces.recording import materialize_workspace
 
 __all__ = ["DEFAULT_MAX_LIVE", "ConversationRegistry", "ListingPage"]
 
@@ -369,8 +370,10 @@ class ConversationRegistry:
         reset_metrics: bool = True,
         from_event_id: str | None = None,
         workspace: str = "shared",
+        agent: Agent | None = None,
     ) -> Conversation:
-        """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials.
+        """Fork ``conversation_id`` (O(1)); the fork keeps the agent and its credentials,
+        unless ``agent`` replaces them.
 
         ``workspace="copy"`` gives the fork its own directory on this machine
         (``Conversation.fork(workspace="copy")``)."""
@@ -379,6 +382,7 @@ class ConversationRegistry:
         def make(chosen: ConversationID) -> Conversation:
             return source.fork(
                 conversation_id=chosen,
+                agent=agent,
                 title=title,
                 tags=tags,
                 reset_metrics=reset_metrics,
@@ -387,7 +391,11 @@ class ConversationRegistry:
                 workspace=workspace,
             )
 
-        return self._adopt(make, fork_id)
+        fork = self._adopt(make, fork_id)
+        # A copy's files are written now, not on first use: the server's bash and file routes
+        # take any path, so its directory must hold them before GET names it.
+        materialize_workspace(fork.state.workspace)
+        return fork
 
     # -- running ---------------------------------------------------------------
 

@@ -1129,6 +1129,8 @@ class RemoteBackend:
         }
         if workspace.snapshot_store is not None:  # cowconv's: the server records the files
             body["workspace"]["snapshot_store"] = workspace.snapshot_store
+        if workspace.max_snapshot_file_size is not None:
+            body["workspace"]["max_snapshot_file_size"] = workspace.max_snapshot_file_size
         body.update(request_extras or {})
         if conversation_id is not None:
             body["conversation_id"] = conversation_id
@@ -1506,7 +1508,7 @@ class RemoteBackend:
         fork = RemoteBackend(
             self._connection,
             str(info["id"]),
-            agent=self._agent,
+            agent=self._agent if spec.agent is None else spec.agent,
             callbacks=callbacks,
             max_iteration_per_run=self.max_iteration_per_run,
         )
@@ -1526,13 +1528,11 @@ class RemoteBackend:
 
         A conversation on an OpenHands agent server is forked as OpenHands' client does:
         a new conversation is made from this answer (its tags are the server's).
+        ``spec.agent`` goes in the request to cowconv's server (its ``agent`` field); on
+        OpenHands' server, which takes no agent when forking, see :meth:`fork_with_agent`.
         """
-        if spec.agent is not None:
-            raise NotImplementedError(
-                "fork(agent=...) is not supported on an agent server: a remote fork keeps the "
-                "agent the server manages; to fork with another agent, fork a local "
-                "Conversation"
-            )
+        if spec.agent is not None and not self._cowconv:
+            return self.fork_with_agent(spec)
         # OpenHands' ForkConversationRequest: title its own key, nothing sent that is unset.
         # The id is drawn here when none is asked for, as a local fork draws its own.
         fork_id = new_uuid() if spec.conversation_id is None else spec.conversation_id
@@ -1547,10 +1547,84 @@ class RemoteBackend:
             body["from_event_id"] = spec.from_event_id
         if spec.workspace is not None:  # cowconv's server: the fork gets its own copy there
             body["workspace"] = "copy"
+        if spec.agent is not None:  # cowconv's server: the fork runs this agent
+            body["agent"] = spec.agent.model_dump(mode="json", context={"expose_secrets": True})
         info = answer_json(send_request(self._client, "POST", self._path("/fork"), json=body))
         if not isinstance(info, dict) or not info.get("id"):
             raise RemoteError(0, f"the server answered no fork: {info!r}")
         return info
+
+    def fork_with_agent(self, spec: ForkSpec) -> dict[str, Any]:
+        """Fork with another agent on an OpenHands agent server (which takes no agent when
+        forking); the fork's info.
+
+        Another LLM only (model, base URL, key...): a fork, then OpenHands'
+        ``POST /switch_llm``. Another system prompt or tools: a new conversation
+        with that agent, given the history's user messages, when the history holds
+        nothing else (the server records the system prompt of its own agent
+        first); otherwise an :class:`~cowconv.InvalidValueError` before anything
+        is made, saying what to do.
+        """
+        agent = spec.agent
+        assert agent is not None
+        ours = agent_to_openhands(agent.model_dump(mode="json", context={"expose_secrets": True}))
+        messages = self.openhands_fork_plan(agent, spec.from_event_id)
+        if messages is None:
+            info = self.fork_on_server(spec._replace(agent=None))
+            fork_path = f"{CONVERSATIONS_PATH}/{_segment(info['id'])}"
+            send_request(self._client, "POST", f"{fork_path}/switch_llm", json={"llm": ours["llm"]})
+            answered = answer_json(send_request(self._client, "GET", fork_path))
+            return answered if isinstance(answered, dict) else info
+        fork_id = new_uuid() if spec.conversation_id is None else spec.conversation_id
+        tags = {key: value for key, value in spec.tags.items() if key != "title"}
+        body: dict[str, Any] = {
+            "agent": ours,
+            "workspace": {"kind": "LocalWorkspace", "working_dir": self.workspace.working_dir},
+            "max_iterations": self.max_iteration_per_run,
+            "tags": tags,
+            "conversation_id": id_text(fork_id),
+        }
+        created = answer_json(send_request(self._client, "POST", CONVERSATIONS_PATH, json=body))
+        if not isinstance(created, dict) or not created.get("id"):
+            raise RemoteError(0, f"the server answered no conversation: {_shown(str(created))}")
+        fork_path = f"{CONVERSATIONS_PATH}/{_segment(created['id'])}"
+        title = spec.title if spec.title is not None else spec.tags.get("title")
+        if title is not None:
+            send_request(self._client, "PATCH", fork_path, json={"title": title})
+        for text in messages:
+            message = {"role": "user", "content": [{"type": "text", "text": text}], "run": False}
+            send_request(self._client, "POST", f"{fork_path}/events", json=message)
+        answered = answer_json(send_request(self._client, "GET", fork_path))
+        return answered if isinstance(answered, dict) else created
+
+    def openhands_fork_plan(self, agent: Agent, from_event_id: str | None) -> list[str] | None:
+        """How a fork on an OpenHands agent server gets ``agent`` (see :meth:`fork_with_agent`):
+        ``None`` (a fork, then ``switch_llm``), or the user messages a new conversation is
+        given; an :class:`~cowconv.InvalidValueError` if the server cannot do it.
+        """
+        source = self._agent if self._agent is not None else self.snapshot().agent
+        if _without_key(source.model_copy(update={"llm": agent.llm})) == _without_key(agent):
+            return None
+        history = _active_branch(EventLog(list(self._cache or ())), self._refresh_info())
+        if from_event_id is not None:
+            ids = [event.id for event in history]
+            if from_event_id not in ids:
+                raise InvalidValueError(f"no event {from_event_id!r} in the history to fork")
+            history = history.take(ids.index(from_event_id) + 1)
+        messages: list[str] = []
+        for event in history:
+            if event.kind == "SystemPromptEvent":
+                continue
+            if not (isinstance(event, MessageEvent) and event.source == "user") or not all(
+                isinstance(part, TextContent) for part in event.llm_message.content
+            ):
+                raise InvalidValueError(
+                    "OpenHands' agent server cannot give a fork another system prompt or tools "
+                    f"once its history holds more than user messages (it has a {event.kind}): "
+                    "vary only the LLM there, or use cowconv's agent server"
+                )
+            messages.append(event.text)
+        return messages
 
     @staticmethod
     def fork_class() -> Any:

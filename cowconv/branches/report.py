@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from cowconv.core.compare import describe_event
 from cowconv.core.events import ActionEvent, AgentErrorEvent, MessageEvent
+from cowconv.workspaces.changes import FileChanges, branch_file_changes
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -51,7 +52,10 @@ class BranchRow:
     completion and, where recorded, cached). ``steps`` counts the LLM
     answers the run recorded; ``error`` is the last error it recorded.
     ``added`` describes, one line each, the events the branch added to the
-    history it was forked from: its diff against the source.
+    history it was forked from: its diff against the source. ``files`` is
+    what it did to its workspace's files against the fork point (the
+    snapshots its tool calls recorded; ``None`` where none are), and
+    :meth:`patch` the full diff of those files.
 
     >>> row = BranchRow(index=0, conversation_id="c1", title="A", tags={}, status="finished",
     ...                 steps=1, cost=0.0, tokens={"prompt_tokens": 9}, wall_seconds=0.5,
@@ -73,6 +77,7 @@ class BranchRow:
     error: str | None
     model: str = ""
     added: tuple[str, ...] = field(default=())
+    files: FileChanges | None = None
 
     @classmethod
     def of(cls, index: int, fork: Conversation, wall_seconds: float | None) -> BranchRow:
@@ -113,7 +118,19 @@ class BranchRow:
             error=error,
             model=state.agent.llm.model,
             added=tuple(added),
+            files=branch_file_changes(state, start),
         )
+
+    def patch(self) -> str:
+        """The unified diff of the files the branch changed since its fork point ("": none,
+        or no snapshots recorded).
+
+        >>> BranchRow(index=0, conversation_id="c1", title=None, tags={}, status="idle",
+        ...           steps=0, cost=0.0, tokens={}, wall_seconds=None, final_answer=None,
+        ...           error=None).patch()
+        ''
+        """
+        return "" if self.files is None else self.files.patch()
 
     @property
     def total_tokens(self) -> int:
@@ -234,6 +251,7 @@ class SuiteReport:
                 "tags": dict(row.tags),
                 "tokens": dict(row.tokens),
                 "added": list(row.added),
+                "files": None if row.files is None else row.files.to_dict(),
             }
             for row in self.rows
         ]
@@ -262,9 +280,13 @@ class SuiteReport:
         it) or else its title, model (without the provider), status, steps,
         cost, tokens (prompt and completion), wall time, and the final answer
         (or error), which alone wraps, cut at ``answer_width`` characters.
-        Other tags, token kinds and full model names are in :meth:`to_json`.
+        When any branch recorded workspace snapshots, a ``files`` column
+        counts the files it added, modified and deleted (``+A ~M -D``).
+        Other tags, token kinds, full model names and the changed paths are
+        in :meth:`to_json`.
         """
         column = self._group_column(by)
+        with_files = any(row.files is not None for row in self.rows)
         table = _compact_table(f"{len(self.rows)} branches")
         table.add_column("#", justify="right", no_wrap=True)
         table.add_column(column or "branch", no_wrap=True, max_width=10, overflow="ellipsis")
@@ -272,6 +294,8 @@ class SuiteReport:
         table.add_column("status", no_wrap=True, min_width=6)
         for name in ("steps", "cost $", "tokens", "wall s"):
             table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+        if with_files:
+            table.add_column("files", justify="right", no_wrap=True)
         table.add_column("answer", overflow="fold", ratio=1, min_width=10)
         for row in self.rows:
             answer = row.final_answer if row.final_answer is not None else (row.error or "")
@@ -279,6 +303,7 @@ class SuiteReport:
             if len(answer) > answer_width:
                 answer = answer[: answer_width - 1] + "…"
             name = row.tags.get(column, "") if column else (row.title or row.conversation_id[:8])
+            files = [("" if row.files is None else row.files.short())] if with_files else []
             table.add_row(
                 str(row.index),
                 name,
@@ -288,6 +313,7 @@ class SuiteReport:
                 f"{row.cost:.4f}",
                 f"{row.total_tokens:,}",
                 "" if row.wall_seconds is None else f"{row.wall_seconds:.2f}",
+                *files,
                 answer,
             )
         return table
@@ -348,7 +374,8 @@ class SuiteReport:
 
     def to_html(self, *, by: str = "variant", title: str | None = None) -> str:
         """A self-contained HTML page: totals, the table, the plot (inline, when matplotlib
-        is installed) and each branch's diff against the source (the events it added).
+        is installed) and each branch's diff against the source (the events it added, and
+        the files it changed with their patch, where snapshots are recorded).
 
         >>> page = SuiteReport(rows=()).to_html(title="empty suite")
         >>> page.startswith("<!DOCTYPE html>"), "<h1>empty suite</h1>" in page
@@ -404,6 +431,14 @@ class SuiteReport:
             )
             lines = "\n".join(f"+ {line}" for line in row.added) or "(nothing added)"
             out.append(f"<pre>{esc(lines)}</pre>")
+            if row.files is not None:
+                changed = "\n".join(row.files.lines()) or "(no file changed)"
+                out.append(f"<p>files: {esc(row.files.summary())}</p><pre>{esc(changed)}</pre>")
+                patch = row.files.patch()
+                if patch:
+                    out.append(
+                        f"<details><summary>patch</summary><pre>{esc(patch)}</pre></details>"
+                    )
         out.append("</body></html>")
         return "\n".join(out) + "\n"
 

@@ -40,6 +40,7 @@ from cowconv._exceptions import (
 )
 from cowconv.branches import ledger
 from cowconv.branches.ledger import LEASE, SuiteTicket
+from cowconv.branches.remote import RemoteSuite, is_remote
 from cowconv.branches.report import SuiteReport
 from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix, WorkspaceSpec
 from cowconv.conversation import Conversation
@@ -49,9 +50,12 @@ from cowconv.core.frozen import decode_json
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationState, ExecutionStatus
 from cowconv.core.tree import extend_active
+from cowconv.core.workspace import Workspace
 from cowconv.distributed.process import PicklingExecutor
 from cowconv.ports import BranchExecutor, EventCallback, SuiteRow, notify
 from cowconv.stores.tree import TreeStore
+from cowconv.workspaces.recording import default_store_directory, store_at
+from cowconv.workspaces.transfer import SnapshotPack, receive_changes
 
 __all__ = [
     "Branch",
@@ -109,6 +113,7 @@ class BranchResult:
     wall_seconds: float | None = None
     worker: str | None = None
     prefix_loads: int = 0
+    snapshot_loads: int = 0
 
     @property
     def status(self) -> str:
@@ -135,7 +140,9 @@ class BranchRuns(list[Conversation]):
     :meth:`report`, a readable summary. With an executor, ``workers`` names
     the process each branch ran in (``host:pid``) and ``prefix_loads`` how
     many times that process had deserialised the shared history by then
-    (1: once; empty for the thread pool).
+    (1: once; empty for the thread pool); for a suite of copies
+    (``workspace="copy"``), ``snapshot_loads`` how many times it had
+    unpacked the files' snapshot that travels with that history.
 
     >>> runs = BranchRuns([], [])
     >>> runs == [], runs.wall_seconds
@@ -150,11 +157,13 @@ class BranchRuns(list[Conversation]):
         workers: Iterable[str | None] = (),
         prefix_loads: Iterable[int] = (),
         results: Iterable[BranchResult] = (),
+        snapshot_loads: Iterable[int] = (),
     ) -> None:
         super().__init__(forks)
         self.wall_seconds: tuple[float | None, ...] = tuple(wall_seconds)
         self.workers: tuple[str | None, ...] = tuple(workers)
         self.prefix_loads: tuple[int, ...] = tuple(prefix_loads)
+        self.snapshot_loads: tuple[int, ...] = tuple(snapshot_loads)
         self.results: tuple[BranchResult, ...] = tuple(results)
         """Each branch's :class:`BranchResult` (its status, error, worker), in branch order."""
 
@@ -224,8 +233,11 @@ def run_branches(
     ``workspace``, the thread pool runs each branch as the executors do: on
     a copy of the fork, committed to it when the run ends. ``workspace="copy"``
     gives every fork its own directory holding the source's files at the fork
-    point (``fork(workspace="copy")``), where its branch runs; the workers must
-    see this machine's files (threads, processes, a local Dask or Ray cluster).
+    point (``fork(workspace="copy")``), where its branch runs. On an executor the
+    workers need not see this machine's files: the snapshot of the forks' files
+    travels with the shared history, once per worker, each branch runs in a
+    directory made from it there, and what it changed comes back to its fork's
+    directory here (its snapshots into the fork's snapshot store).
 
     ``raise_on_error=True`` also raises the errors runs recorded (a failed
     LLM call, a crashed tool, missing credentials) as
@@ -279,7 +291,7 @@ def run_branches(
 
 
 def resume_suite(
-    store: TreeStore | str,
+    store: TreeStore | Workspace | str,
     suite_id: str,
     *,
     max_workers: int | None = None,
@@ -330,6 +342,20 @@ def resume_suite(
     """
     if on_result is not None and not callable(on_result):
         raise InvalidTypeError(f"on_result must be callable, got {type(on_result).__name__}")
+    if isinstance(store, Workspace) or (
+        isinstance(store, str) and store.startswith(("http://", "https://"))
+    ):
+        remote = _RemoteRuns.reopen(
+            store if isinstance(store, Workspace) else Workspace(host=store, working_dir="."),
+            _check_suite_id(suite_id),
+            max_workers=max_workers,
+            executor=executor,
+            callbacks=callbacks,
+            branch_timeout=_check_seconds("branch_timeout", branch_timeout),
+            timeout=_check_seconds("timeout", timeout),
+            workspace_spec=workspace,
+        )
+        return _finish(remote, raise_on_error=raise_on_error, on_result=on_result)
     if not isinstance(store, TreeStore):
         if not isinstance(store, str):
             raise InvalidTypeError(
@@ -352,7 +378,7 @@ def resume_suite(
 
 
 def _finish(
-    suite: _Suite,
+    suite: _Suite | _RemoteRuns,
     *,
     raise_on_error: bool,
     on_result: Callable[[BranchResult], None] | None,
@@ -373,6 +399,7 @@ def _finish(
         workers=[r.worker for r in done] if suite.remote else (),
         prefix_loads=[r.prefix_loads for r in done] if suite.remote else (),
         results=done,
+        snapshot_loads=[r.snapshot_loads for r in done] if suite.remote else (),
     )
     errors: list[BaseException] = []
     for result in done:
@@ -542,6 +569,9 @@ class _Suite:
     watch: set[int] = field(default_factory=set)
     """Branches of a recorded suite that another runner holds: waited for in the store."""
     max_iterations: list[int] | None = None
+    copies: bool = False
+    """Whether every fork has its own copy of the files (``workspace="copy"``): their snapshot
+    travels to the workers with the shared history, and each run's files come back."""
 
     @classmethod
     def start(
@@ -561,7 +591,7 @@ class _Suite:
         resume: bool = False,
         lease: float = LEASE,
         rerun_lost: bool = False,
-    ) -> _Suite:
+    ) -> _Suite | _RemoteRuns:
         specs = [Branch(b) if isinstance(b, str) else b for b in branches]
         for spec in specs:
             if not isinstance(spec, Branch):
@@ -572,6 +602,21 @@ class _Suite:
         branch_timeout = _check_seconds("branch_timeout", branch_timeout)
         timeout = _check_seconds("timeout", timeout)
         callbacks = tuple(callbacks)
+        if is_remote(source):
+            return _RemoteRuns.start(
+                source,
+                specs,
+                from_event_id=from_event_id,
+                reset_metrics=reset_metrics,
+                max_workers=max_workers,
+                executor=executor,
+                callbacks=callbacks,
+                branch_timeout=branch_timeout,
+                timeout=timeout,
+                workspace=workspace,
+                suite_id=suite_id,
+                resume=resume,
+            )
         store: TreeStore | None = None
         if suite_id is not None:
             suite_id = _check_suite_id(suite_id)
@@ -626,6 +671,7 @@ class _Suite:
             fork.send_message(spec.message)
             forks.append(fork)
         suite = cls(forks, executor, max_workers, branch_timeout, timeout, workspace, inherited)
+        suite.copies = own_directory
         if store is not None and suite_id is not None:
             ledger.record(
                 store,
@@ -767,7 +813,18 @@ class _Suite:
         if not todo:
             return
         assert self.inherited is not None
-        prefix = SharedPrefix.of(self.inherited)
+        trees: dict[int, str] = {}
+        files: SnapshotPack | None = None
+        if self.copies:
+            try:
+                trees, files = self._files(todo)
+            except Exception as error:
+                for index in todo:
+                    cid = str(forks[index].id)
+                    why = f"its files cannot be packed for its worker: {error!r}"
+                    yield self._failed(index, BranchError(index, cid, why))
+                return
+        prefix = SharedPrefix.of(self.inherited, files)
         ship_api_keys = bool(getattr(executor, "ship_api_keys", True))
         ticket = None
         if self.record is not None:
@@ -790,6 +847,7 @@ class _Suite:
                     timeout=self.branch_timeout,
                     workspace=self.workspace,
                     suite=ticket,
+                    files=trees.get(index),
                 )
             except Exception as error:
                 failure = BranchError(index, str(fork.id), f"cannot be prepared: {error}")
@@ -851,6 +909,21 @@ class _Suite:
             pending.clear()
         yield from leftovers
 
+    def _files(self, todo: Iterable[int]) -> tuple[dict[int, str], SnapshotPack]:
+        """Each fork's snapshot (its own directory's files), and one pack of their objects:
+        what the workers make the branches' directories from (one snapshot for a suite whose
+        forks share a fork point)."""
+        trees: dict[int, str] = {}
+        stores = set()
+        for index in todo:
+            workspace = self.forks[index].state.workspace
+            store = store_at(workspace.snapshot_store or default_store_directory())
+            stores.add(store)
+            trees[index] = store.snapshot(workspace.working_dir).tree
+        if len(stores) != 1:
+            raise InvalidValueError("the forks of a suite of copies share one snapshot store")
+        return trees, SnapshotPack.of(stores.pop(), sorted(set(trees.values())))
+
     def _failed(self, index: int, error: BranchError) -> BranchResult:
         """A branch that did not come back: recorded on its fork (or, for a recorded suite,
         by the state of its row: it runs on resume if it never started)."""
@@ -872,6 +945,11 @@ class _Suite:
             outcome = BranchOutcome.loads(result)
         except Exception as unreadable:
             return BranchResult(index, fork, unreadable)
+        if outcome.files is not None:
+            try:  # the objects of the branch's snapshots, and its files, into the fork's own
+                receive_changes(fork.workspace, outcome.files)
+            except Exception as error:
+                return BranchResult(index, fork, error, worker=outcome.worker or None)
         if self.record is not None:
             if outcome.committed:
                 return self._reloaded(index)
@@ -903,6 +981,7 @@ class _Suite:
             outcome.wall_seconds,
             outcome.worker,
             outcome.prefix_loads,
+            outcome.snapshot_loads,
         )
 
     # -- a recorded suite: its store says what ended, what runs where ---------------------
@@ -1038,6 +1117,120 @@ class _Suite:
                         )
             if self.watch:
                 time.sleep(poll)
+
+
+def _remote_limits(
+    branch_timeout: float | None, timeout: float | None, workspace: WorkspaceSpec | None
+) -> None:
+    if branch_timeout is not None or timeout is not None:
+        raise InvalidValueError(
+            "a suite of a RemoteConversation takes no branch_timeout or timeout (the server "
+            "runs each branch to its end): leave them out, and interrupt() a fork to stop it"
+        )
+    if workspace is not None and not (isinstance(workspace, str) and workspace == "copy"):
+        raise InvalidValueError(
+            "a suite of a RemoteConversation runs on its agent server: leave out workspace= "
+            "(workspace='copy' gives each fork its own files on cowconv's server)"
+        )
+
+
+@dataclass
+class _RemoteRuns:
+    """A suite whose source an agent server keeps: its forks and runs are the server's
+    (:mod:`cowconv.branches.remote`), its results :class:`BranchResult` values as anywhere."""
+
+    suite: RemoteSuite
+
+    @property
+    def forks(self) -> list[Conversation]:
+        return self.suite.forks
+
+    @property
+    def fatal(self) -> list[BaseException]:
+        return self.suite.fatal
+
+    @property
+    def remote(self) -> bool:
+        return self.suite.remote
+
+    @classmethod
+    def start(
+        cls,
+        source: Conversation,
+        specs: list[Branch],
+        *,
+        from_event_id: str | None,
+        reset_metrics: bool,
+        max_workers: int | None,
+        executor: BranchExecutor | None,
+        callbacks: tuple[EventCallback, ...],
+        branch_timeout: float | None,
+        timeout: float | None,
+        workspace: WorkspaceSpec | None,
+        suite_id: str | None,
+        resume: bool,
+    ) -> _RemoteRuns:
+        _remote_limits(branch_timeout, timeout, workspace)
+        if suite_id is not None:
+            suite_id = _check_suite_id(suite_id)
+        elif resume:
+            raise InvalidValueError("resume=True resumes a recorded suite: give its suite_id")
+        return cls(
+            RemoteSuite.start(
+                source,
+                [spec.message for spec in specs],
+                [spec.agent for spec in specs],
+                [spec.title for spec in specs],
+                [spec.tags for spec in specs],
+                from_event_id=from_event_id,
+                reset_metrics=reset_metrics,
+                max_workers=max_workers,
+                executor=executor,
+                callbacks=callbacks,
+                workspace=workspace,
+                suite_id=suite_id,
+                resume=resume,
+            )
+        )
+
+    @classmethod
+    def reopen(
+        cls,
+        workspace: Workspace,
+        suite_id: str,
+        *,
+        max_workers: int | None,
+        executor: BranchExecutor | None,
+        callbacks: Iterable[EventCallback],
+        branch_timeout: float | None,
+        timeout: float | None,
+        workspace_spec: WorkspaceSpec | None = None,
+    ) -> _RemoteRuns:
+        _check_options(max_workers, executor, None)
+        _remote_limits(branch_timeout, timeout, workspace_spec)
+        suite = RemoteSuite.reopen(
+            workspace, suite_id, max_workers=max_workers, executor=executor, callbacks=callbacks
+        )
+        return cls(suite)
+
+    def results(self, *, raise_on_error: bool = False) -> Generator[BranchResult, None, None]:
+        """Run the branches on the server; yield each one's result as it ends."""
+        runs = self.suite.results()
+        try:
+            for index, error, wall, worker in runs:
+                if error is not None and not isinstance(error, Exception):
+                    self.suite.fatal.append(error)
+                    error = None
+                result = BranchResult(index, self.forks[index], error, wall, worker)
+                if raise_on_error:
+                    failure = result.error or _run_error(result.index, result.fork)
+                    if failure is not None:
+                        raise failure
+                yield result
+        finally:
+            close = getattr(runs, "close", None)
+            if close is not None:
+                close()
 
 
 _FAILED = {

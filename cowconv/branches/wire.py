@@ -48,6 +48,7 @@ from cowconv.core.ids import ConversationID
 from cowconv.core.llm import LLMMetrics
 from cowconv.core.state import ConversationState, ConversationStats, ExecutionStatus
 from cowconv.core.usage import Usage
+from cowconv.workspaces.transfer import SnapshotPack
 
 __all__ = [
     "BranchJob",
@@ -111,17 +112,23 @@ def load_quietly(data: bytes) -> Any:
 class SharedPrefix:
     """The history every fork of a suite inherited, shipped once per worker under ``key``.
 
+    ``files``: for a suite whose forks have their own copies of the files
+    (``workspace="copy"``), the objects of their snapshot, which travel with
+    the history: a worker unpacks them once and makes each branch's directory
+    from them, without reading this machine's files.
+
     >>> from cowconv import EventLog
     >>> prefix = SharedPrefix.of(EventLog())
-    >>> len(prefix.events), len(prefix.key) > 0
-    (0, True)
+    >>> len(prefix.events), len(prefix.key) > 0, prefix.files
+    (0, True, None)
     """
 
     key: str
     events: EventLog
+    files: SnapshotPack | None = None
 
     @classmethod
-    def of(cls, events: EventLog) -> SharedPrefix:
+    def of(cls, events: EventLog, files: SnapshotPack | None = None) -> SharedPrefix:
         """The prefix of ``events``, keyed by its content.
 
         Events are immutable and their ids unique, so the ids in order name
@@ -138,16 +145,20 @@ class SharedPrefix:
         digest = hashlib.sha256(f"{len(events)}".encode())
         for event in events:
             digest.update(b"\n" + event.id.encode())
-        return cls(key=digest.hexdigest()[:32], events=events)
+        if files is not None:  # the same history with other files is another prefix
+            digest.update(b"\nfiles " + " ".join(files.trees).encode())
+        return cls(key=digest.hexdigest()[:32], events=events, files=files)
 
     def dumps(self, dumps: Dumps = pickled) -> bytes:
         """The events as bytes for a worker: ``dumps`` (default ``pickle``), then zlib.
 
         The prefix is the one large thing a suite sends, to every worker:
         zlib at level 1 shrinks a 10k-event history ~7× for ~35 ms here,
-        and a worker inflates it in ~12 ms (unpickling takes ~300 ms).
+        and a worker inflates it in ~12 ms (unpickling takes ~300 ms). With
+        ``files``, the pickled value is the pair ``(events, files)``.
         """
-        return zlib.compress(dumps(self.events), 1)
+        value: Any = self.events if self.files is None else (self.events, self.files)
+        return zlib.compress(dumps(value), 1)
 
 
 @dataclass(frozen=True)
@@ -178,6 +189,8 @@ class BranchJob:
     """Where it works on its worker (default: the fork's own workspace)."""
     suite: SuiteTicket | None = None
     """For a recorded suite: where the worker claims the branch and commits its outcome."""
+    files: str | None = None
+    """The snapshot its directory is made from on the worker (its prefix's ``files`` hold it)."""
 
     @classmethod
     def of(
@@ -191,6 +204,7 @@ class BranchJob:
         timeout: float | None = None,
         workspace: WorkspaceSpec | None = None,
         suite: SuiteTicket | None = None,
+        files: str | None = None,
     ) -> BranchJob:
         """The job for a fork whose snapshot is ``state``.
 
@@ -221,6 +235,7 @@ class BranchJob:
             timeout=timeout,
             workspace=workspace,
             suite=suite,
+            files=files,
         )
 
     @property
@@ -275,6 +290,11 @@ class BranchOutcome:
     failure: str | None = None
     committed: bool = False
     """Whether the worker committed it to the fork in the suite's store itself."""
+    files: SnapshotPack | None = None
+    """For a branch run in a directory made from its job's ``files``: the objects its
+    snapshots added and its last snapshot (``final``), for its fork here."""
+    snapshot_loads: int = 0
+    """How many times that process had unpacked this suite's files (1: once)."""
 
     @classmethod
     def failed(cls, index: int, error: str, failure: str = "worker") -> BranchOutcome:

@@ -45,7 +45,22 @@ from cowconv.core.events import (
 )
 from cowconv.core.state import ConversationState
 
-__all__ = ["Comparison", "ComparisonSide", "HasState", "compare", "describe_event"]
+__all__ = ["Comparison", "ComparisonSide", "FileDiff", "HasState", "compare", "describe_event"]
+
+
+class FileDiff(Protocol):
+    """What a side did to its files (``cowconv.workspaces.changes.FileChanges`` is one)."""
+
+    @property
+    def changes(self) -> Mapping[str, str]: ...
+
+    def summary(self) -> str: ...
+
+    def lines(self) -> list[str]: ...
+
+    def patch(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 class HasState(Protocol):
@@ -95,7 +110,9 @@ class ComparisonSide:
 
     ``events`` are the events it has past the common prefix, in order;
     ``tokens`` holds every token count of its stats (prompt, completion,
-    cached).
+    cached). ``files`` is what it did to its workspace's files since the
+    fork point (``cowconv.compare`` fills it where snapshots are recorded;
+    ``None``: not known).
 
     >>> from cowconv import LLM, Agent, Conversation
     >>> state = Conversation(agent=Agent(llm=LLM(model="openai/gpt-4o")), workspace=".").state
@@ -112,6 +129,7 @@ class ComparisonSide:
     cost: float
     tokens: Mapping[str, int]
     events: tuple[Event, ...]
+    files: FileDiff | None = None
 
     @classmethod
     def of(cls, state: ConversationState, common: int) -> ComparisonSide:
@@ -166,6 +184,7 @@ class ComparisonSide:
             "cost": self.cost,
             "tokens": dict(self.tokens),
             "events": [event.model_dump(mode="json") for event in self.events],
+            "files": None if self.files is None else self.files.to_dict(),
         }
 
 
@@ -241,6 +260,10 @@ class Comparison:
         for mark, side in (("-", self.a), ("+", self.b)):
             for offset, event in enumerate(side.events):
                 out.append(f"{mark} [{self.common + offset}] {describe_event(event)}")
+        for name, side in (("a", self.a), ("b", self.b)):
+            if side.files is not None:
+                out.append(f"{name}'s files since the fork point: {side.files.summary()}")
+                out += [f"   {line}" for line in side.files.lines()]
         changes = []
         if self.a.status != self.b.status:
             changes.append(f"status: {self.a.status} -> {self.b.status}")

@@ -21,8 +21,10 @@ stderr (on a terminal, the line ends with how long it took), so a first
 run that waits is not a silent one; ``COWCONV_QUIET=1`` leaves it out.
 """
 
+import atexit
 import contextlib
 import contextvars
+import inspect
 import json
 import logging
 import os
@@ -31,6 +33,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,8 +145,61 @@ def _litellm() -> ModuleType:
 
             # litellm prints "Give Feedback / Get Help" banners to stdout on every error.
             litellm.suppress_debug_info = True
+            atexit.register(_close_at_exit, litellm)
             _module = litellm
         return _module
+
+
+# The event loop litellm's timing hook leaves on the main thread: a completion made there
+# outside an event loop calls ``asyncio.get_event_loop()``, which (Python 3.11-3.13) makes
+# the thread a loop and keeps it, and nobody closes it.
+_main_thread_loop: Any = None
+
+
+def _close_at_exit(litellm: ModuleType) -> None:
+    """Close what litellm keeps open for the process's life, when the interpreter exits.
+
+    litellm caches one HTTP client per endpoint and key and closes it only on eviction:
+    each left an open socket, a ``ResourceWarning: unclosed socket`` at exit. Synchronous
+    clients (the ones :meth:`LLM.completion` uses) close here; asynchronous ones are closed
+    by litellm's own exit handler, on a loop of its own. So does the event loop litellm
+    left on the main thread.
+    """
+    cache = getattr(litellm, "in_memory_llm_clients_cache", None)
+    clients = getattr(cache, "cache_dict", None)
+    if isinstance(clients, dict):
+        for client in list(clients.values()):
+            close = getattr(client, "close", None)
+            if callable(close) and not inspect.iscoroutinefunction(close):
+                with contextlib.suppress(Exception):
+                    close()
+    loop = _main_thread_loop
+    if loop is not None and not loop.is_running() and not loop.is_closed():
+        loop.close()
+
+
+def _keep_main_thread_loop() -> None:
+    """After a completion on the main thread outside a loop: keep the loop litellm left there.
+
+    litellm's own exit handler replaces the thread's loop with one of its own; the one left
+    by the completion would then be collected unclosed, so a reference is kept to close it.
+    """
+    global _main_thread_loop
+    if _main_thread_loop is not None or threading.current_thread() is not threading.main_thread():
+        return
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return  # inside a running loop (a coroutine's synchronous call): litellm made none
+    with warnings.catch_warnings():
+        # Asking the policy is deprecated on 3.14 (where litellm makes no loop: it raises).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with contextlib.suppress(RuntimeError):
+            _main_thread_loop = asyncio.get_event_loop_policy().get_event_loop()
 
 
 class _loading_notice:  # noqa: N801 (used as a statement: ``with _loading_notice(...)``)
@@ -957,7 +1013,10 @@ class LLM(CheckedModel):
             for attempt in retrying:
                 with attempt:
                     started = time.perf_counter()
-                    raw = litellm.completion(**arguments)
+                    try:
+                        raw = litellm.completion(**arguments)
+                    finally:
+                        _keep_main_thread_loop()
                     if self.stream:
                         raw = _gather_stream(litellm, raw, messages, on_token)
                     latency = time.perf_counter() - started

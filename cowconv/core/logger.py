@@ -33,7 +33,6 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from logging.handlers import TimedRotatingFileHandler
 from typing import TYPE_CHECKING, Any
 
 from cowconv._exceptions import InvalidTypeError, InvalidValueError
@@ -195,6 +194,9 @@ def setup_logging(
                 f"when is one of {', '.join(sorted(_ROTATIONS))}, not {rotate_when!r}"
             )
         os.makedirs(directory, exist_ok=True)
+        # Here, not at import: logging.handlers loads socket (a first use does without it).
+        from logging.handlers import TimedRotatingFileHandler
+
         file_handler = TimedRotatingFileHandler(
             os.path.join(directory, "app.log"),
             when=rotate_when,

@@ -86,6 +86,11 @@ def _secret_map(value: Any) -> PMap[str, SecretStr] | None:
     return pmap(secrets)
 
 
+_Secret: TypeAlias = Annotated[SecretStr, PlainSerializer(dump_secret)]
+"""A secret field of the credentials: masked in JSON unless the serializer's context says
+``expose_secrets`` (:func:`~cowconv.core.llm.dump_secret`), one serializer for them all."""
+
+
 def _dump_secret_map(value: Mapping[str, SecretStr] | None, info: SerializationInfo) -> Any:
     if value is None:
         return None
@@ -119,12 +124,8 @@ class MCPApiKeyAuthCredential(CheckedModel):
     model_config = _CONFIG
 
     strategy: Literal["api_key"]
-    value: SecretStr | None = None
+    value: _Secret | None = None
     header_name: str | None = None
-
-    @field_serializer("value")
-    def _dump_value(self, value: SecretStr | None, info: SerializationInfo) -> Any:
-        return dump_secret(value, info)
 
     def to_http_headers(self) -> dict[str, str] | None:
         """The HTTP headers these credentials add to each request."""
@@ -145,11 +146,7 @@ class MCPBearerAuthCredential(CheckedModel):
     model_config = _CONFIG
 
     strategy: Literal["bearer"]
-    value: SecretStr | None = None
-
-    @field_serializer("value")
-    def _dump_value(self, value: SecretStr | None, info: SerializationInfo) -> Any:
-        return dump_secret(value, info)
+    value: _Secret | None = None
 
     def to_http_headers(self) -> dict[str, str] | None:
         """The HTTP headers these credentials add to each request."""
@@ -169,11 +166,7 @@ class MCPBasicAuthCredential(CheckedModel):
 
     strategy: Literal["basic"]
     username: str
-    password: SecretStr | None = None
-
-    @field_serializer("password")
-    def _dump_password(self, value: SecretStr | None, info: SerializationInfo) -> Any:
-        return dump_secret(value, info)
+    password: _Secret | None = None
 
     def to_http_headers(self) -> dict[str, str] | None:
         """The HTTP headers these credentials add to each request."""
@@ -226,12 +219,8 @@ class MCPOAuthAuthentication(CheckedModel):
     client_name: str | None = None
     client_metadata_url: str | None = None
     client_id: str | None = None
-    client_secret: SecretStr | None = None
+    client_secret: _Secret | None = None
     additional_client_metadata: FrozenJSONMap | None = None
-
-    @field_serializer("client_secret")
-    def _dump_client_secret(self, value: SecretStr | None, info: SerializationInfo) -> Any:
-        return dump_secret(value, info)
 
 
 class MCPOAuthAuthCredential(CheckedModel):

@@ -19,16 +19,17 @@ third-party files ``AGENTS.md``, ``CLAUDE.md``, ``GEMINI.md``, ``.cursorrules``.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
-from xml.sax.saxutils import escape as xml_escape
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from cowconv._exceptions import InvalidValueError, SkillValidationError
+from cowconv.core.front_matter import split_front_matter
 from cowconv.core.frozen import CheckedModel, FrozenJSON
 from cowconv.core.logger import get_logger
 
@@ -331,13 +332,13 @@ class Skill(CheckedModel):
             derived = path.relative_to(skill_base_dir).with_suffix("").as_posix()
         else:
             derived = path.stem
-        metadata, content = _front_matter(text, path)
+        metadata, content = split_front_matter(text, str(path), SkillValidationError)
         return cls._from_metadata(str(metadata.get("name", derived)), content, path, metadata)
 
     @classmethod
     def _load_agentskills(cls, path: Path, text: str, strict: bool) -> Skill:
         directory = path.parent.name
-        metadata, content = _front_matter(text, path)
+        metadata, content = split_front_matter(text, str(path), SkillValidationError)
         name = str(metadata.get("name", directory))
         if strict:
             problems = _name_problems(name, directory)
@@ -443,27 +444,6 @@ def _name_problems(name: str, directory: str | None) -> list[str]:
     if directory and name != directory:
         problems.append(f"Name '{name}' does not match directory '{directory}'")
     return problems
-
-
-def _front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
-    """The YAML front matter of a markdown text (``{}`` without one) and the text after it."""
-    lines = text.split("\n")
-    if not lines or lines[0].strip() != "---":
-        return {}, text
-    try:
-        end = next(i for i in range(1, len(lines)) if lines[i].strip() in ("---", "..."))
-    except StopIteration:
-        return {}, text
-    import yaml  # only when a skill file is read: ``import cowconv`` stays light
-
-    try:
-        data = yaml.safe_load("\n".join(lines[1:end])) or {}
-    except yaml.YAMLError as error:
-        raise SkillValidationError(f"{path}: front matter is not valid YAML ({error})") from None
-    if not isinstance(data, dict):
-        raise SkillValidationError(f"{path}: front matter is not a mapping")
-    # python-frontmatter (OpenHands' parser) strips the content around the front matter.
-    return data, "\n".join(lines[end + 1 :]).strip()
 
 
 def _resources(skill_root: Path) -> SkillResources:
@@ -669,6 +649,12 @@ def merge_skills_by_name(first: Iterable[Skill], second: Iterable[Skill]) -> lis
     return merged
 
 
+def _xml_text(text: str) -> str:
+    """``text`` inside an XML element: ``&``, ``<`` and ``>`` escaped (``xml.sax.saxutils.escape``
+    does the same, but importing it loads ``urllib.request`` and ``ssl``)."""
+    return html.escape(text, quote=False)
+
+
 def to_prompt(skills: Iterable[Skill], max_description_length: int = 1024) -> str:
     """The ``<available_skills>`` block listing ``skills`` by name and description.
 
@@ -712,8 +698,8 @@ def to_prompt(skills: Iterable[Skill], max_description_length: int = 1024) -> st
             )
         lines += [
             "  <skill>",
-            f"    <name>{xml_escape(skill.name.strip())}</name>",
-            f"    <description>{xml_escape(description.strip())}</description>",
+            f"    <name>{_xml_text(skill.name.strip())}</name>",
+            f"    <description>{_xml_text(description.strip())}</description>",
             "  </skill>",
         ]
     lines.append("</available_skills>")

@@ -9,11 +9,12 @@ False
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     PrivateAttr,
     SecretStr,
     SerializationInfo,
@@ -61,6 +62,9 @@ class Workspace(CheckedModel):
     # cowconv's own: the directories this one's files were copied from (a fork's source
     # first), so a terminal's recorded directory in one of them is taken to mean this one.
     copied_from: tuple[str, ...] = ()
+    # cowconv's own: files larger than this (bytes) are left out of this workspace's snapshots;
+    # None: the snapshot store's limit (10 MiB by default). Omitted from the JSON when None.
+    max_snapshot_file_size: Annotated[int, Field(strict=True, ge=0)] | None = None
 
     @field_validator("working_dir", "snapshot_store", mode="before")
     @classmethod
@@ -75,6 +79,8 @@ class Workspace(CheckedModel):
                 del data["snapshot_store"]
             if not data.get("copied_from", True):
                 del data["copied_from"]
+            if data.get("max_snapshot_file_size", False) is None:
+                del data["max_snapshot_file_size"]
         return data
 
     def relocate(self, path: str) -> str:
@@ -217,6 +223,7 @@ class Workspace(CheckedModel):
                 working_dir=value.working_dir,
                 snapshot_store=value.snapshot_store,
                 copied_from=value.copied_from,
+                max_snapshot_file_size=value.max_snapshot_file_size,
             )
         if isinstance(value, Workspace):
             return value

@@ -13,7 +13,10 @@
 
 ``run_branches(source, branches, executor=...)`` forks here in O(1), ships
 the shared history once per worker and each branch as its header and
-message, and commits what each run appended back to its fork here.
+message, and commits what each run appended back to its fork here. With
+``workspace="copy"`` the forks' files go too, as one snapshot that travels
+with the shared history (:func:`snapshot_loads` counts its unpacking), and
+each branch's changed files come back to its fork's directory.
 
 - :class:`RayExecutor` (``pip install 'cowconv[ray]'``): the Ray cluster of
   ``ray.init(...)``.
@@ -30,5 +33,13 @@ from cowconv.distributed.dask import DaskExecutor
 from cowconv.distributed.process import PicklingExecutor, ProcessExecutor
 from cowconv.distributed.ray import RayExecutor
 from cowconv.distributed.worker import prefix_loads
+from cowconv.workspaces.transfer import snapshot_loads
 
-__all__ = ["DaskExecutor", "PicklingExecutor", "ProcessExecutor", "RayExecutor", "prefix_loads"]
+__all__ = [
+    "DaskExecutor",
+    "PicklingExecutor",
+    "ProcessExecutor",
+    "RayExecutor",
+    "prefix_loads",
+    "snapshot_loads",
+]

@@ -30,6 +30,7 @@ from cowconv.agent.messages import render
 from cowconv.agent.tools import register_tool
 from cowconv.backends.local import LocalBackend
 from cowconv.branches.ledger import Claim, failed_change, failure_error
+from cowconv.branches.remote import RemoteBranchJob, run_remote_job
 from cowconv.branches.wire import (
     BranchJob,
     BranchOutcome,
@@ -42,6 +43,16 @@ from cowconv.core.history import EventLog
 from cowconv.core.llm import LLM
 from cowconv.core.state import ConversationState, ExecutionStatus
 from cowconv.core.usage import Usage
+from cowconv.core.workspace import Workspace
+from cowconv.workspaces.transfer import (
+    SnapshotPack,
+    branch_directory,
+    pack_changes,
+    receive_pack,
+    release_directory,
+    snapshot_loads,
+    worker_store,
+)
 
 __all__ = ["CACHE_SIZE", "forget_prefix", "has_prefix", "prefix_loads", "run_branch_job"]
 
@@ -68,6 +79,15 @@ def _prefix(key: str, load: Callable[[], bytes], *, rendered: bool) -> EventLog:
         events = _prefixes.get(key)
         if events is None:
             loaded = load_quietly(zlib.decompress(load()))
+            if isinstance(loaded, tuple) and len(loaded) == 2:
+                # A suite of copies: its files' snapshot travels with the history, unpacked
+                # here once per process and suite, as the events are loaded once.
+                loaded, files = loaded
+                if not isinstance(files, SnapshotPack):
+                    raise InvalidTypeError(
+                        f"a prefix's files must be a SnapshotPack, got {files!r}"
+                    )
+                receive_pack(key, files)
             if not isinstance(loaded, EventLog):
                 raise InvalidTypeError(f"a shared prefix must be an EventLog, got {type(loaded)}")
             events = loaded
@@ -204,6 +224,8 @@ def run_branch_job(
     ('workspace', "its workspace '/nonexistent/1' does not exist on worker ...")
     """
     job = load_quietly(job_data)
+    if isinstance(job, RemoteBranchJob):  # a fork an agent server keeps: run there
+        return run_remote_job(job, claim, cancelled)
     if not isinstance(job, BranchJob):
         raise InvalidTypeError(f"expected a BranchJob, got {type(job).__name__}")
     if job.suite is None:
@@ -279,9 +301,32 @@ def _run_job(
     worker = f"{socket.gethostname()}:{os.getpid()}"
     if claim is not None and not claim():
         return _refused(job)
+    made: list[Workspace] = []  # a directory made here from the job's files, removed after
+    try:
+        return _run_in_place(job, load_prefix, cancelled, worker, made)
+    finally:
+        for workspace in made:
+            release_directory(workspace)
+
+
+def _run_in_place(
+    job: BranchJob,
+    load_prefix: Callable[[], bytes],
+    cancelled: Callable[[], bool] | None,
+    worker: str,
+    made: list[Workspace],
+) -> BranchOutcome:
     try:
         state = job.state
-        if job.workspace is not None:
+        rendered = state.agent.condenser is None
+        prefix: EventLog | None = None
+        if job.files is not None:
+            # Its own directory, made here from the snapshot that came with the prefix (the
+            # prefix first, then): the fork's directory on the caller's machine is never read.
+            prefix = _prefix(job.prefix_key, load_prefix, rendered=rendered)
+            made.append(branch_directory(job.files, state.workspace))
+            state = state._replace(workspace=made[0])
+        elif job.workspace is not None:
             path = workspace_on_worker(job.workspace, job.index, str(job.conversation_id))
             state = state._replace(
                 workspace=state.workspace.model_copy(update={"working_dir": path})
@@ -297,10 +342,9 @@ def _run_job(
             )
         for tool in job.tools:
             register_tool(tool)
-        prefix = _prefix(job.prefix_key, load_prefix, rendered=state.agent.condenser is None).take(
-            job.prefix_length
-        )
-        state = state._replace(branch=prefix.extend(state.branch))
+        if prefix is None:
+            prefix = _prefix(job.prefix_key, load_prefix, rendered=rendered)
+        state = state._replace(branch=prefix.take(job.prefix_length).extend(state.branch))
         start = len(state.branch)
         if job.timeout is not None:
             LLM.preload()  # a worker's first import of litellm is not the branch's time
@@ -313,6 +357,14 @@ def _run_job(
         finally:
             backend.close()
         wall = time.perf_counter() - started
+        final = backend.snapshot()
+        events = tuple(final.branch[position] for position in range(start, len(final.branch)))
+        files = None
+        if job.files is not None:
+            # What the branch did to its files goes back: the objects its snapshots added.
+            store = worker_store()
+            last = store.snapshot(made[0].working_dir).tree
+            files = pack_changes(store, job.files, events, last)
     except Exception as error:
         frame = traceback.extract_tb(error.__traceback__)[-1]
         return BranchOutcome.failed(
@@ -320,8 +372,6 @@ def _run_job(
             f"the worker could not run it: {type(error).__name__}: {error} "
             f"({frame.filename}:{frame.lineno})",
         )
-    final = backend.snapshot()
-    events = tuple(final.branch[position] for position in range(start, len(final.branch)))
     status = final.execution_status
     if cut_off is not None:
         why = (
@@ -344,4 +394,6 @@ def _run_job(
         worker=worker,
         prefix_loads=_loads_by_key.get(job.prefix_key, 0),
         failure=cut_off,
+        files=files,
+        snapshot_loads=snapshot_loads(job.prefix_key),
     )

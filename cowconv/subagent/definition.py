@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, Field
 
 from cowconv._exceptions import CowconvError, InvalidTypeError, InvalidValueError
+from cowconv.core.front_matter import split_front_matter
 
 __all__ = ["AgentDefinition", "AgentDefinitionLevel", "load_agents_from_dir"]
 
@@ -47,7 +48,6 @@ _SETTINGS: Final = frozenset(
     }
 )
 _PERMISSION_MODES: Final = frozenset({"always_confirm", "never_confirm", "confirm_risky"})
-_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 logger = logging.getLogger("cowconv.subagent")
 _EXAMPLE = re.compile(r"<example>(.*?)</example>", re.DOTALL | re.IGNORECASE)
 
@@ -152,7 +152,7 @@ class AgentDefinition(BaseModel):
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
             raise InvalidValueError(f"agent file {path} is not UTF-8 text: {error}") from None
-        front, body = _split_front_matter(text, path)
+        front, body = split_front_matter(text, f"agent file {path}")
         description = str(front.get("description", "") or "")
         return cls(
             name=str(front.get("name", path.stem)),
@@ -175,28 +175,6 @@ class AgentDefinition(BaseModel):
             ],
             metadata={key: value for key, value in front.items() if key not in _SETTINGS},
         )
-
-
-def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
-    """The front matter (a mapping; empty without one) and the body of a Markdown file."""
-    match = _FRONT_MATTER.match(text)
-    if match is None:
-        return {}, text
-    import yaml  # only when an agent file is read: ``import cowconv`` stays light
-
-    try:
-        front = yaml.safe_load(match.group(1))
-    except yaml.YAMLError as error:
-        raise InvalidValueError(
-            f"agent file {path}: its front matter is not YAML: {error}"
-        ) from None
-    if front is None:
-        front = {}
-    if not isinstance(front, dict):
-        raise InvalidValueError(
-            f"agent file {path}: its front matter must be a mapping, got {type(front).__name__}"
-        )
-    return {str(key): value for key, value in front.items()}, text[match.end() :]
 
 
 def _names(value: Any, *, split: bool) -> list[str]:

@@ -28,9 +28,9 @@ import fnmatch
 import glob as glob_module
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import Field
 from pyrsistent import pmap
@@ -87,10 +87,35 @@ def _working_dir(conv_state: Any) -> str:
     return workspace.working_dir
 
 
-def _no_settings(tool: str, params: Mapping[str, Any] | None, options: Mapping[str, Any]) -> None:
-    settings = {**(params or {}), **options}
+_Tool = TypeVar("_Tool", bound=ToolDefinition[Any, Any])
+
+
+def _one_search_tool(
+    cls: type[_Tool],
+    conv_state: Any,
+    settings: Mapping[str, Any],
+    *,
+    description: str,
+    relative: str,
+    action_type: type[Action],
+    observation_type: type[Observation],
+    executor: Callable[[str], ToolExecutor[Any, Any]],
+) -> list[_Tool]:
+    """``[cls(...)]`` searching the workspace of ``conv_state``: what both tools' ``create`` do."""
     if settings:
-        raise InvalidTypeError(f"the {tool} tool takes no settings, got {sorted(settings)}")
+        raise InvalidTypeError(f"the {cls.name} tool takes no settings, got {sorted(settings)}")
+    working_dir = _working_dir(conv_state)
+    return [
+        cls(
+            description=(
+                f"{description}\n\nYour current working directory is: {working_dir}\n{relative}"
+            ),
+            action_type=action_type,
+            observation_type=observation_type,
+            annotations=_READ_ONLY,
+            executor=executor(working_dir),
+        )
+    ]
 
 
 # -- glob ------------------------------------------------------------------------------------
@@ -232,21 +257,16 @@ class GlobTool(ToolDefinition[GlobAction, GlobObservation]):
         cls, conv_state: Any = None, params: Mapping[str, Any] | None = None, **options: Any
     ) -> list[GlobTool]:
         """A one-tool list searching the workspace of ``conv_state`` (or a Workspace)."""
-        _no_settings(cls.name, params, options)
-        working_dir = _working_dir(conv_state)
-        description = (
-            f"{GLOB_DESCRIPTION}\n\nYour current working directory is: {working_dir}\n"
-            "When searching for files, patterns are relative to this directory."
+        return _one_search_tool(
+            cls,
+            conv_state,
+            {**(params or {}), **options},
+            description=GLOB_DESCRIPTION,
+            relative="When searching for files, patterns are relative to this directory.",
+            action_type=GlobAction,
+            observation_type=GlobObservation,
+            executor=GlobExecutor,
         )
-        return [
-            cls(
-                description=description,
-                action_type=GlobAction,
-                observation_type=GlobObservation,
-                annotations=_READ_ONLY,
-                executor=GlobExecutor(working_dir),
-            )
-        ]
 
 
 # -- grep ------------------------------------------------------------------------------------
@@ -414,21 +434,16 @@ class GrepTool(ToolDefinition[GrepAction, GrepObservation]):
         cls, conv_state: Any = None, params: Mapping[str, Any] | None = None, **options: Any
     ) -> list[GrepTool]:
         """A one-tool list searching the workspace of ``conv_state`` (or a Workspace)."""
-        _no_settings(cls.name, params, options)
-        working_dir = _working_dir(conv_state)
-        description = (
-            f"{GREP_DESCRIPTION}\n\nYour current working directory is: {working_dir}\n"
-            "When searching for content, searches are performed in this directory."
+        return _one_search_tool(
+            cls,
+            conv_state,
+            {**(params or {}), **options},
+            description=GREP_DESCRIPTION,
+            relative="When searching for content, searches are performed in this directory.",
+            action_type=GrepAction,
+            observation_type=GrepObservation,
+            executor=GrepExecutor,
         )
-        return [
-            cls(
-                description=description,
-                action_type=GrepAction,
-                observation_type=GrepObservation,
-                annotations=_READ_ONLY,
-                executor=GrepExecutor(working_dir),
-            )
-        ]
 
 
 register_tool(GlobTool.name, GlobTool)

@@ -37,6 +37,7 @@ __all__ = [
     "default_store_directory",
     "file_changes",
     "fork_workspace",
+    "materialize_workspace",
     "record_snapshot",
     "restore_snapshot",
     "snapshot_at",
@@ -95,7 +96,9 @@ def record_snapshot(workspace: Workspace) -> str | None:
     if workspace.snapshot_store is None or workspace.is_remote:
         return None
     try:
-        taken = store_at(workspace.snapshot_store).snapshot(workspace.working_dir)
+        taken = store_at(workspace.snapshot_store).snapshot(
+            workspace.working_dir, max_file_size=workspace.max_snapshot_file_size
+        )
     except Exception:
         logger.exception("could not snapshot the workspace %s", workspace.working_dir)
         return None
@@ -128,6 +131,8 @@ def copy_workspace(
     workspace: Workspace,
     events: Sequence[Event] | None = None,
     target: str | os.PathLike[str] | None = None,
+    *,
+    lazy: bool = False,
 ) -> Workspace:
     """A new workspace holding ``workspace``'s files: now, or after ``events`` (a history).
 
@@ -136,7 +141,14 @@ def copy_workspace(
     snapshot is taken now. ``target`` is the new directory (new or empty),
     by default one under the store's ``worktrees/``. The copy records its
     own snapshots in the same store (``snapshot_store`` set), sharing every
-    unchanged file with the source's.
+    unchanged file with the source's, under the source's
+    ``max_snapshot_file_size``.
+
+    ``lazy=True`` makes the directory and records the snapshot, and writes
+    the files on first use (:func:`materialize_workspace`): the copy costs a
+    snapshot of the source (O(files changed)), not O(files). A source that
+    is itself a copy still waiting for its files is copied from the snapshot
+    it waits for, without writing them.
 
     >>> import pathlib, tempfile
     >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
@@ -153,7 +165,9 @@ def copy_workspace(
     directory = workspace.snapshot_store or default_store_directory()
     store = store_at(directory)
     if events is None:
-        tree = store.snapshot(workspace.working_dir).tree
+        waiting = store.pending(workspace.working_dir)
+        limit = workspace.max_snapshot_file_size
+        tree = waiting or store.snapshot(workspace.working_dir, max_file_size=limit).tree
     else:
         found = snapshot_at(events)
         if found is None:
@@ -169,14 +183,42 @@ def copy_workspace(
         place = Path(os.path.abspath(os.fspath(target)))
     else:
         raise InvalidTypeError(f"a workspace path is a str or a path, got {type(target).__name__}")
-    store.checkout(tree, place)
+    store.checkout(tree, place, lazy=lazy)
     given = os.path.abspath(workspace.working_dir)
     origins = (given, os.path.realpath(given), *workspace.copied_from)
     return Workspace(
         working_dir=str(place),
         snapshot_store=str(store.directory),
         copied_from=tuple(dict.fromkeys(origins)),
+        max_snapshot_file_size=workspace.max_snapshot_file_size,
     )
+
+
+def materialize_workspace(workspace: Workspace) -> Workspace:
+    """``workspace``, once the files of its lazy copy are written (the first use writes them).
+
+    A copy fork's directory is made empty (``fork(workspace="copy")``) and
+    filled from the fork point's snapshot here, once: a run of the fork, its
+    ``conversation.workspace``, ``restore_workspace`` and any snapshot of the
+    directory call it first. Call it yourself before using a directory taken
+    from ``conversation.state.workspace``. Any number of threads and
+    processes may call it at once (one writes, the others wait for it); a
+    workspace with nothing waiting, or on an agent server, costs a ``stat``
+    or nothing.
+
+    >>> import pathlib, tempfile
+    >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
+    >>> copy = copy_workspace(Workspace(working_dir=str(work)), lazy=True)
+    >>> sorted(pathlib.Path(copy.working_dir).iterdir())
+    []
+    >>> (pathlib.Path(materialize_workspace(copy).working_dir) / "a").read_text()
+    'x'
+    """
+    if not isinstance(workspace, Workspace):
+        raise InvalidTypeError(f"workspace must be a Workspace, got {type(workspace).__name__}")
+    if workspace.snapshot_store is not None and not workspace.is_remote:
+        store_at(workspace.snapshot_store).materialize(workspace.working_dir)
+    return workspace
 
 
 def _history(state: ConversationState, event_id: str) -> Sequence[Event]:
@@ -198,7 +240,8 @@ def fork_workspace(
     ``"shared"`` shares the source's directory (OpenHands' SDK's behaviour);
     ``"copy"`` gives the fork a new directory under the snapshot store, and
     a path that directory (new or empty), with the files at the fork point:
-    now, or at ``from_event_id``.
+    now, or at ``from_event_id``. The directory is made at once and its
+    files are written on first use (:func:`materialize_workspace`).
 
     >>> from cowconv import LLM, Agent, Conversation
     >>> conversation = Conversation(agent=Agent(llm=LLM(model="m")), workspace=".")
@@ -213,7 +256,7 @@ def fork_workspace(
         )
     events = None if from_event_id is None else _history(state, from_event_id)
     target = None if isinstance(workspace, str) and workspace == "copy" else workspace
-    return copy_workspace(state.workspace, events, target)
+    return copy_workspace(state.workspace, events, target, lazy=True)
 
 
 def restore_snapshot(state: ConversationState, event_id: str | None = None) -> str:

@@ -105,10 +105,7 @@ class SnapshotStore:
             raise InvalidTypeError(
                 f"a snapshot store's directory is a path, got {type(directory).__name__}"
             )
-        if isinstance(max_file_size, bool) or not isinstance(max_file_size, int):
-            raise InvalidTypeError(f"max_file_size must be an int, got {max_file_size!r}")
-        if max_file_size < 0:
-            raise InvalidValueError(f"max_file_size must be >= 0, got {max_file_size}")
+        _size_limit(max_file_size)
         self.directory = Path(os.path.abspath(os.fspath(directory)))
         self.max_file_size = max_file_size
         self._git_dir = self.directory / "objects.git"
@@ -218,8 +215,16 @@ class SnapshotStore:
 
     # -- snapshots -----------------------------------------------------------
 
-    def snapshot(self, working_dir: str | os.PathLike[str]) -> Snapshot:
+    def snapshot(
+        self, working_dir: str | os.PathLike[str], *, max_file_size: int | None = None
+    ) -> Snapshot:
         """Record ``working_dir``'s files now: O(files changed since its last snapshot).
+
+        ``max_file_size`` (bytes) overrides the store's limit for this
+        snapshot (a conversation's own, ``Workspace.max_snapshot_file_size``);
+        it applies to the files that changed since the directory's last
+        snapshot. A directory still waiting for its lazy checkout
+        (:meth:`checkout` with ``lazy=True``) is checked out first.
 
         >>> import pathlib, tempfile
         >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
@@ -227,9 +232,11 @@ class SnapshotStore:
         >>> store.snapshot(work) == store.snapshot(work)  # same files, same id
         True
         """
+        limit = self.max_file_size if max_file_size is None else _size_limit(max_file_size)
         work = _directory(working_dir)
         index = self._index(work)
         self._prepare()
+        self.materialize(work)
         with self._locked(index):
             # Only the working tree against this directory's index (never HEAD: the store
             # has no commits): modified (C), deleted (R) and untracked, not ignored (?) files.
@@ -237,7 +244,7 @@ class SnapshotStore:
                 "ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard",
                 working_dir=work, index=index,
             )  # fmt: skip
-            changed, left_out = self._changed_paths(work, status)
+            changed, left_out = self._changed_paths(work, status, limit)
             if changed:
                 self._git(
                     "update-index",
@@ -252,7 +259,9 @@ class SnapshotStore:
             tree = self._git("write-tree", working_dir=work, index=index).decode().strip()
         return Snapshot(tree, tuple(sorted(left_out)))
 
-    def _changed_paths(self, work: Path, status: bytes) -> tuple[list[bytes], list[str]]:
+    def _changed_paths(
+        self, work: Path, status: bytes, limit: int
+    ) -> tuple[list[bytes], list[str]]:
         changed: list[bytes] = []
         left_out: list[str] = []
         seen: set[bytes] = set()
@@ -269,7 +278,7 @@ class SnapshotStore:
             except FileNotFoundError:
                 changed.append(path)  # deleted: --remove drops it
                 continue
-            if size > self.max_file_size:
+            if size > limit:
                 left_out.append(os.fsdecode(path))
                 if record[:1] != b"?":  # it was recorded smaller: it is no longer recorded
                     self._forget(work, path)
@@ -388,11 +397,14 @@ class SnapshotStore:
 
     # -- files out of the store ----------------------------------------------
 
-    def checkout(self, tree: str, target: str | os.PathLike[str]) -> None:
+    def checkout(self, tree: str, target: str | os.PathLike[str], *, lazy: bool = False) -> None:
         """Write the snapshot ``tree``'s files into ``target``, a new or empty directory.
 
         ``target``'s index is primed as it is written, so its next snapshot
-        re-reads only the files changed afterwards.
+        re-reads only the files changed afterwards. ``lazy=True`` only makes
+        the directory and records which snapshot it is to hold (O(1)); the
+        files are written on first use, by :meth:`materialize` (which every
+        :meth:`snapshot` and :meth:`restore` of ``target`` calls first).
 
         >>> import pathlib, tempfile
         >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
@@ -413,8 +425,80 @@ class SnapshotStore:
         index = self._index(path)
         with self._locked(index):
             index.unlink(missing_ok=True)
-            self._git("read-tree", tree, working_dir=path, index=index)
-            self._git("checkout-index", "-a", "-f", "-u", working_dir=path, index=index)
+            if lazy:
+                # Written whole, then renamed: a reader sees no marker or a complete one.
+                marker = self._marker(path)
+                marker.parent.mkdir(exist_ok=True)
+                partial = marker.with_name(f"{marker.name}.{os.getpid()}.partial")
+                partial.write_text(tree)
+                os.replace(partial, marker)
+                return
+            self._write_files(tree, path, index)
+
+    def _write_files(self, tree: str, path: Path, index: Path) -> None:
+        # Under the directory's lock: the index made from the tree, then every file written.
+        self._git("read-tree", tree, working_dir=path, index=index)
+        self._git("checkout-index", "-a", "-f", "-u", working_dir=path, index=index)
+
+    def _marker(self, path: Path) -> Path:
+        return self.directory / "pending" / self._index(path).name
+
+    def pending(self, working_dir: str | os.PathLike[str]) -> str | None:
+        """The snapshot a lazy checkout into ``working_dir`` still has to write, else ``None``.
+
+        >>> import pathlib, tempfile
+        >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
+        >>> store = SnapshotStore(tempfile.mkdtemp())
+        >>> copy = pathlib.Path(tempfile.mkdtemp()) / "copy"
+        >>> tree = store.snapshot(work).tree
+        >>> store.checkout(tree, copy, lazy=True); store.pending(copy) == tree
+        True
+        """
+        if not isinstance(working_dir, str | os.PathLike):
+            raise InvalidTypeError(
+                f"a working directory is a path, got {type(working_dir).__name__}"
+            )
+        path = Path(os.path.realpath(os.fspath(working_dir)))
+        try:
+            return self._marker(path).read_text() or None
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def materialize(self, working_dir: str | os.PathLike[str]) -> bool:
+        """Write the files of a lazy checkout into ``working_dir``, once; whether this call did.
+
+        Safe from any number of threads and processes at once: the first
+        writes the files under the directory's lock, the others find them
+        written. A directory with no lazy checkout waiting is left alone
+        (``False``), so calling this is cheap (one ``stat``) after first use.
+        A snapshot whose objects are gone is a :class:`~cowconv.CorruptStoreError`
+        and the checkout stays pending.
+
+        >>> import pathlib, tempfile
+        >>> work = pathlib.Path(tempfile.mkdtemp()); _ = (work / "a").write_text("x")
+        >>> store = SnapshotStore(tempfile.mkdtemp())
+        >>> copy = pathlib.Path(tempfile.mkdtemp()) / "copy"
+        >>> store.checkout(store.snapshot(work).tree, copy, lazy=True)
+        >>> sorted(copy.iterdir()), store.materialize(copy), (copy / "a").read_text()
+        ([], True, 'x')
+        >>> store.materialize(copy)
+        False
+        """
+        if self.pending(working_dir) is None:
+            return False
+        path = Path(os.path.realpath(os.fspath(working_dir)))
+        index = self._index(path)
+        marker = self._marker(path)
+        with self._locked(index):
+            tree = self.pending(path)
+            if tree is None:
+                return False  # another thread or process wrote them while this one waited
+            self._require(check_tree_id(tree))
+            path.mkdir(parents=True, exist_ok=True)
+            index.unlink(missing_ok=True)
+            self._write_files(tree, path, index)
+            marker.unlink()
+        return True
 
     def restore(self, tree: str, working_dir: str | os.PathLike[str]) -> Snapshot:
         """Make ``working_dir``'s recorded files those of ``tree``; returns what was there before.
@@ -438,6 +522,14 @@ class SnapshotStore:
         with self._locked(index):
             self._git("read-tree", "-m", "-u", current.tree, tree, working_dir=work, index=index)
         return current
+
+
+def _size_limit(max_file_size: object) -> int:
+    if isinstance(max_file_size, bool) or not isinstance(max_file_size, int):
+        raise InvalidTypeError(f"max_file_size must be an int, got {max_file_size!r}")
+    if max_file_size < 0:
+        raise InvalidValueError(f"max_file_size must be >= 0, got {max_file_size}")
+    return max_file_size
 
 
 def _directory(path: str | os.PathLike[str]) -> Path:
