@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from hypothesis import settings
@@ -74,6 +75,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # the largest first): a slow test started last would keep one worker busy after the
         # others ran out of work. A stable sort: the rest keep their order.
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+HTTP_TIMEOUT = 120.0
+"""Seconds a test's plain ``httpx.get(...)``/``post(...)`` waits for a local server."""
+
+_HTTPX_FUNCTIONS = ("request", "get", "options", "head", "post", "put", "patch", "delete")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _httpx_waits_like_a_loaded_machine() -> Iterator[None]:
+    """Give httpx's module-level calls (``httpx.post(url, ...)``) a 120 s default timeout.
+
+    httpx waits 5 s by default, a wall-clock limit no test chose: with four workers on two
+    cores shared with other jobs (load average 35), a local server's first answer took
+    longer, and four tests of a parallel run failed with ``ReadTimeout`` (a server fixture,
+    a restarted server, a CLI server, a damaged row's listing). A call that names its own
+    timeout keeps it; clients (``httpx.Client``), the library's among them, are untouched.
+    """
+    before = {name: dict(getattr(httpx, name).__kwdefaults__) for name in _HTTPX_FUNCTIONS}
+    for name in _HTTPX_FUNCTIONS:
+        getattr(httpx, name).__kwdefaults__["timeout"] = httpx.Timeout(HTTP_TIMEOUT)
+    try:
+        yield
+    finally:
+        for name, defaults in before.items():
+            getattr(httpx, name).__kwdefaults__ = defaults
 
 
 @pytest.fixture(scope="session", autouse=True)
