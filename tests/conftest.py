@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 from hypothesis import settings
@@ -59,14 +63,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``--dist loadgroup``); a
     test in an ``xdist_group`` runs on the worker that runs the rest of its group, in order.
     Every test that starts a local Ray instance is in group ``ray``: two at once on one
-    machine would share Ray's session directory and fight over two cores. The tests that run
-    OpenHands' SDK or agent server (its Python >= 3.12 environment) are in group ``openhands``:
-    its terminal tool runs commands in tmux, whose server and socket a user's processes share
-    (an OpenHands terminal gave an empty output once while another worker ran one).
+    machine would share Ray's session directory and fight over two cores. The tests of a
+    module that runs OpenHands' SDK or agent server (its Python >= 3.12 environment) are in
+    one group per module, so its module fixtures start OpenHands once; OpenHands' terminals
+    of different workers keep apart through :func:`_tmux_of_this_worker`.
     """
     for item in items:
         if item.path.name in _OPENHANDS_MODULES:
-            item.add_marker(pytest.mark.xdist_group("openhands"))
+            item.add_marker(pytest.mark.xdist_group(f"openhands-{item.path.stem}"))
         callspec = getattr(item, "callspec", None)
         parameters = callspec.params.values() if callspec is not None else ()
         if "ray_session" in getattr(item, "fixturenames", ()) or "ray" in parameters:
@@ -76,6 +80,56 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # the largest first): a slow test started last would keep one worker busy after the
         # others ran out of work. A stable sort: the rest keep their order.
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+HTTP_TIMEOUT = 120.0
+"""Seconds a test's plain ``httpx.get(...)``/``post(...)`` waits for a local server."""
+
+_HTTPX_FUNCTIONS = ("request", "get", "options", "head", "post", "put", "patch", "delete")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _httpx_waits_like_a_loaded_machine() -> Iterator[None]:
+    """Give httpx's module-level calls (``httpx.post(url, ...)``) a 120 s default timeout.
+
+    httpx waits 5 s by default, a wall-clock limit no test chose: with four workers on two
+    cores shared with other jobs (load average 35), a local server's first answer took
+    longer, and four tests of a parallel run failed with ``ReadTimeout`` (a server fixture,
+    a restarted server, a CLI server, a damaged row's listing). A call that names its own
+    timeout keeps it; clients (``httpx.Client``), the library's among them, are untouched.
+    """
+    before = {name: dict(getattr(httpx, name).__kwdefaults__) for name in _HTTPX_FUNCTIONS}
+    for name in _HTTPX_FUNCTIONS:
+        getattr(httpx, name).__kwdefaults__["timeout"] = httpx.Timeout(HTTP_TIMEOUT)
+    try:
+        yield
+    finally:
+        for name, defaults in before.items():
+            getattr(httpx, name).__kwdefaults__ = defaults
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tmux_of_this_worker() -> Iterator[None]:
+    """Give this pytest process, and every process it starts, tmux servers of its own.
+
+    OpenHands' terminal tool runs commands in tmux, whose sockets live in ``$TMUX_TMPDIR``
+    (``/tmp`` by default), where its agent server's start-up also reclaims sockets it takes
+    for stale: with one directory for all, an OpenHands terminal gave an empty output once
+    while another pytest-xdist worker ran one. A short private directory per worker (tmux's
+    socket paths are limited to 107 bytes) keeps them apart, so those tests can run side by
+    side.
+    """
+    before = os.environ.get("TMUX_TMPDIR")
+    directory = tempfile.mkdtemp(prefix="cowconv-tmux-")
+    os.environ["TMUX_TMPDIR"] = directory
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TMUX_TMPDIR"]
+        else:
+            os.environ["TMUX_TMPDIR"] = before
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
