@@ -623,13 +623,20 @@ def limited_workspace(work: Path, tmp_path: Path, host: str | None = None) -> Wo
 
 class TestMaxSnapshotFileSize:
     def test_the_limit_is_checked(self, work):
-        """A negative, a bool, a float or a text limit is refused; 0 and None are limits."""
-        for bad in (-1, True, 1.5, "10"):
+        """A negative, a bool, a fraction or a text limit is refused; 0 and None are limits,
+        and so is a whole float (JSON Schema's integer, which the agent server publishes,
+        includes 7118.0: schemathesis sent it)."""
+        for bad in (-1, True, 1.5, -2.0, "10"):
             with pytest.raises(ValidationError, match="max_snapshot_file_size"):
                 Workspace(working_dir=str(work), max_snapshot_file_size=bad)
         assert (
             Workspace(working_dir=str(work), max_snapshot_file_size=0).max_snapshot_file_size == 0
         )
+        whole = Workspace.model_validate_json(
+            json.dumps({"working_dir": str(work), "max_snapshot_file_size": 7118.0})
+        )
+        assert whole.max_snapshot_file_size == 7118
+        assert type(whole.max_snapshot_file_size) is int
         plain = Workspace(working_dir=str(work)).model_dump(mode="json")
         assert "max_snapshot_file_size" not in plain
         with pytest.raises(InvalidValueError, match=">= 0"):

@@ -71,6 +71,13 @@ class Workspace(CheckedModel):
     def _path_to_str(cls, value: object) -> object:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
+    @field_validator("max_snapshot_file_size", mode="before")
+    @classmethod
+    def _whole_number(cls, value: object) -> object:
+        # JSON Schema's integer (what the agent server publishes) includes 7118.0; a bool or
+        # a fraction is still refused by the strict int.
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
     @model_serializer(mode="wrap")
     def _omit_unset_store(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
