@@ -4,8 +4,7 @@ Real parts only: the caller is a real Python process SIGKILLed mid-suite; its
 branches run on real worker processes (ProcessExecutor) or a real Dask
 cluster (a scheduler and 2 worker processes); the store is a real SQLite file
 or a real PostgreSQL database; the LLM is the stub from cowconv.testing,
-reached through litellm's HTTP path, holding its answers to the later branches
-until the test has killed the caller and the resume runs. Resuming from another
+reached through litellm's HTTP path, answering slowly. Resuming from another
 process must end every branch exactly once: the stub counts one LLM call
 per branch, however the suite was cut.
 """
@@ -18,7 +17,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +47,7 @@ from cowconv.stores.tree import TreeStore
 from cowconv.testing import StubLLMServer, StubReply
 
 BRANCHES = [f"Write variant {n} of the release note." for n in range(6)]
+DELAY = 4.0  # seconds the stub takes per answer: the caller is killed while branches run
 LEASE = 20.0  # heartbeat every 5 s; a runner silent for 20 s is gone
 SUITE = "release-notes"
 WAIT = 600.0  # generous: two cores shared by several test runs
@@ -64,45 +63,17 @@ def _last_user_text(body: dict[str, Any]) -> str:
     return ""
 
 
-class HeldBrain:
-    """Answers every request with a text: the first two branches' at once, the later ones'
-    only once ``release`` is set (a slow provider whose slowness the test controls).
-
-    So the caller is killed while its later branches wait on the LLM, and stays killable for
-    as long as the test takes to see it mid-suite. ``release`` is set by the first request of
-    a branch in ``resumed`` (a branch the caller never started: the resume is running), so
-    the resume must wait for what was in flight, whose answers come only after it started.
-    """
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.resumed: frozenset[str] = frozenset()
+class SlowBrain:
+    """Answers every request with a text, after ``DELAY`` seconds (a slow provider)."""
 
     def __call__(self, request: dict[str, Any]) -> StubReply:
-        said = _last_user_text(request)
-        if said in self.resumed:
-            self.release.set()
-        elif said not in BRANCHES[:2]:
-            assert self.release.wait(WAIT), "the resume never ran"
-        return StubReply.text(f"Done: {said}")
+        return StubReply.text(f"Done: {_last_user_text(request)}", delay=DELAY)
 
 
 @pytest.fixture
-def held_stub() -> Iterator[StubLLMServer]:
-    brain = HeldBrain()
-    with StubLLMServer(brain=brain) as server:
-        try:
-            yield server
-        finally:
-            brain.release.set()  # nothing is held past the test
-
-
-def _resuming(stub: StubLLMServer, rows: list[SuiteRow]) -> None:
-    """Tell the stub's brain which branches only the resume can start (pending in ``rows``,
-    read after the caller was killed): their first request releases the held answers."""
-    brain = stub.brain
-    assert isinstance(brain, HeldBrain)
-    brain.resumed = frozenset(BRANCHES[row.branch] for row in rows if row.state == ledger.PENDING)
+def slow_stub() -> Iterator[StubLLMServer]:
+    with StubLLMServer(brain=SlowBrain()) as server:
+        yield server
 
 
 def _calls(stub: StubLLMServer) -> dict[str, int]:
@@ -248,12 +219,12 @@ def _check_exactly_once(forks: list[Conversation], stub: StubLLMServer) -> None:
 @pytest.mark.slow
 class TestCallerKilled:
     def test_processes_the_caller_is_killed_and_another_process_resumes(
-        self, tmp_path: Path, location: str, held_stub: StubLLMServer
+        self, tmp_path: Path, location: str, slow_stub: StubLLMServer
     ) -> None:
         """SIGKILL the caller while its worker processes run branches: they commit what
         they run to the store themselves; resuming here runs what never started, waits for
         what was in flight, and every branch ends once (one LLM call each)."""
-        caller = _start_caller(tmp_path, location, held_stub, "processes")
+        caller = _start_caller(tmp_path, location, slow_stub, "processes")
         store = open_store(location)
         assert isinstance(store, TreeStore)
         try:
@@ -262,11 +233,10 @@ class TestCallerKilled:
         finally:
             if caller.poll() is None:
                 caller.kill()
-        _resuming(held_stub, store.suite_rows(SUITE)[1:])
         assert ledger.PENDING in [row.state for row in rows]  # never started: resume runs it
         with ProcessExecutor(max_workers=2, progress=False) as executor:
             forks = resume_suite(store, SUITE, executor=executor, lease=LEASE, timeout=WAIT)
-        _check_exactly_once(forks, held_stub)
+        _check_exactly_once(forks, slow_stub)
         # What ran when the caller died was finished and committed by its own worker process
         # (the resume waited for it), not run again.
         assert _committed_by(store, _in_flight(rows)) == _in_flight(rows)
@@ -274,11 +244,11 @@ class TestCallerKilled:
         # Resuming again runs nothing and reads the same forks back.
         again = resume_suite(location, SUITE)
         assert [f.state.events[-1].id for f in again] == [f.state.events[-1].id for f in forks]
-        assert len(held_stub.requests) == len(BRANCHES)
+        assert len(slow_stub.requests) == len(BRANCHES)
         store.close()
 
     def test_dask_the_caller_is_killed_and_another_process_resumes(
-        self, tmp_path: Path, location: str, held_stub: StubLLMServer, dask_cluster: Any
+        self, tmp_path: Path, location: str, slow_stub: StubLLMServer, dask_cluster: Any
     ) -> None:
         """The same on a Dask cluster: the dead caller's client goes, the tasks running on
         the workers go on and commit; the resume's client runs the rest, once each."""
@@ -287,7 +257,7 @@ class TestCallerKilled:
         from cowconv.distributed import DaskExecutor
 
         caller = _start_caller(
-            tmp_path, location, held_stub, "dask", dask_cluster.scheduler_address
+            tmp_path, location, slow_stub, "dask", dask_cluster.scheduler_address
         )
         store = open_store(location)
         assert isinstance(store, TreeStore)
@@ -297,11 +267,10 @@ class TestCallerKilled:
         finally:
             if caller.poll() is None:
                 caller.kill()
-        _resuming(held_stub, store.suite_rows(SUITE)[1:])
         with Client(dask_cluster) as client:
             executor = DaskExecutor(client, max_in_flight=2, progress=False)
             forks = resume_suite(store, SUITE, executor=executor, lease=LEASE, timeout=WAIT)
-        _check_exactly_once(forks, held_stub)
+        _check_exactly_once(forks, slow_stub)
         assert _committed_by(store, _in_flight(rows)) == _in_flight(rows)
         store.close()
 
@@ -309,7 +278,7 @@ class TestCallerKilled:
 @pytest.mark.slow
 class TestCallerKilledOnRay:
     def test_ray_ends_the_dead_drivers_tasks_their_branches_are_lost_not_run_twice(
-        self, tmp_path: Path, held_stub: StubLLMServer, ray_session: Any
+        self, tmp_path: Path, slow_stub: StubLLMServer, ray_session: Any
     ) -> None:
         """Ray ties a task's fate to its owner, the driver: when the caller is killed, Ray
         ends the branches it was running. The resume finds their heartbeats stalled and
@@ -318,7 +287,7 @@ class TestCallerKilledOnRay:
 
         location = str(tmp_path / "cowconv.db")
         address = ray_session.get_runtime_context().gcs_address
-        caller = _start_caller(tmp_path, location, held_stub, "ray", address)
+        caller = _start_caller(tmp_path, location, slow_stub, "ray", address)
         store = open_store(location)
         assert isinstance(store, TreeStore)
         try:
@@ -327,7 +296,6 @@ class TestCallerKilledOnRay:
         finally:
             if caller.poll() is None:
                 caller.kill()
-        _resuming(held_stub, store.suite_rows(SUITE)[1:])
         try:
             forks = resume_suite(
                 store, SUITE, executor=RayExecutor(progress=False), lease=LEASE, timeout=WAIT
@@ -343,7 +311,7 @@ class TestCallerKilledOnRay:
         assert all(owners[index] is not None for index in lost), owners
         assert {e.index for e in errors} == lost  # type: ignore[attr-defined]
         assert all(status in ("finished", "lost") for status in statuses), statuses
-        calls = _calls(held_stub)
+        calls = _calls(slow_stub)
         assert all(count == 1 for count in calls.values()), calls  # nothing paid twice
         for index, status in enumerate(statuses):
             if status == "finished":
