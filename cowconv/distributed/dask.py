@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DaskExecutor"]
 
+# How Dask ends a task whose worker died while running it.
+_WORKER_GONE = frozenset({"KilledWorker", "FuturesCancelledError", "CancelledError"})
+
 logger = logging.getLogger("cowconv.distributed")
 
 # The scheduler's metadata under which each branch task notes that it started (before any LLM
@@ -281,7 +284,9 @@ class DaskExecutor:
             except Exception as error:
                 started = client.get_metadata(marker, None)
                 if started is not None:
-                    if type(error).__name__ != "KilledWorker":
+                    # Its worker died mid-run: Dask says KilledWorker, or cancels the task
+                    # ("already forgotten") when the scattered history it read died too.
+                    if type(error).__name__ not in _WORKER_GONE:
                         raise
                     raise BranchLostError(
                         job.index,
