@@ -58,7 +58,6 @@ from cowconv._exceptions import (
 from cowconv.backends.wire import (
     CHANGE_ROUTES,
     SERVER_HEADER,
-    SESSION_API_KEY_HEADER,
     SYSTEM_PROMPT_AT_HEADER,
     agent_from_openhands,
     agent_to_openhands,
@@ -77,6 +76,7 @@ from cowconv.core.events import (
 )
 from cowconv.core.frozen import decode_json
 from cowconv.core.history import EventLog, EventSequence
+from cowconv.core.http import server_client
 from cowconv.core.ids import id_text, new_uuid, public_id
 from cowconv.core.llm import LLM
 from cowconv.core.state import (
@@ -746,32 +746,6 @@ def read_info(data: Any) -> ConversationInfo:
         return ConversationInfo.model_validate(readable)
 
 
-class _Transport(httpx.BaseTransport):
-    """The transport under a remote backend's client: every failure to reach the server is a
-    :class:`~cowconv.RemoteError` with status 0.
-
-    Over ``inner`` when one is given (an in-process transport, ``httpx.MockTransport``),
-    which stays the caller's to close; else over a real HTTP connection pool.
-    """
-
-    def __init__(self, host: str, inner: httpx.BaseTransport | None) -> None:
-        self._host = host
-        self._owned = inner is None
-        self._inner = httpx.HTTPTransport() if inner is None else inner
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        try:
-            return self._inner.handle_request(request)
-        except httpx.TransportError as error:
-            raise RemoteError(
-                0, f"cannot reach the agent server at {self._host}: {error}"
-            ) from error
-
-    def close(self) -> None:
-        if self._owned:
-            self._inner.close()
-
-
 def _without_key(agent: Agent) -> dict[str, Any]:
     # The server never shows an API key: agents are compared on everything else.
     return agent.model_dump(mode="json", exclude={"llm": {"api_key"}})
@@ -789,14 +763,9 @@ class _Connection:
         self.transport = transport
         self._owned = transport is not None or given is None
         if self._owned:
-            headers = {}
-            if workspace.api_key is not None:
-                headers[SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
-            self.client: Any = httpx.Client(
-                base_url=workspace.host.rstrip("/"),
-                headers=headers,
-                timeout=_TIMEOUT,
-                transport=_Transport(workspace.host, transport),
+            key = None if workspace.api_key is None else workspace.api_key.get_secret_value()
+            self.client: Any = server_client(
+                workspace.host, api_key=key, timeout=_TIMEOUT, transport=transport
             )
         else:
             self.client = given

@@ -25,6 +25,7 @@ from cowconv.core.changes import ActivateSkill, AppendEvent, NavigateTo, SetTag,
 from cowconv.core.error_classification import FailureKind
 from cowconv.core.frozen import decode_json, thaw
 from cowconv.core.mcp import coerce_mcp_config
+from cowconv.core.workspace import SESSION_API_KEY_HEADER
 
 __all__ = [
     "CHANGE_ROUTES",
@@ -45,9 +46,6 @@ __all__ = [
     "tool_to_openhands",
     "unsupported",
 ]
-
-SESSION_API_KEY_HEADER = "X-Session-API-Key"
-"""The header carrying the agent server's session API key (OpenHands' SDK's name)."""
 
 SYSTEM_PROMPT_AT_HEADER = "X-Cowconv-System-Prompt-At"
 """Set on a ``POST /messages`` answer when the server recorded the system prompt first:

@@ -34,8 +34,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from cowconv._exceptions import (
     BranchError,
     ConversationRunError,
@@ -45,12 +43,12 @@ from cowconv._exceptions import (
     SuiteNotFoundError,
 )
 from cowconv.backends.remote import CONVERSATIONS_PATH, RemoteBackend, answer_json, send_request
-from cowconv.backends.wire import SESSION_API_KEY_HEADER
 from cowconv.branches.wire import BranchOutcome, SharedPrefix, pickled
 from cowconv.conversation import _AGENT_FORKS_ON_SERVER, Conversation, RemoteConversation
 from cowconv.core.agent import Agent
 from cowconv.core.events import MessageEvent
 from cowconv.core.history import EventLog
+from cowconv.core.http import server_client
 from cowconv.core.state import ExecutionStatus
 from cowconv.core.workspace import Workspace
 from cowconv.ports import BranchExecutor, EventCallback, notify
@@ -266,10 +264,8 @@ class _ServerClient:
     """An HTTP client to an agent server, for requests outside a conversation."""
 
     def __init__(self, workspace: Workspace) -> None:
-        headers = {}
-        if workspace.api_key is not None:
-            headers[SESSION_API_KEY_HEADER] = workspace.api_key.get_secret_value()
-        self.client = httpx.Client(base_url=str(workspace.host), headers=headers, timeout=60)
+        key = None if workspace.api_key is None else workspace.api_key.get_secret_value()
+        self.client = server_client(str(workspace.host), api_key=key)
 
     def close(self) -> None:
         self.client.close()

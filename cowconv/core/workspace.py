@@ -37,7 +37,10 @@ from cowconv.core.commands import (
 from cowconv.core.frozen import CheckedModel
 from cowconv.core.llm import dump_secret
 
-__all__ = ["LocalWorkspace", "RemoteWorkspace", "Workspace"]
+__all__ = ["SESSION_API_KEY_HEADER", "LocalWorkspace", "RemoteWorkspace", "Workspace"]
+
+SESSION_API_KEY_HEADER = "X-Session-API-Key"
+"""The header carrying the agent server's session API key (OpenHands' SDK's name)."""
 
 
 class Workspace(CheckedModel):
@@ -207,14 +210,10 @@ class Workspace(CheckedModel):
         if isinstance(self, RemoteWorkspace):
             yield self.client
             return
-        import httpx  # loaded here: a workspace value alone never loads httpx
+        from cowconv.core.http import server_client  # a workspace value never loads httpx
 
-        headers = {}
-        if self.api_key is not None:
-            headers["X-Session-API-Key"] = self.api_key.get_secret_value()
-        with httpx.Client(
-            base_url=self.host or "", headers=headers, timeout=httpx.Timeout(60.0)
-        ) as client:
+        key = None if self.api_key is None else self.api_key.get_secret_value()
+        with server_client(self.host or "", api_key=key) as client:
             yield client
 
     @classmethod
@@ -284,14 +283,10 @@ class RemoteWorkspace(Workspace):
         caller's to close.
         """
         if self._client is None:
-            import httpx  # loaded here: a workspace value alone never loads httpx
+            from cowconv.core.http import server_client  # a workspace value never loads httpx
 
-            headers = {}
-            if self.api_key is not None:
-                headers["X-Session-API-Key"] = self.api_key.get_secret_value()
-            self._client = httpx.Client(
-                base_url=self.host, headers=headers, timeout=httpx.Timeout(60.0)
-            )
+            key = None if self.api_key is None else self.api_key.get_secret_value()
+            self._client = server_client(self.host, api_key=key)
         return self._client
 
     def register_conversation(self, conversation_id: str) -> None:
