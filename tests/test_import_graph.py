@@ -128,7 +128,8 @@ RULES: dict[str, tuple[str, ...]] = {
 TOP_LAYER_TOOLS = ("tools.task", "tools.delegate", "tools.workflow")
 
 # (importer, imported prefix) allowed inside a function: optional extras only.
-FUNCTION_LEVEL_ALLOWED = {("_cli", "agent_server")}
+# core.workspace -> core.http: a workspace loads httpx only when it makes its first request.
+FUNCTION_LEVEL_ALLOWED = {("_cli", "agent_server"), ("core.workspace", "core.http")}
 
 
 def _relative(module: str, root: str) -> str:

@@ -11,11 +11,16 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from cowconv import RemoteError, RemoteWorkspace, Workspace
-from cowconv.core.http import KEEPALIVE_EXPIRY, server_client
+from cowconv.core.http import KEEPALIVE_EXPIRY
+
+
+def server_client(url: str, timeout: float) -> Any:
+    return Workspace(host=url, working_dir="/w").new_client(timeout=timeout)
 
 
 @dataclass

@@ -76,7 +76,6 @@ from cowconv.core.events import (
 )
 from cowconv.core.frozen import decode_json
 from cowconv.core.history import EventLog, EventSequence
-from cowconv.core.http import server_client
 from cowconv.core.ids import id_text, new_uuid, public_id
 from cowconv.core.llm import LLM
 from cowconv.core.state import (
@@ -763,10 +762,7 @@ class _Connection:
         self.transport = transport
         self._owned = transport is not None or given is None
         if self._owned:
-            key = None if workspace.api_key is None else workspace.api_key.get_secret_value()
-            self.client: Any = server_client(
-                workspace.host, api_key=key, timeout=_TIMEOUT, transport=transport
-            )
+            self.client: Any = workspace.new_client(timeout=_TIMEOUT, transport=transport)
         else:
             self.client = given
         self._users = 1  # the creator's share, released when it is done with it

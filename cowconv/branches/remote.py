@@ -48,7 +48,6 @@ from cowconv.conversation import _AGENT_FORKS_ON_SERVER, Conversation, RemoteCon
 from cowconv.core.agent import Agent
 from cowconv.core.events import MessageEvent
 from cowconv.core.history import EventLog
-from cowconv.core.http import server_client
 from cowconv.core.state import ExecutionStatus
 from cowconv.core.workspace import Workspace
 from cowconv.ports import BranchExecutor, EventCallback, notify
@@ -264,8 +263,7 @@ class _ServerClient:
     """An HTTP client to an agent server, for requests outside a conversation."""
 
     def __init__(self, workspace: Workspace) -> None:
-        key = None if workspace.api_key is None else workspace.api_key.get_secret_value()
-        self.client = server_client(str(workspace.host), api_key=key)
+        self.client = workspace.new_client()
 
     def close(self) -> None:
         self.client.close()

@@ -26,12 +26,12 @@ only when they make a request.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 import httpx
 
 from cowconv._exceptions import RemoteError
-from cowconv.core.workspace import SESSION_API_KEY_HEADER
 
 __all__ = ["KEEPALIVE_EXPIRY", "ServerTransport", "server_client"]
 
@@ -86,22 +86,22 @@ class ServerTransport(httpx.BaseTransport):
 def server_client(
     host: str,
     *,
-    api_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
     timeout: float | httpx.Timeout = 60.0,
     transport: httpx.BaseTransport | None = None,
 ) -> httpx.Client:
     """An ``httpx.Client`` for the agent server at ``host``, over a :class:`ServerTransport`
     (``transport``, when given, is what that transport sends through).
+    :meth:`cowconv.Workspace.new_client` makes one with the workspace's session key.
 
-    >>> client = server_client("http://127.0.0.1:8000/", api_key="k")
-    >>> str(client.base_url), client.headers[SESSION_API_KEY_HEADER]
+    >>> client = server_client("http://127.0.0.1:8000/", headers={"X-Session-API-Key": "k"})
+    >>> str(client.base_url), client.headers["X-Session-API-Key"]
     ('http://127.0.0.1:8000', 'k')
     >>> client.close()
     """
-    headers = {} if api_key is None else {SESSION_API_KEY_HEADER: api_key}
     return httpx.Client(
         base_url=host.rstrip("/"),
-        headers=headers,
+        headers=dict(headers or {}),
         timeout=timeout,
         transport=ServerTransport(host, transport),
     )

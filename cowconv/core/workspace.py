@@ -210,11 +210,27 @@ class Workspace(CheckedModel):
         if isinstance(self, RemoteWorkspace):
             yield self.client
             return
+        with self.new_client() as client:
+            yield client
+
+    def new_client(self, timeout: float | Any = 60.0, transport: Any = None) -> Any:
+        """A new ``httpx.Client`` for the agent server at :attr:`host`, sending :attr:`api_key`
+        (the caller closes it). Its pool lets go of idle connections before the server does,
+        and a read met by a connection closed under it is sent again
+        (:func:`cowconv.core.http.server_client`); ``transport`` is what it sends through,
+        when given.
+
+        >>> workspace = Workspace(host="http://127.0.0.1:8000/", working_dir=".", api_key="k")
+        >>> with workspace.new_client() as client:
+        ...     print(client.base_url, client.headers[SESSION_API_KEY_HEADER])
+        http://127.0.0.1:8000 k
+        """
         from cowconv.core.http import server_client  # a workspace value never loads httpx
 
-        key = None if self.api_key is None else self.api_key.get_secret_value()
-        with server_client(self.host or "", api_key=key) as client:
-            yield client
+        headers = {}
+        if self.api_key is not None:
+            headers[SESSION_API_KEY_HEADER] = self.api_key.get_secret_value()
+        return server_client(self.host or "", headers=headers, timeout=timeout, transport=transport)
 
     @classmethod
     def coerce(cls, value: "Workspace | str | os.PathLike[str]") -> "Workspace":
@@ -283,10 +299,7 @@ class RemoteWorkspace(Workspace):
         caller's to close.
         """
         if self._client is None:
-            from cowconv.core.http import server_client  # a workspace value never loads httpx
-
-            key = None if self.api_key is None else self.api_key.get_secret_value()
-            self._client = server_client(self.host, api_key=key)
+            self._client = self.new_client()
         return self._client
 
     def register_conversation(self, conversation_id: str) -> None:
