@@ -32,6 +32,7 @@ from cowconv import (
     CondensationEvent,
     Conversation,
     ExecutionStatus,
+    InvalidValueError,
     LLMSummarizingCondenser,
     SQLiteStore,
     Tool,
@@ -451,6 +452,27 @@ def _calls_by_message(requests) -> dict[str, int]:
 
 
 class TestProcessExecutor:
+    def test_workers_start_from_a_fork_server_with_the_callers_environment_of_that_moment(
+        self, source, stub, monkeypatch
+    ):
+        """The default start method is the fork server; each worker still starts with the
+        caller's environment as it is when the worker starts (a key set between two suites
+        reaches the second one's workers), as a spawned worker would."""
+        executor = ProcessExecutor(max_workers=1, progress=False, ship_api_keys=False)
+        assert executor._context.get_start_method() == "forkserver"
+        seen = []
+        for key in ("key-before", "key-after"):
+            monkeypatch.setenv("OPENAI_API_KEY", key)
+            before = len(stub.requests)
+            (fork,) = run_branches(source, ["Say hello."], executor=executor)
+            assert fork.state.execution_status is ExecutionStatus.FINISHED
+            seen.append(stub.requests[before].headers["authorization"])
+        assert seen == ["Bearer key-before", "Bearer key-after"]
+
+    def test_an_unknown_start_method_is_refused_in_one_line(self):
+        with pytest.raises(InvalidValueError, match="start_method: cannot find context for 'x'"):
+            ProcessExecutor(start_method="x")
+
     def test_processes_run_branches_and_a_dead_worker_fails_alone(self, source):
         """Worker processes give the thread pool's results; a killed one fails only its branch."""
         threaded = run_branches(source, ["Run `echo alpha`.", "Say hello."])

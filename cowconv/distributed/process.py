@@ -33,14 +33,18 @@ def _constant(value: bytes) -> Callable[[], bytes]:
     return lambda: value
 
 
-def _serve(connection: Connection) -> None:
+def _serve(connection: Connection, environ: dict[str, str]) -> None:
     """A worker process: run the jobs it is sent, one at a time, until told to stop.
 
-    Each message is ``(job bytes, prefix key, prefix bytes or None)``; the
+    ``environ`` is the caller's environment when it started this process (a fork server's
+    children would otherwise see the environment of when the fork server started). Each
+    message is ``(job bytes, prefix key, prefix bytes or None)``; the
     prefix comes only when the caller does not know this process to hold it
     already. Answers ``("done", outcome bytes)``, ``("need-prefix",)`` when
     it was not sent but is not (or no longer) cached here, or ``("error", text)``.
     """
+    os.environ.clear()
+    os.environ.update(environ)
     LLM.preload()  # warm up before the first job: its time limit counts the run alone
     connection.send((_READY,))
     while True:
@@ -67,6 +71,27 @@ def _serve(connection: Connection) -> None:
             return
 
 
+# What the fork server imports before it forks any worker: ``preload`` imports cowconv's
+# worker and litellm as a branch run would.
+_PRELOAD = ["cowconv.distributed.preload"]
+
+
+def _context(start_method: str | None) -> BaseContext:
+    """The multiprocessing context workers start in (see :class:`ProcessExecutor`)."""
+    if start_method is None:
+        methods = multiprocessing.get_all_start_methods()
+        start_method = "forkserver" if "forkserver" in methods else "spawn"
+    try:
+        context = multiprocessing.get_context(start_method)
+    except ValueError as error:
+        raise InvalidValueError(f"start_method: {error}") from None
+    if start_method == "forkserver":
+        # The list of this process's one fork server, read when it starts: once it runs
+        # (started here earlier, or by other code), workers import what they need themselves.
+        context.set_forkserver_preload(_PRELOAD)
+    return context
+
+
 def _check_workers(max_workers: int | None) -> None:
     if max_workers is not None and (isinstance(max_workers, bool) or max_workers < 1):
         raise InvalidValueError(f"max_workers must be at least 1, got {max_workers!r}")
@@ -79,7 +104,10 @@ class _Worker:
         ours, theirs = context.Pipe()
         self.connection = ours
         self.process: BaseProcess = context.Process(  # type: ignore[attr-defined]
-            target=_serve, args=(theirs,), name="cowconv-branch-worker", daemon=True
+            target=_serve,
+            args=(theirs, dict(os.environ)),
+            name="cowconv-branch-worker",
+            daemon=True,
         )
         self.process.start()
         theirs.close()
@@ -134,8 +162,14 @@ class ProcessExecutor:
     worker process only if that process does not hold it yet (the history is
     keyed by its content, so a later suite of the same conversation sends
     none). A worker that dies fails only the branch it was running (it is not
-    run again) and is replaced for the rest. Workers are started with
-    ``spawn`` (default; safe with threads).
+    run again) and is replaced for the rest.
+
+    Workers are started from multiprocessing's fork server where the platform has one
+    (``start_method="forkserver"``, the default there; else ``"spawn"``; both are safe with
+    threads). The fork server imports cowconv's worker and litellm once
+    (:mod:`cowconv.distributed.preload`), so a new worker costs a ``fork``, not seconds of
+    imports; it starts with the caller's environment and working directory of that moment,
+    as a spawned one does. ``start_method="spawn"`` starts each from a new interpreter.
 
     Used as a context manager, the executor keeps its worker processes
     between suites (warm: cowconv and litellm imported, histories loaded)
@@ -161,7 +195,7 @@ class ProcessExecutor:
         *,
         ship_api_keys: bool = True,
         progress: bool | None = None,
-        start_method: str = "spawn",
+        start_method: str | None = None,
         grace: float = 5.0,
     ) -> None:
         _check_workers(max_workers)
@@ -169,7 +203,7 @@ class ProcessExecutor:
         self.max_workers = max_workers or os.cpu_count() or 1
         self.ship_api_keys = ship_api_keys
         self.progress = progress
-        self._context = multiprocessing.get_context(start_method)
+        self._context = _context(start_method)
         self._workers: list[_Worker] = []
         self._warm = False
         self._busy = threading.Lock()
