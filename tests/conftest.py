@@ -69,12 +69,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     of different workers keep apart through :func:`_tmux_of_this_worker`.
     """
     for item in items:
-        if item.path.name in _OPENHANDS_MODULES:
-            item.add_marker(pytest.mark.xdist_group(f"openhands-{item.path.stem}"))
         callspec = getattr(item, "callspec", None)
         parameters = callspec.params.values() if callspec is not None else ()
         if "ray_session" in getattr(item, "fixturenames", ()) or "ray" in parameters:
+            # Only "ray": xdist joins the names of two groups into a third (a second Ray).
             item.add_marker(pytest.mark.xdist_group("ray"))
+        elif item.path.name in _OPENHANDS_MODULES:
+            item.add_marker(pytest.mark.xdist_group(f"openhands-{item.path.stem}"))
     if hasattr(config, "workerinput"):
         # The controller hands out work in the order its workers collected it (groups first,
         # the largest first): a slow test started last would keep one worker busy after the

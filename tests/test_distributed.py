@@ -47,6 +47,7 @@ from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
 from cowconv.distributed import PicklingExecutor, ProcessExecutor, prefix_loads
 from cowconv.distributed.worker import forget_prefix, run_branch_job
 from cowconv.testing import StubLLMServer, StubReply
+from tests.clusters import local_cluster
 
 
 class ShoutParams(BaseModel):
@@ -100,23 +101,13 @@ def dask_client() -> Iterator[object]:
     dask = pytest.importorskip("dask")
     distributed = pytest.importorskip("distributed")
     assert dask.config.get("distributed.scheduler.allowed-failures") == 3
-    if True:
-        cluster = distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            host="127.0.0.1",
-            dashboard_address=None,
-            # No dashboard; its HTTP server (health checks) on a free port, not on 8787.
-            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-            processes=True,
-            memory_limit="1GiB",
-        )
-        client = distributed.Client(cluster)
-        try:
-            yield client
-        finally:
-            client.close()
-            cluster.close()
+    cluster = local_cluster()
+    client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
 
 
 @pytest.fixture(params=["pickling", "dask"])

@@ -42,6 +42,7 @@ from cowconv.distributed import DaskExecutor, ProcessExecutor, RayExecutor
 from cowconv.stores import open_store
 from cowconv.stores.tree import TreeStore
 from cowconv.testing import StubLLMServer
+from tests.clusters import local_cluster
 
 STOP = "Run `kill -STOP $PPID`."  # the branch's shell stops the worker process running it
 BRANCHES = ["Say before.", STOP, "Say after.", "Say later."]
@@ -84,15 +85,7 @@ def source(stub: StubLLMServer, tmp_path: Path) -> Conversation:
 def dask_client() -> Iterator[Any]:
     """A real Dask LocalCluster: 2 worker processes (1 thread each), default configuration."""
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        host="127.0.0.1",
-        dashboard_address=None,
-        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-        processes=True,
-        memory_limit="1GiB",
-    )
+    cluster = local_cluster()
     client = distributed.Client(cluster)
     try:
         yield client

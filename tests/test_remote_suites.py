@@ -40,6 +40,7 @@ from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.branches.remote import BRANCH_TAG, SUITE_TAG, suite_fork_id
 from cowconv.distributed import ProcessExecutor
 from cowconv.testing import StubLLMServer, StubReply
+from tests.clusters import local_cluster
 from tests.test_openhands_wire import openhands, openhands_server  # noqa: F401 (fixtures)
 
 SIZE = 20
@@ -389,10 +390,7 @@ def test_dask_and_ray_workers_run_a_remote_suite_on_the_server(
         distributed = pytest.importorskip("distributed")
         from cowconv.distributed import DaskExecutor
 
-        cluster = distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None,
-            processes=True, memory_limit="1GiB",
-        )  # fmt: skip
+        cluster = local_cluster()
         client = distributed.Client(cluster)
         executor: Any = DaskExecutor(client, max_in_flight=2, progress=False)
     else:

@@ -45,6 +45,7 @@ from cowconv.ports import SuiteRow
 from cowconv.stores import open_store
 from cowconv.stores.tree import TreeStore
 from cowconv.testing import StubLLMServer, StubReply
+from tests.clusters import local_cluster
 
 BRANCHES = [f"Write variant {n} of the release note." for n in range(6)]
 DELAY = 4.0  # seconds the stub takes per answer: the caller is killed while branches run
@@ -96,16 +97,8 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture(scope="module")
 def dask_cluster() -> Iterator[Any]:
     """A real Dask LocalCluster: a scheduler and 2 worker processes of 1 thread, 127.0.0.1."""
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        host="127.0.0.1",
-        dashboard_address=None,
-        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-        processes=True,
-        memory_limit="1GiB",
-    )
+    pytest.importorskip("distributed")
+    cluster = local_cluster()
     try:
         yield cluster
     finally:
