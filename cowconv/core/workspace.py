@@ -224,13 +224,21 @@ class Workspace(CheckedModel):
         >>> with workspace.new_client() as client:
         ...     print(client.base_url, client.headers[SESSION_API_KEY_HEADER])
         http://127.0.0.1:8000 k
+        >>> Workspace(working_dir=".").new_client()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        cowconv._exceptions.InvalidValueError: a workspace ... has no agent server to connect to
         """
+        if self.host is None:
+            raise InvalidValueError(
+                "a workspace on this machine (no host) has no agent server to connect to"
+            )
         from cowconv.core.http import server_client  # a workspace value never loads httpx
 
         headers = {}
         if self.api_key is not None:
             headers[SESSION_API_KEY_HEADER] = self.api_key.get_secret_value()
-        return server_client(self.host or "", headers=headers, timeout=timeout, transport=transport)
+        return server_client(self.host, headers=headers, timeout=timeout, transport=transport)
 
     @classmethod
     def coerce(cls, value: "Workspace | str | os.PathLike[str]") -> "Workspace":
