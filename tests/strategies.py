@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -22,13 +23,23 @@ from cowconv import (
 texts = st.text(max_size=20)
 keys = st.text(min_size=1, max_size=8)
 
+
+# A named function, not a lambda: hypothesis describes ``extend`` in a message when a draw
+# passes max_leaves, and for a lambda that means ast.parse of this file, which CPython 3.11.7
+# can fail with "SystemError: AST constructor recursion depth mismatch" after a test met a
+# RecursionError (a fresh-clone CI run failed test_remote on it).
+def json_containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Lists and objects of ``children`` (``extend`` of :data:`json_values`)."""
+    return st.lists(children, max_size=3) | st.dictionaries(keys, children, max_size=3)
+
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers()
     | st.floats(allow_nan=False, allow_infinity=False)
     | texts,
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(keys, children, max_size=3),
+    json_containers,
     max_leaves=8,
 )
 json_objects = st.dictionaries(keys, json_values, max_size=4)

@@ -169,9 +169,14 @@ class TestClientDoubles:
         assert conversation.id == uuid.UUID(server.conversation_id)
 
 
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    # Named, not a lambda: see tests/strategies.py (json_containers).
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner)
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner),
+    _containers,
     max_leaves=20,
 )
 

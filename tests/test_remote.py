@@ -384,12 +384,17 @@ PROTOCOL_KEYS = [
     "running", "response", "execution_status", "kind", "detail", "error",
 ]  # fmt: skip
 
+
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    # Named, not a lambda: see tests/strategies.py (json_containers).
+    return st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(PROTOCOL_KEYS) | st.text(max_size=3), inner, max_size=4
+    )
+
+
 json_answers = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
-    lambda inner: (
-        st.lists(inner, max_size=3)
-        | st.dictionaries(st.sampled_from(PROTOCOL_KEYS) | st.text(max_size=3), inner, max_size=4)
-    ),
+    _containers,
     max_leaves=12,
 )
 """Any JSON, its object keys mostly the protocol's, so answers get past the first checks."""

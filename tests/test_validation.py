@@ -235,6 +235,14 @@ for info in store.list():
 print(json.dumps(out))
 """
 
+
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    # Named, not a lambda: see tests/strategies.py (json_containers).
+    return st.lists(children, max_size=3) | st.dictionaries(
+        st.text(max_size=5), children, max_size=3
+    )
+
+
 anything = st.recursive(
     st.none()
     | st.booleans()
@@ -242,9 +250,7 @@ anything = st.recursive(
     | st.floats()
     | st.text(max_size=10)
     | st.sampled_from(SURROGATES),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
-    ),
+    _containers,
     max_leaves=10,
 ) | st.sampled_from([nested(MAX_DEPTH - 1), nested(MAX_DEPTH), nested(MAX_DEPTH + 1)])
 
