@@ -10,8 +10,10 @@ their own processes, their own memory, the nanny restarting one that dies.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.forkserver
+from collections.abc import Iterator
 from typing import Any
 
 PRELOAD = ["distributed", "cowconv.distributed.preload"]
@@ -40,3 +42,17 @@ def local_cluster(**options: Any) -> Any:
         "memory_limit": "1GiB",
     }
     return distributed.LocalCluster(**{**settings, **options})
+
+
+@contextlib.contextmanager
+def local_client(**options: Any) -> Iterator[Any]:
+    """A ``distributed.Client`` of a :func:`local_cluster` (``options``), both closed after."""
+    import distributed
+
+    cluster = local_cluster(**options)
+    client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()

@@ -47,7 +47,7 @@ from cowconv.branches.wire import BranchJob, BranchOutcome, SharedPrefix
 from cowconv.distributed import PicklingExecutor, ProcessExecutor, prefix_loads
 from cowconv.distributed.worker import forget_prefix, run_branch_job
 from cowconv.testing import StubLLMServer, StubReply
-from tests.clusters import local_cluster
+from tests.clusters import local_client
 
 
 class ShoutParams(BaseModel):
@@ -99,15 +99,10 @@ def dask_client() -> Iterator[object]:
     its worker dies): the executor itself must keep a branch from running twice.
     """
     dask = pytest.importorskip("dask")
-    distributed = pytest.importorskip("distributed")
+    pytest.importorskip("distributed")
     assert dask.config.get("distributed.scheduler.allowed-failures") == 3
-    cluster = local_cluster()
-    client = distributed.Client(cluster)
-    try:
+    with local_client() as client:
         yield client
-    finally:
-        client.close()
-        cluster.close()
 
 
 @pytest.fixture(params=["pickling", "dask"])

@@ -42,7 +42,7 @@ from cowconv.distributed import DaskExecutor, ProcessExecutor, RayExecutor
 from cowconv.stores import open_store
 from cowconv.stores.tree import TreeStore
 from cowconv.testing import StubLLMServer
-from tests.clusters import local_cluster
+from tests.clusters import local_client
 
 STOP = "Run `kill -STOP $PPID`."  # the branch's shell stops the worker process running it
 BRANCHES = ["Say before.", STOP, "Say after.", "Say later."]
@@ -84,14 +84,9 @@ def source(stub: StubLLMServer, tmp_path: Path) -> Conversation:
 @pytest.fixture(scope="module")
 def dask_client() -> Iterator[Any]:
     """A real Dask LocalCluster: 2 worker processes (1 thread each), default configuration."""
-    distributed = pytest.importorskip("distributed")
-    cluster = local_cluster()
-    client = distributed.Client(cluster)
-    try:
+    pytest.importorskip("distributed")
+    with local_client() as client:
         yield client
-    finally:
-        client.close()
-        cluster.close()
 
 
 def _check(raised: BranchesError, status: str = "timeout") -> None:
