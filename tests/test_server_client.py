@@ -146,4 +146,3 @@ def test_a_remote_workspaces_client_sends_a_read_again_too(server: _Server) -> N
     assert client.get("/second").json() == {"ok": True}
     assert [number for number, _ in server.requests] == [1, 1, 2]
     client.close()
-    assert isinstance(Workspace.coerce(workspace), Workspace)
