@@ -4,10 +4,19 @@ of ``cowconv/`` alike."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import warnings
 from collections.abc import Iterator
 
 import pytest
+
+# The suite starts hundreds of Python processes (pytest-xdist workers, servers, CLI runs, suite
+# workers); with PYTHONDONTWRITEBYTECODE set (CI images often set it) each compiled cowconv
+# again and each worker rewrote every test module's asserts again, ~7 s of CPU per worker.
+# The tests write the bytecode caches (``__pycache__/``, ignored by git) whatever it says.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    sys.dont_write_bytecode = False
 
 WORKERS = 4
 """pytest-xdist workers of a run that names none (``-n``): most of the suite waits (on servers,
