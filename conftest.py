@@ -4,6 +4,7 @@ of ``cowconv/`` alike."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 import warnings
@@ -52,6 +53,19 @@ def pytest_configure_node(node: object) -> None:
     """Tell each pytest-xdist worker the controller's ``--dist`` (see ``pytest_cmdline_main``)."""
     config = node.config  # type: ignore[attr-defined]
     node.workerinput["cowconv_dist"] = config.option.dist  # type: ignore[attr-defined]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection made: the garbage collector's full passes skip it from then on.
+
+    Collecting the suite imports cowconv, litellm, FastAPI, hypothesis and schemathesis and
+    builds 3,000 tests: ~840,000 objects that live until the end, which every full pass of
+    the collector walked again (measured on three modules: 17 s of 104 s of CPU were full
+    passes; 8 s of 79 s frozen). What the tests make is collected as before, so unclosed
+    sockets and files still warn in the test that left them.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
