@@ -19,11 +19,15 @@ machine; see ``tests/openhands/README.md``).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -94,12 +98,25 @@ def openhands() -> Path:
     return openhands_python(timeout=3000)
 
 
+@functools.cache
+def _temporary_directory() -> str:
+    """A directory of this pytest process for OpenHands' temporary files, removed at its exit.
+
+    OpenHands' tools make a ``browser-use-downloads-*`` directory in ``$TMPDIR`` in every
+    process that loads them, and leave it: nine were left in ``/tmp`` per run of the suite.
+    """
+    directory = tempfile.mkdtemp(prefix="cowconv-openhands-")
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
+
+
 def _environment() -> dict[str, str]:
     return {
         **os.environ,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "OPENHANDS_SUPPRESS_BANNER": "1",
         "SESSION_KEY": SESSION_KEY,
+        "TMPDIR": _temporary_directory(),
     }
 
 
@@ -244,12 +261,15 @@ class TestOpenHandsClientRunsTheTaskTracker:
         assert sorted(sent) == ["task_tracker", "terminal"]
 
 
-@pytest.fixture
-def openhands_server(openhands: Path, tmp_path: Path) -> Iterator[str]:
-    """``python -m openhands.agent_server`` on a free loopback port; its URL."""
+@pytest.fixture(scope="module")
+def openhands_server(openhands: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``python -m openhands.agent_server`` on a free loopback port; its URL.
+
+    One per module (each such module is one xdist group): a start costs ~7 s of CPU, and
+    its tests share it as clients of one server do, each with conversations of its own.
+    """
     port = _free_port()
-    home = tmp_path / "openhands-server"
-    home.mkdir()
+    home = tmp_path_factory.mktemp("openhands-server")
     log = (home / "server.log").open("w")
     process = subprocess.Popen(
         [

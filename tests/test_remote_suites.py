@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,11 +244,14 @@ def test_the_caller_killed_mid_suite_another_process_finishes_it_once_per_branch
     server_url: str, slow_stub: StubLLMServer, tmp_path: Path, engine: str
 ) -> None:
     source = _source(server_url, slow_stub, tmp_path)
+    # A suite id of this test's own: the module's tests share one OpenHands server, where a
+    # resume by id finds every source's suite of that name (two are a SuiteExistsError).
+    suite = f"{SUITE}-{uuid.uuid4().hex[:8]}"
     script = tmp_path / "caller.py"
     script.write_text(CALLER)
     caller = subprocess.Popen(
         [sys.executable, str(script), server_url, str(source.id), str(tmp_path),
-         slow_stub.base_url, engine, SUITE, str(SIZE)],
+         slow_stub.base_url, engine, suite, str(SIZE)],
         cwd=tmp_path,
         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
     )  # fmt: skip
@@ -266,19 +270,19 @@ def test_the_caller_killed_mid_suite_another_process_finishes_it_once_per_branch
     assert len(_seen(slow_stub)) < SIZE
     executor = ProcessExecutor(max_workers=2, progress=False) if engine == "processes" else None
     where = Workspace(host=server_url, working_dir=str(tmp_path))
-    forks = resume_suite(where, SUITE, executor=executor, max_workers=4)
+    forks = resume_suite(where, suite, executor=executor, max_workers=4)
     try:
         assert [str(f.id) for f in forks] == [
-            suite_fork_id(source.id, SUITE, i) for i in range(SIZE)
+            suite_fork_id(source.id, suite, i) for i in range(SIZE)
         ]
         assert [f.state.execution_status.value for f in forks] == ["finished"] * SIZE
         _check_every_branch_ran_once_as_asked(slow_stub)
         _check_on_the_server(server_url, forks, tmp_path)
         for index, fork in enumerate(forks):
-            assert fork.state.tags[SUITE_TAG] == SUITE
+            assert fork.state.tags[SUITE_TAG] == suite
             assert fork.state.tags[BRANCH_TAG] == f"{index}/{SIZE}"
         # Done: a second resume, or the same call again with resume=True, runs nothing.
-        again = run_branches(source, _branches(slow_stub), suite_id=SUITE, resume=True)
+        again = run_branches(source, _branches(slow_stub), suite_id=suite, resume=True)
         assert [str(f.id) for f in again] == [str(f.id) for f in forks]
         assert len(_seen(slow_stub)) == SIZE
         for fork in again:
