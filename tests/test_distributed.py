@@ -417,6 +417,45 @@ class TestFailures:
         assert calls == {branches[0]: 2, branches[1]: 1, branches[2]: 2, branches[3]: 2}
         dask_client.wait_for_workers(2, timeout=120)
 
+    def test_a_cancelled_dask_task_fails_its_branch_alone(self, source, stub, dask_client):
+        """Dask's ``wait`` raises when a future it waits for is cancelled (a worker died with
+        the history its task read, or a client cancelled it): that is the one branch's loss,
+        not the suite's end. Here another client's cancel hits branch 1 while it runs."""
+        from distributed import Future
+
+        from cowconv.distributed import DaskExecutor
+
+        branches = ["Say before.", "Run `sleep 6`.", "Say after.", "Say later."]
+        cancelled: list[str] = []
+
+        def cancel_branch_1() -> None:
+            deadline = time.monotonic() + 120
+            while not cancelled and time.monotonic() < deadline:
+                for keys in dask_client.processing().values():
+                    for key in map(str, keys):
+                        if not (key.startswith("cowconv-branch-") and key.endswith("-1-0")):
+                            continue
+                        suite = key.removeprefix("cowconv-branch-").rsplit("-", 2)[0]
+                        # Running: its worker noted the start ("cowconv-started" metadata).
+                        if dask_client.get_metadata(["cowconv-started", suite, "1-0"], None):
+                            dask_client.cancel([Future(key, dask_client)], force=True)
+                            cancelled.append(key)
+                time.sleep(0.05)
+
+        canceller = threading.Thread(target=cancel_branch_1, daemon=True)
+        canceller.start()
+        executor = DaskExecutor(dask_client, max_in_flight=4, progress=False)
+        with pytest.raises(BranchesError) as raised:
+            run_branches(source, branches, executor=executor)
+        canceller.join(timeout=120)
+        assert cancelled, "branch 1 was never seen running"
+        errors = [repr(e) for e in raised.value.exceptions]
+        assert len(errors) == 1, errors
+        (error,) = raised.value.exceptions
+        assert isinstance(error, BranchLostError) and error.index == 1, errors
+        statuses = [f.state.execution_status for f in raised.value.forks]
+        assert statuses[0] == statuses[2] == statuses[3] == ExecutionStatus.FINISHED
+
 
 def _last_user_text(body: dict) -> str:
     for message in reversed(body.get("messages") or []):

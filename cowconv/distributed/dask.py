@@ -21,8 +21,12 @@ if TYPE_CHECKING:
 
 __all__ = ["DaskExecutor"]
 
-# How Dask ends a task whose worker died while running it.
-_WORKER_GONE = frozenset({"KilledWorker", "FuturesCancelledError", "CancelledError"})
+# How Dask ends a task whose worker died while running it: KilledWorker, or a cancellation
+# (``future.result()`` raises FutureCancelledError, ``wait()`` FuturesCancelledError; older
+# releases raised CancelledError for both).
+_WORKER_GONE = frozenset(
+    {"KilledWorker", "FutureCancelledError", "FuturesCancelledError", "CancelledError"}
+)
 
 logger = logging.getLogger("cowconv.distributed")
 
@@ -275,6 +279,13 @@ class DaskExecutor:
                 return wait(handles, timeout=timeout, return_when="FIRST_COMPLETED").done
             except TimeoutError:
                 return ()
+            except Exception as error:
+                # Dask's wait() raises when a future it waited for was cancelled (its worker
+                # died with the scattered history it read, or another client cancelled it):
+                # that ends one branch, which collect() names, not the suite.
+                if type(error).__name__ not in _WORKER_GONE:
+                    raise
+                return [handle for handle in handles if handle.status != "pending"]
 
         def collect(future: Any) -> bytes:
             job, payload, marker = jobs_of.pop(future)
@@ -306,7 +317,7 @@ class DaskExecutor:
                     )
                     again = send(job, payload, 1)
                     return collect(wait_for(again))
-                if type(error).__name__ != "KilledWorker":
+                if type(error).__name__ not in _WORKER_GONE:
                     raise
                 raise BranchLostError(
                     job.index,
@@ -317,7 +328,11 @@ class DaskExecutor:
                 future.release()
 
         def wait_for(future: Any) -> Any:
-            wait([future])
+            try:
+                wait([future])
+            except Exception as error:  # cancelled: collect() reads why from the future
+                if type(error).__name__ not in _WORKER_GONE:
+                    raise
             return future
 
         def cancel(future: Any) -> None:
