@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cowconv import Agent
 from cowconv.agent_server import (
@@ -24,6 +28,7 @@ from cowconv.agent_server import (
     BackgroundServer,
     create_app,
 )
+from cowconv.agent_server.models import ID_WHITESPACE
 from cowconv.testing import StubLLMServer, StubReply
 
 # Client timeouts: generous, for a loaded machine (a first run loads litellm, seconds under load).
@@ -119,6 +124,75 @@ class TestOpenAPI:
         assert "/api/conversations/{conversation_id}/fork" in paths
         assert {"get", "delete"} <= set(paths["/api/conversations/{conversation_id}"])
         assert "/api/conversations/{conversation_id}/events/stream" in paths
+
+    # Each example builds a schema afresh (~0.5 s of CPU).
+    @settings(max_examples=10, deadline=None)
+    @given(
+        key=st.none() | st.text("abc", min_size=1, max_size=3),
+        named=st.booleans(),
+        size=st.integers(1, 10**9),
+        live=st.integers(1, 100),
+        hosts=st.lists(st.sampled_from(["a.test", "b.test"]), unique=True),
+        origins=st.lists(st.sampled_from(["https://a.test", "https://b.test"]), unique=True),
+    )
+    def test_an_app_publishes_what_fastapi_builds_for_it(
+        self, key, named, size, live, hosts, origins
+    ):
+        """Apps share one built schema per shape: each app's equals the schema FastAPI
+        builds for that app alone (its session key documented or not), in every setting."""
+        app = create_app(
+            session_api_key=key,
+            named_conversations=named,
+            max_body_size=size,
+            max_live_conversations=live,
+            allowed_hosts=hosts,
+            allowed_origins=origins,
+            allow_unauthenticated=True,  # other hosts without a key are otherwise refused
+        )
+        published = app.openapi()
+        assert published == fresh_schema(app)
+        assert ("securitySchemes" in published.get("components", {})) == (key is not None)
+
+    def test_an_apps_schema_is_its_own(self):
+        """Changing one app's schema changes no other's, nor the next app's."""
+        first, second = create_app(), create_app()
+        first.openapi()["info"]["title"] = "changed"
+        assert first.openapi()["info"]["title"] == "changed"
+        assert second.openapi()["info"]["title"] == create_app().openapi()["info"]["title"]
+        assert second.openapi()["info"]["title"] != "changed"
+
+    def test_routes_and_settings_added_later_are_published(self):
+        """A route added to an app, or another title, is in its schema (and no other's)."""
+        plain = create_app()
+        plain.openapi()
+        extended = create_app()
+        extended.title = "mine"
+
+        @extended.get("/extra")
+        def extra() -> dict[str, str]:
+            return {}
+
+        schema = extended.openapi()
+        assert "/extra" in schema["paths"] and schema["info"]["title"] == "mine"
+        assert schema == fresh_schema(extended)
+        assert "/extra" not in create_app().openapi()["paths"]
+
+
+def fresh_schema(app: FastAPI) -> dict[str, Any]:
+    """The schema FastAPI builds for ``app`` (nothing shared), with the id pattern the
+    server adds to every ``conversation_id`` in a path."""
+    app.openapi_schema = None  # FastAPI's cache of its last build
+    with warnings.catch_warnings():
+        # Empty-tag defaults are pmap(), which pydantic leaves out of a schema with a warning.
+        warnings.filterwarnings("ignore", message=r"Default value pmap")
+        schema = FastAPI.openapi(app)
+    copied = json.loads(json.dumps(schema))
+    for operations in copied["paths"].values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter["in"] == "path" and parameter["name"] == "conversation_id":
+                    parameter["schema"]["pattern"] = f"[^{ID_WHITESPACE}]"
+    return copied
 
 
 class TestCreate:

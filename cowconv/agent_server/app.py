@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import hmac
 import logging
 import os
 import re
+import threading
 import warnings
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -160,7 +162,6 @@ def create_app(
         allowed_origins=allowed_origins,
         max_body_size=max_body_size,
     )
-    _quiet_openapi(app)
     _add_error_handlers(app)
 
     @app.get("/health", response_model=HealthResponse, tags=["server"])
@@ -181,29 +182,79 @@ def create_app(
         )
     app.include_router(sockets_router)
     app.add_middleware(_ServerHeader)
+    _publish_schema(app, keyed=session_api_key is not None)
     return app
 
 
-def _quiet_openapi(app: FastAPI) -> None:
+# Every app create_app makes with the same session setting has the same routes, and so the
+# same schema: building one takes ~0.4 s of CPU (pydantic's JSON schemas of every model), once
+# per process and shape here instead of once per app.
+_schemas: dict[tuple[Any, ...], dict[str, Any]] = {}
+_schemas_lock = threading.Lock()
+
+# What FastAPI.openapi() reads of the app besides its routes.
+_SCHEMA_INPUTS = (
+    "title",
+    "version",
+    "openapi_version",
+    "summary",
+    "description",
+    "terms_of_service",
+    "contact",
+    "license_info",
+    "openapi_tags",
+    "servers",
+    "separate_input_output_schemas",
+    "openapi_external_docs",
+)
+
+
+def _publish_schema(app: FastAPI, *, keyed: bool) -> None:
+    """Make ``app.openapi()`` the published schema: FastAPI's, with the id pattern added.
+
+    Call it when ``app`` has its routes (``keyed``: they take a session key). While those
+    routes and the app's schema settings are unchanged, the schema is built once per process
+    for every app of the same shape, and each app gets its own copy (changing one app's
+    schema changes no other's). Routes added later make FastAPI build the schema again.
+    """
     build = app.openapi
+    made = tuple(app.routes)
+    own: list[dict[str, Any]] = []
 
     def openapi() -> dict[str, Any]:
-        # Empty-tag defaults are pmap(), which pydantic cannot show in a schema; leaving
-        # those defaults out of the schema is right, the warning about it is noise.
-        with warnings.catch_warnings():
-            warnings.filterwarnings(
-                "ignore", message=r"Default value pmap", category=PydanticJsonSchemaWarning
-            )
-            schema = build()
-        # A blank or whitespace-only id is refused (422) by every route: the schema says so.
-        for operations in schema.get("paths", {}).values():
-            for operation in operations.values():
-                for parameter in operation.get("parameters", ()):
-                    if parameter.get("in") == "path" and parameter.get("name") == "conversation_id":
-                        parameter["schema"]["pattern"] = f"[^{ID_WHITESPACE}]"
+        if tuple(app.routes) != made or app.webhooks.routes:
+            return _built(build)
+        if own:
+            return own[0]
+        key = (keyed, *(repr(getattr(app, name, None)) for name in _SCHEMA_INPUTS))
+        with _schemas_lock:
+            shared = _schemas.get(key)
+            if shared is None:
+                schema = _built(build)
+                _schemas[key] = copy.deepcopy(schema)
+            else:
+                schema = app.openapi_schema = copy.deepcopy(shared)
+            own.append(schema)
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _built(build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    # Empty-tag defaults are pmap(), which pydantic cannot show in a schema; leaving
+    # those defaults out of the schema is right, the warning about it is noise.
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"Default value pmap", category=PydanticJsonSchemaWarning
+        )
+        schema = build()
+    # A blank or whitespace-only id is refused (422) by every route: the schema says so.
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter.get("in") == "path" and parameter.get("name") == "conversation_id":
+                    parameter["schema"]["pattern"] = f"[^{ID_WHITESPACE}]"
+    return schema
 
 
 def _version() -> str:
