@@ -165,7 +165,7 @@ def create_app(
     _add_error_handlers(app)
 
     @app.get("/health", response_model=HealthResponse, tags=["server"])
-    def health() -> HealthResponse:
+    async def health() -> HealthResponse:
         """200 once the server is ready (no session key needed)."""
         return HealthResponse()
 
@@ -342,7 +342,7 @@ def _session_dependencies(session_api_key: str | None) -> list[Any]:
     header = APIKeyHeader(name=SESSION_API_KEY_HEADER, auto_error=False)
 
     # A default, not Annotated[...]: postponed annotations cannot name this local.
-    def check_session_key(given: str | None = Security(header)) -> None:  # noqa: B008
+    async def check_session_key(given: str | None = Security(header)) -> None:  # noqa: B008
         if given is None or not hmac.compare_digest(given.encode(), expected):
             raise HTTPException(
                 status_code=401, detail=f"missing or wrong {SESSION_API_KEY_HEADER} header"

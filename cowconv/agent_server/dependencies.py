@@ -65,7 +65,7 @@ def conversation_id_of(text: str) -> ConversationID:
     return public_id(id_text(text))
 
 
-def check_conversation_ids(request: Request) -> None:
+async def check_conversation_ids(request: Request) -> None:
     """The routers' dependency: a 422 for an id that is not a UUID, in the path or in
     ``ids``, when the app takes UUIDs only (see :func:`check_id`)."""
     path_id = request.path_params.get("conversation_id")
