@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import itertools
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -37,6 +41,7 @@ from cowconv.agent_server import BackgroundServer, InProcessTransport, create_ap
 from cowconv.stores import TreeStore, open_store
 from cowconv.stores.memory import MemoryRows, MemoryStore
 from cowconv.testing import PostgresServer, StubLLMServer
+from tests.openhands.venv import openhands_python
 
 # No hypothesis example may fail for taking long: the suite runs on loaded 2-core machines, where
 # one example can take 100x its quiet time (a 200 ms deadline failed a correct test that way).
@@ -44,14 +49,14 @@ settings.register_profile("cowconv", deadline=None)
 settings.load_profile("cowconv")
 
 
-_OPENHANDS_MODULES = frozenset(
-    {
-        "test_openhands_wire.py",
-        "test_openhands_types.py",
-        "test_remote_openhands_client.py",
-        "test_remote_suites.py",
-    }
-)
+# The modules that start OpenHands' agent server, and their xdist groups: the remote suites
+# take minutes, so they are a group of their own beside the three others.
+_OPENHANDS_MODULES = {
+    "test_openhands_wire.py": "openhands",
+    "test_openhands_types.py": "openhands",
+    "test_remote_openhands_client.py": "openhands",
+    "test_remote_suites.py": "openhands-remote-suites",
+}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -63,10 +68,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``--dist loadgroup``); a
     test in an ``xdist_group`` runs on the worker that runs the rest of its group, in order.
     Every test that starts a local Ray instance is in group ``ray``: two at once on one
-    machine would share Ray's session directory and fight over two cores. The tests of a
-    module that runs OpenHands' SDK or agent server (its Python >= 3.12 environment) are in
-    one group per module, so its module fixtures start OpenHands once; OpenHands' terminals
-    of different workers keep apart through :func:`_tmux_of_this_worker`.
+    machine would share Ray's session directory and fight over two cores. The modules that
+    run OpenHands' agent server (its Python >= 3.12 environment) are in two groups, so
+    :func:`openhands_server` starts at most twice; OpenHands' terminals of different workers
+    keep apart through :func:`_tmux_of_this_worker`.
     """
     for item in items:
         callspec = getattr(item, "callspec", None)
@@ -75,7 +80,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # Only "ray": xdist joins the names of two groups into a third (a second Ray).
             item.add_marker(pytest.mark.xdist_group("ray"))
         elif item.path.name in _OPENHANDS_MODULES:
-            item.add_marker(pytest.mark.xdist_group(f"openhands-{item.path.stem}"))
+            item.add_marker(pytest.mark.xdist_group(_OPENHANDS_MODULES[item.path.name]))
     if hasattr(config, "workerinput"):
         # The controller hands out work in the order its workers collected it (groups first,
         # the largest first): a slow test started last would keep one worker busy after the
@@ -414,6 +419,81 @@ class Backend:
             self.reader.close()
         if self.store is not None:
             self.store.close()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@functools.cache
+def openhands_temporary_directory() -> str:
+    """A directory of this pytest process for OpenHands' temporary files, removed at its exit.
+
+    OpenHands' tools make a ``browser-use-downloads-*`` directory in ``$TMPDIR`` in every
+    process that loads them, and leave it: nine were left in ``/tmp`` per run of the suite.
+    """
+    directory = tempfile.mkdtemp(prefix="cowconv-openhands-")
+    atexit.register(shutil.rmtree, directory, True)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def openhands() -> Path:
+    """The python of the OpenHands 1.58.2 environment (built from the registry when missing)."""
+    return openhands_python(timeout=3000)
+
+
+@pytest.fixture(scope="session")
+def openhands_server(openhands: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``python -m openhands.agent_server`` on a free loopback port; its URL.
+
+    One per pytest-xdist worker: a start costs 10-15 s of CPU. Its tests share it as clients
+    of one server do, each with conversations of its own; the modules that use it are in
+    two xdist groups (see :func:`pytest_collection_modifyitems`), so it starts at most twice.
+    """
+    port = free_port()
+    home = tmp_path_factory.mktemp("openhands-server")
+    log = (home / "server.log").open("w")
+    environment = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "OPENHANDS_SUPPRESS_BANNER": "1",
+        "SESSION_KEY": "",
+        "TMPDIR": openhands_temporary_directory(),
+    }
+    command = [str(openhands), "-m", "openhands.agent_server", "--host", "127.0.0.1"]
+    process = subprocess.Popen(
+        [*command, "--port", str(port)],
+        cwd=home,
+        env=environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert process.poll() is None, (home / "server.log").read_text()[-4000:]
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the OpenHands agent server did not start"
+            time.sleep(0.5)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=60)
+        log.close()
 
 
 @pytest.fixture(scope="session")

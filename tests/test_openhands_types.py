@@ -39,7 +39,6 @@ from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.backends.wire import event_from_openhands
 from cowconv.core.error_classification import FailureKind, classify_error
 from cowconv.testing import StubLLMServer, StubReply
-from tests.test_openhands_wire import openhands, openhands_server  # noqa: F401 (fixtures)
 
 RANK = {SecurityRisk.LOW: 1, SecurityRisk.MEDIUM: 2, SecurityRisk.HIGH: 3}
 KNOWN = list(RANK)
@@ -86,7 +85,7 @@ class TestConfirmationPolicies:
     @pytest.mark.slow
     def test_sent_to_openhands_agent_server_and_read_back(
         self,
-        openhands_server: str,  # noqa: F811 (the fixture imported above)
+        openhands_server: str,
         stub: StubLLMServer,
         tmp_path: Path,
     ):
@@ -139,7 +138,7 @@ class TestConversationErrorEvent:
         assert type(back) is ConversationErrorEvent and back == error
 
     @pytest.mark.slow
-    def test_reads_openhands_sdk_json(self, openhands: Path):  # noqa: F811 (the fixture)
+    def test_reads_openhands_sdk_json(self, openhands: Path):
         """The JSON OpenHands' SDK writes for its ConversationErrorEvent loads as ours."""
         script = (
             "from openhands.sdk.event.conversation_error import ConversationErrorEvent as E\n"
@@ -310,7 +309,7 @@ def test_state_update_is_an_event_the_remote_cache_skips():
 
 @pytest.mark.slow
 def test_update_state_from_event_feeds_the_cost_close_reports(
-    openhands_server: str,  # noqa: F811 (the fixture imported above)
+    openhands_server: str,
     stub: StubLLMServer,
     tmp_path: Path,
 ):

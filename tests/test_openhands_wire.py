@@ -19,18 +19,11 @@ machine; see ``tests/openhands/README.md``).
 
 from __future__ import annotations
 
-import atexit
-import functools
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -40,7 +33,7 @@ from fastapi.testclient import TestClient
 from cowconv import LLM, Agent, Conversation, Tool, Workspace
 from cowconv.agent_server import BackgroundServer, create_app
 from cowconv.testing import StubLLMServer, StubReply
-from tests.openhands.venv import openhands_python
+from tests.conftest import openhands_temporary_directory
 
 # Building the environment (first run only) takes minutes; each test then takes under two.
 pytestmark = pytest.mark.timeout(3600)
@@ -92,39 +85,14 @@ print("RESULT " + json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def openhands() -> Path:
-    """The python of the OpenHands 1.58.2 environment (built from the registry when missing)."""
-    return openhands_python(timeout=3000)
-
-
-@functools.cache
-def _temporary_directory() -> str:
-    """A directory of this pytest process for OpenHands' temporary files, removed at its exit.
-
-    OpenHands' tools make a ``browser-use-downloads-*`` directory in ``$TMPDIR`` in every
-    process that loads them, and leave it: nine were left in ``/tmp`` per run of the suite.
-    """
-    directory = tempfile.mkdtemp(prefix="cowconv-openhands-")
-    atexit.register(shutil.rmtree, directory, True)
-    return directory
-
-
 def _environment() -> dict[str, str]:
     return {
         **os.environ,
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "OPENHANDS_SUPPRESS_BANNER": "1",
         "SESSION_KEY": SESSION_KEY,
-        "TMPDIR": _temporary_directory(),
+        "TMPDIR": openhands_temporary_directory(),
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class TestOpenHandsClientOnCowconvServer:
@@ -259,54 +227,6 @@ class TestOpenHandsClientRunsTheTaskTracker:
         ]
         sent = [tool["function"]["name"] for tool in stub.requests[0].body["tools"]]
         assert sorted(sent) == ["task_tracker", "terminal"]
-
-
-@pytest.fixture(scope="module")
-def openhands_server(openhands: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``python -m openhands.agent_server`` on a free loopback port; its URL.
-
-    One per module (each such module is one xdist group): a start costs ~7 s of CPU, and
-    its tests share it as clients of one server do, each with conversations of its own.
-    """
-    port = _free_port()
-    home = tmp_path_factory.mktemp("openhands-server")
-    log = (home / "server.log").open("w")
-    process = subprocess.Popen(
-        [
-            str(openhands),
-            "-m",
-            "openhands.agent_server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=home,
-        env={**_environment(), "SESSION_KEY": ""},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert process.poll() is None, (home / "server.log").read_text()[-4000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the OpenHands agent server did not start"
-            time.sleep(0.5)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=60)
-        log.close()
 
 
 class Recording(httpx.HTTPTransport):

@@ -57,7 +57,6 @@ from cowconv.backends.wire import SERVER_HEADER, event_to_openhands
 from cowconv.core.events import run_failure
 from cowconv.testing import StubLLMServer
 from tests.strategies import events, json_values
-from tests.test_openhands_wire import openhands, openhands_server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(3600)
 
@@ -640,7 +639,7 @@ class TestOpenHandsOnlyRoutes:
     @pytest.mark.slow
     def test_secrets_policy_analyzer_reject_ask(
         self,
-        openhands_server: str,  # noqa: F811 (the fixture imported above)
+        openhands_server: str,
         stub: StubLLMServer,
         tmp_path: Path,
     ):

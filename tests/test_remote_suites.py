@@ -42,7 +42,6 @@ from cowconv.branches.remote import BRANCH_TAG, SUITE_TAG, suite_fork_id
 from cowconv.distributed import ProcessExecutor
 from cowconv.testing import StubLLMServer, StubReply
 from tests.clusters import local_cluster
-from tests.test_openhands_wire import openhands, openhands_server  # noqa: F401 (fixtures)
 
 SIZE = 20
 DELAY = 1.0  # seconds the stub takes per answer: the caller is killed while branches run
@@ -356,7 +355,7 @@ def test_the_fork_route_publishes_its_agent_field(cowconv_server: str) -> None:
 
 
 def test_openhands_server_refuses_another_system_prompt_after_the_agent_spoke_in_one_line(
-    openhands_server: str,  # noqa: F811 (the fixture imported above)
+    openhands_server: str,
     stub: StubLLMServer,
     tmp_path: Path,
 ) -> None:
