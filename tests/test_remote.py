@@ -8,12 +8,14 @@ runs one test per route family against uvicorn on loopback.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
@@ -421,9 +423,13 @@ class TestAnswersOfAnyShape:
         answer: Any,
         call: str,
     ):
-        self.check(
-            Answering(in_process_server), IN_PROCESS_HOST, stub_agent, tmp_path, answer, call
-        )
+        # An answer read as OpenHands' makes the client open OpenHands' events socket, which
+        # no in-process transport carries: it waits its ready timeout (30 s unless told) and
+        # raises. Two seconds exercise the same path.
+        with mock.patch.dict(os.environ, {"OPENHANDS_REMOTE_WS_READY_TIMEOUT": "2"}):
+            self.check(
+                Answering(in_process_server), IN_PROCESS_HOST, stub_agent, tmp_path, answer, call
+            )
 
     @given(
         answer=json_answers,
