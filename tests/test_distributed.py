@@ -761,6 +761,38 @@ class TestCancellation:
             finally:
                 brain.release.set()
 
+    @pytest.mark.slow
+    @pytest.mark.parametrize("engine", ["threads", "processes"])
+    def test_ctrl_c_received_by_another_thread_cancels_the_suite(self, tmp_path, engine, request):
+        """The system may hand Ctrl-C to any thread of the process, and Python raises
+        KeyboardInterrupt in the main thread only when that thread runs: a suite waiting on
+        hung branches wakes for it (it waited for ever, until the branches ended)."""
+        executor = request.getfixturevalue("processes") if engine == "processes" else None
+        interrupted = threading.Event()
+
+        def ctrl_c_to_this_thread() -> None:  # the stub server's thread, never the main one
+            if not interrupted.is_set():
+                interrupted.set()
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+        brain = HangingBrain(on_hang=ctrl_c_to_this_thread)
+        given_up = threading.Event()
+
+        def watchdog() -> None:  # without the wake, only the branches' end woke the suite
+            if not brain.release.wait(60):
+                given_up.set()
+                brain.release.set()
+
+        with StubLLMServer(brain=brain) as server:
+            threading.Thread(target=watchdog, daemon=True).start()
+            try:
+                source = _source_on(server, tmp_path)
+                with pytest.raises(KeyboardInterrupt):
+                    list(iter_branches(source, ["HANG now.", "HANG too."], executor=executor))
+                assert interrupted.is_set() and not given_up.is_set()
+            finally:
+                brain.release.set()
+
     def test_ctrl_c_on_dask_ends_the_running_task_on_its_worker(self, tmp_path, dask_client):
         """Dask cannot stop a running task: after Ctrl-C the hung branch sees on the scheduler
         that its suite ended and ends itself, freeing its worker thread while the LLM still

@@ -30,7 +30,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,7 @@ from cowconv.core.agent import Agent
 from cowconv.core.events import MessageEvent
 from cowconv.core.history import EventLog
 from cowconv.core.state import ExecutionStatus
+from cowconv.core.waits import first_done
 from cowconv.core.workspace import Workspace
 from cowconv.ports import BranchExecutor, EventCallback, notify
 
@@ -469,8 +470,7 @@ class RemoteSuite:
         completed = False
         try:
             while futures:
-                done, _ = wait(list(futures), return_when=FIRST_COMPLETED)
-                for future in done:
+                for future in first_done(futures):
                     index = futures.pop(future)
                     error = future.exception()
                     if error is not None and not isinstance(error, Exception):

@@ -21,7 +21,7 @@ import inspect
 import math
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 
@@ -50,6 +50,7 @@ from cowconv.core.frozen import decode_json
 from cowconv.core.history import EventLog
 from cowconv.core.state import ConversationState, ExecutionStatus
 from cowconv.core.tree import extend_active
+from cowconv.core.waits import first_done
 from cowconv.core.workspace import Workspace
 from cowconv.distributed.process import PicklingExecutor
 from cowconv.ports import BranchExecutor, EventCallback, SuiteRow, notify
@@ -790,8 +791,7 @@ class _Suite:
         completed = False
         try:
             while futures:
-                done, _ = wait(list(futures), return_when=FIRST_COMPLETED)
-                for future in done:
+                for future in first_done(futures):
                     index = futures.pop(future)
                     error = future.exception()
                     if error is not None and not isinstance(error, Exception):

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 from cowconv._exceptions import BranchTimeoutError, InvalidValueError
+from cowconv.core.waits import bounded
 
 __all__ = ["check_grace", "drive", "progress_bar"]
 
@@ -175,7 +176,8 @@ def drive(
                 timeout = None
                 if expiries:
                     timeout = max(0.0, min(expiries) - time.monotonic())
-                done = list(wait_any(list(in_flight), timeout))
+                # Woken every second at least, so that Ctrl-C is handled (cowconv.core.waits).
+                done = list(wait_any(list(in_flight), bounded(timeout)))
                 for handle in done:
                     index, _, _ = in_flight.pop(handle)
                     result: bytes | BaseException
