@@ -19,11 +19,10 @@ import pytest
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
     sys.dont_write_bytecode = False
 
-WORKERS = 5
-"""pytest-xdist workers of a run that names none (``-n``): the suite is CPU-bound but for its
-tests of time limits, killed callers and stopped workers, which wait; with five workers, two
-or three of those waiting at once still leave two cores busy. ``-n 0`` or ``-p no:xdist``
-runs serially."""
+WORKERS = 4
+"""pytest-xdist workers of a run that names none (``-n``): most of the suite waits (on servers,
+subprocesses, time limits), so four keep two cores busy. ``-n 0`` or ``-p no:xdist`` runs
+serially."""
 
 
 @pytest.hookimpl(tryfirst=True)
