@@ -82,10 +82,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif item.path.name in _OPENHANDS_MODULES:
             item.add_marker(pytest.mark.xdist_group(_OPENHANDS_MODULES[item.path.name]))
     if hasattr(config, "workerinput"):
-        # The controller hands out work in the order its workers collected it (groups first,
-        # the largest first): a slow test started last would keep one worker busy after the
-        # others ran out of work. A stable sort: the rest keep their order.
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+        items[:] = _in_parallel_order(items)
+
+
+def _in_parallel_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The order a parallel run hands out ``items`` in: slow tests first, the waiting ones
+    spread among the quick ones.
+
+    The controller hands out work in the order its workers collected it (groups first, the
+    largest first). A slow test started last would keep one worker busy after the others ran
+    out of work, so the slow ones come first. Four workers share two cores, and the groups
+    that start first (Ray's, the remote suites') mostly wait: slow tests marked ``waits``
+    started beside them left the cores idle, so they come after the other slow tests, each
+    after its share of quick ones, and at most about two workers wait at a time. Every list
+    keeps its own order.
+    """
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    waiting = [item for item in slow if item.get_closest_marker("waits") is not None]
+    busy = [item for item in slow if item.get_closest_marker("waits") is None]
+    quick = [item for item in items if item.get_closest_marker("slow") is None]
+    # A waiting test lasts ~15 s; quick tests ~0.2 s: ~70 of them keep the cores busy meanwhile.
+    share = max(1, len(quick) // (2 * len(waiting) + 1)) if waiting else 0
+    ordered = busy
+    for index, item in enumerate(waiting):
+        ordered += quick[index * share : (index + 1) * share]
+        ordered.append(item)
+    ordered += quick[len(waiting) * share :]
+    return ordered
 
 
 HTTP_TIMEOUT = 120.0

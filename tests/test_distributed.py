@@ -657,6 +657,7 @@ def processes() -> Iterator[ProcessExecutor]:
 
 class TestTimeLimits:
     @pytest.mark.slow
+    @pytest.mark.waits
     @pytest.mark.parametrize("engine", ["processes", "dask", "ray", "threads"])
     def test_a_hanging_branch_ends_at_its_limit_and_the_others_finish(
         self, hanging, tmp_path, engine, request

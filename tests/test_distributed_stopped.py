@@ -105,6 +105,7 @@ def _check(raised: BranchesError, status: str = "timeout") -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.waits
 class TestStoppedWorker:
     def test_processes(self, source: Conversation) -> None:
         """A stopped worker process: its branch times out, the process is killed and

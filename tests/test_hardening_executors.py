@@ -52,6 +52,7 @@ def _failed_alone(raised: BranchesError, index: int, words: str) -> None:
 
 @pytest.mark.slow
 class TestProcessExecutor:
+    @pytest.mark.waits
     def test_a_stopped_worker_fails_its_branch_alone(self, source: Conversation) -> None:
         """A worker process that stops answering (SIGSTOP): its branch is given up after its
         limit (a BranchTimeoutError), the process is replaced, the other branches finish."""

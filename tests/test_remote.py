@@ -438,6 +438,7 @@ class TestAnswersOfAnyShape:
     @settings(
         max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
     )
+    @pytest.mark.waits  # OpenHands' events socket: its ready timeout, 2 s, in some examples
     def test_as_a_client_of_openhands_server(
         self,
         agent_server: BackgroundServer,

@@ -210,6 +210,7 @@ def _check_exactly_once(forks: list[Conversation], stub: StubLLMServer) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.waits
 class TestCallerKilled:
     def test_processes_the_caller_is_killed_and_another_process_resumes(
         self, tmp_path: Path, location: str, slow_stub: StubLLMServer
@@ -445,6 +446,7 @@ class TestRecordedSuite:
 
 class TestRunnerGone:
     @pytest.mark.slow
+    @pytest.mark.waits
     def test_a_runner_whose_heartbeat_stalls_is_lost_and_not_run_again(
         self, tmp_path: Path, stub: StubLLMServer
     ) -> None:
