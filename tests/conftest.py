@@ -94,15 +94,21 @@ def _in_parallel_order(items: list[pytest.Item]) -> list[pytest.Item]:
     out of work, so the slow ones come first. Four workers share two cores, and the groups
     that start first (Ray's, the remote suites') mostly wait: slow tests marked ``waits``
     started beside them left the cores idle, so they come after the other slow tests, each
-    after its share of quick ones, and at most about two workers wait at a time. Every list
-    keeps its own order.
+    after its share of quick ones, so that about two workers wait at a time. Every list keeps
+    its own order.
     """
     slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    waiting = [item for item in slow if item.get_closest_marker("waits") is not None]
-    busy = [item for item in slow if item.get_closest_marker("waits") is None]
+    # A group's tests run where and when the group does, whatever their place here.
+    waiting = [
+        item
+        for item in slow
+        if item.get_closest_marker("waits") and not item.get_closest_marker("xdist_group")
+    ]
+    busy = [item for item in slow if item not in waiting]
     quick = [item for item in items if item.get_closest_marker("slow") is None]
-    # A waiting test lasts ~15 s; quick tests ~0.2 s: ~70 of them keep the cores busy meanwhile.
-    share = max(1, len(quick) // (2 * len(waiting) + 1)) if waiting else 0
+    # Spread over the first two thirds of the quick tests (a waiting test lasts ~20 s, a quick
+    # one ~0.2 s), so that the last one to start ends with the others.
+    share = max(1, 2 * len(quick) // (3 * len(waiting) + 1)) if waiting else 0
     ordered = busy
     for index, item in enumerate(waiting):
         ordered += quick[index * share : (index + 1) * share]
