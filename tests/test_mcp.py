@@ -523,6 +523,18 @@ class TestMCPEverywhere:
             bad = {**body, "agent": {**agent, "mcp_config": {"fetch": {"args": ["x"]}}}}
             refused = http.post("/api/conversations", json=bad)
             assert refused.status_code == 422 and "needs 'command'" in refused.text
+            # A server's env or headers of the wrong type (found by tests/test_server_fuzz.py:
+            # the check raised inside pydantic's validation, and the server answered 500).
+            for env, said in (
+                (False, "expected a mapping of str to str, got bool"),
+                ({"": None}, "expected str keys and str values"),
+            ):
+                server = {"command": "uvx", "env": env}
+                plain = {key: value for key, value in agent.items() if key != "kind"}
+                wrong = {**body, "agent": {**plain, "mcp_config": {"mcpServers": {"k": server}}}}
+                refused = http.post("/api/conversations", json=wrong)
+                assert refused.status_code == 422 and said in refused.text, refused.text
+            assert len(http.get("/api/conversations/search").json()["items"]) == 1
 
 
 def free_port() -> int:

@@ -35,6 +35,7 @@ from cowconv._exceptions import (
     ConversationNotFoundError,
     CorruptStoreError,
     EventNotFoundError,
+    InvalidTypeError,
     InvalidValueError,
     StoreError,
     StoreLockedError,
@@ -290,7 +291,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         ConversationNotFoundError: 404,
         EventNotFoundError: 404,
         ConversationConflictError: 409,
+        # What cowconv's own checks refuse in a body, also where they run inside pydantic's
+        # validation (a TypeError there is not turned into a ValidationError: it escapes).
         InvalidValueError: 422,
+        InvalidTypeError: 422,
         # The store: a damaged row (which DELETE still removes), a file held by another
         # process, a stale write (another server on the same data changed it).
         CorruptStoreError: 500,
