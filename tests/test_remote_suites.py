@@ -45,7 +45,7 @@ from tests.clusters import local_cluster
 
 SIZE = 20
 # Seconds the stub takes per answer: the caller is killed while branches run (it is killed
-# once 3 of 20 were asked, and 4 run at a time: 2.5 s at least), and branches overlap.
+# once 3 of 20 were asked, and at most 4 run at a time: 2.5 s at least), and branches overlap.
 DELAY = 0.5
 SUITE = "reviews"
 WAIT = 600.0  # generous: two cores shared by several test runs
